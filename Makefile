@@ -1,0 +1,52 @@
+# The two commands a newcomer needs: `make demo` (the main job) and `make test` (everything).
+# Both are idempotent on a fresh machine: they install what they need and reuse caches.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EDL_CACHE_DIR ?= $(HOME)/.cache/edl
+export EDL_CACHE_DIR
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: demo test venv system-deps controlplane lint unit integration e2e bench clean
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[paddle,gpu,dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+# Debian packages the tests need: prometheus (server + promtool).
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+# kube-apiserver, kube-controller-manager and etcd built from the Go module proxy (cached).
+controlplane:
+	@bash tests/e2e/controlplane/build.sh >/dev/null
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: venv
+	@bash scripts/pytest-layer.sh unit
+
+integration: venv system-deps
+	@bash scripts/pytest-layer.sh integration
+
+e2e: venv system-deps controlplane
+	@bash scripts/pytest-layer.sh e2e
+
+test: venv system-deps controlplane lint
+	@bash scripts/pytest-layer.sh unit integration e2e
+
+demo: venv
+	$(BIN)/python -m examples.demo
+
+bench: venv
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

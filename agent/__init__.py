@@ -1,0 +1,1 @@
+"""EDL per-pod agent: supervises the trainer, records and exports training metrics."""

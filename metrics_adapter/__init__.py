@@ -1,0 +1,1 @@
+"""EDL metrics adapter: Kubernetes custom and external metrics APIs for training jobs."""
