@@ -1,4 +1,4 @@
-"""Marks each test by its layer (the folder it lives in), so `-m unit|integration|e2e` selects it."""
+"""Marks each test by its layer (its folder), so `-m unit|integration|e2e` selects it."""
 
 from __future__ import annotations
 
