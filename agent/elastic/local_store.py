@@ -1,0 +1,134 @@
+"""Membership store in a directory on one machine: for tests, the demo and single-host jobs.
+
+Layout: ``<root>/world.json`` (the world record; its version is the SHA-256 of its text, so a
+hand edit changes it too), ``<root>/world.lock`` (an `flock` serialising compare-and-swap),
+``<root>/members/<id>.json`` (one heartbeat per member). Every write goes to a temporary file
+and is renamed into place, so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
+from agent.elastic.store import Heartbeat, VersionedRecord
+from agent.elastic.world import Member
+
+log = logging.getLogger(__name__)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class LocalStore:
+    """A `MembershipStore` in a local directory (atomic renames + an flock for CAS)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._counter = 0
+
+    @classmethod
+    def create(cls, root: Path) -> LocalStore:
+        """A store in `root`, creating the directory if needed (the job's first use)."""
+        root.mkdir(parents=True, exist_ok=True)
+        return cls(root)
+
+    @property
+    def root(self) -> Path:
+        """The directory holding this job's records."""
+        return self._root
+
+    def _dir(self, *parts: str) -> Path:
+        path = self._root.joinpath(*parts)
+        try:
+            # Never recreate a vanished root: that would hide an outage and fork the job.
+            path.mkdir(exist_ok=True)
+        except OSError as e:
+            raise StoreUnavailable(f"local store {path}: {e}") from e
+        return path
+
+    def beat(self, member: Member) -> None:
+        """Write this member's heartbeat with a fresh beat counter."""
+        self._counter += 1
+        body = json.dumps(
+            {
+                "member": member.to_dict(),
+                "beat": f"{os.getpid()}-{self._counter}",
+                "renewed": time.time(),
+            }
+        )
+        try:
+            _atomic_write(self._dir("members") / f"{member.id}.json", body)
+        except OSError as e:
+            raise StoreUnavailable(f"local store {self._root}: {e}") from e
+
+    def remove(self, member: Member) -> None:
+        """Delete the heartbeat file of `member`."""
+        path = self._root / "members" / f"{member.id}.json"
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as e:
+            raise StoreUnavailable(f"local store {self._root}: {e}") from e
+
+    def heartbeats(self) -> list[Heartbeat]:
+        """Every parseable heartbeat file."""
+        directory = self._root / "members"
+        if not self._root.is_dir():
+            raise StoreUnavailable(f"local store {self._root} is missing")
+        out: list[Heartbeat] = []
+        try:
+            paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
+        except OSError as e:
+            raise StoreUnavailable(f"local store {self._root}: {e}") from e
+        for path in paths:
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                member = Member.from_dict(raw["member"])
+                out.append(Heartbeat(member, str(raw["beat"]), float(raw["renewed"])))
+            except FileNotFoundError:
+                continue  # removed between glob and read
+            except (OSError, ValueError, KeyError, TypeError, WorldRecordInvalid) as e:
+                log.warning("ignoring unreadable heartbeat %s: %s", path, e)
+        return out
+
+    def read_world(self) -> VersionedRecord:
+        """The record; its version is the digest of the text itself (read in one go)."""
+        if not self._root.is_dir():
+            raise StoreUnavailable(f"local store {self._root} is missing")
+        text = self._read_text()
+        return VersionedRecord(text, _digest(text))
+
+    def _read_text(self) -> str | None:
+        try:
+            # A hand-mangled record must reach the parser (which repairs it): not an outage.
+            return (self._root / "world.json").read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreUnavailable(f"local store {self._root}: {e}") from e
+
+    def write_world(self, text: str, expected_version: str) -> bool:
+        """Compare-and-swap under an flock on ``world.lock``."""
+        root = self._dir()
+        try:
+            with open(root / "world.lock", "a+") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if _digest(self._read_text()) != expected_version:
+                    return False
+                _atomic_write(root / "world.json", text)
+                return True
+        except OSError as e:
+            raise StoreUnavailable(f"local store {self._root}: {e}") from e
+
+
+def _digest(text: str | None) -> str:
+    return "" if text is None else hashlib.sha256(text.encode()).hexdigest()[:16]

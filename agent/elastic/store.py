@@ -1,0 +1,54 @@
+"""The seam between world agreement and where its records live (files, Kubernetes objects).
+
+A store keeps two kinds of record for one job: one heartbeat per member (liveness, carrying
+the member's description and an opaque beat that changes on every renewal) and one world
+record updated only by compare-and-swap on an opaque version. Everything else (debounce,
+ranks, repair, fencing) lives in `Membership`, so every backend gives the same guarantees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.elastic.world import Member
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A member as its heartbeat record describes it."""
+
+    member: Member
+    beat: str
+    """Changes on every renewal; liveness is judged by when *we* saw it change (skew-safe)."""
+    renewed: float
+    """Writer's wall time of the last renewal; only used the first time we see a heartbeat."""
+
+
+@dataclass(frozen=True)
+class VersionedRecord:
+    """The raw world record and the version a compare-and-swap must quote."""
+
+    text: str | None
+    """None when no world record exists yet."""
+    version: str
+    """Opaque; "" when the record does not exist."""
+
+
+class MembershipStore(Protocol):
+    """Where one job's heartbeats and world record live. Errors: `StoreUnavailable`."""
+
+    def beat(self, member: Member) -> None:
+        """Create or renew this member's heartbeat."""
+
+    def remove(self, member: Member) -> None:
+        """Delete this member's heartbeat (a clean leave); no error if already gone."""
+
+    def heartbeats(self) -> list[Heartbeat]:
+        """All heartbeat records of the job, live or stale; unreadable ones are skipped."""
+
+    def read_world(self) -> VersionedRecord:
+        """The current world record."""
+
+    def write_world(self, text: str, expected_version: str) -> bool:
+        """Replace the record if its version is still `expected_version`; False if it is not."""

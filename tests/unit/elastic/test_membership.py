@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.elastic.local_store import LocalStore
+from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.world import Member, World
+
+SETTINGS = MembershipSettings(
+    min_size=1, max_size=3, heartbeat_interval=1.0, ttl=5.0, debounce=1.0, max_debounce=4.0
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Job:
+    """Several agents on one local store, driven by one fake clock."""
+
+    def __init__(self, root: Path, settings: MembershipSettings = SETTINGS) -> None:
+        self.root = root
+        root.mkdir(exist_ok=True)
+        self.clock = Clock()
+        self.settings = settings
+        self.agents: dict[str, Membership] = {}
+
+    def add(self, name: str) -> Membership:
+        me = Member(
+            joined=self.clock.now + len(self.agents) * 0.001,
+            id=name,
+            incarnation="x",
+            host="127.0.0.1",
+            ports=(7000 + 2 * len(self.agents), 7001 + 2 * len(self.agents)),
+        )
+        agent = Membership(LocalStore(self.root), me, self.settings, clock=self.clock)
+        agent.join()
+        self.agents[name] = agent
+        return agent
+
+    def run(self, seconds: float, step: float = 0.2) -> None:
+        for _ in range(round(seconds / step)):
+            self.clock.now += step
+            for agent in self.agents.values():
+                agent.tick()
+
+    def ids(self, name: str) -> list[str]:
+        world = self.agents[name].world
+        assert world is not None
+        return [m.id for m in world.members]
+
+
+def test_burst_of_joins_becomes_one_generation(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abc":
+        job.add(name)
+    job.run(0.4)
+    assert job.agents["a"].world is None  # still inside the debounce window
+    job.run(1.2)
+    assert {job.ids(n)[0] for n in "abc"} == {"a"}
+    assert job.ids("b") == ["a", "b", "c"]
+    assert job.agents["c"].world == World.from_json((tmp_path / "world.json").read_text())
+    assert job.agents["a"].world is not None and job.agents["a"].world.generation == 1
+
+
+def test_leave_keeps_survivor_order_and_max_keeps_standby(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abcd":
+        job.add(name)
+    job.run(2)
+    assert job.ids("d") == ["a", "b", "c"]  # max 3: d waits
+    job.agents.pop("a").leave()
+    job.run(2)
+    assert job.ids("b") == ["b", "c", "d"]
+    gen = job.agents["b"].world.generation  # type: ignore[union-attr]
+    assert gen == 2
+
+
+def test_dead_member_expires_after_ttl(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abc":
+        job.add(name)
+    job.run(2)
+    job.agents.pop("b")  # SIGKILLed: stops beating, leaves its heartbeat behind
+    job.run(3)
+    assert job.ids("a") == ["a", "b", "c"]
+    job.run(4)
+    assert job.ids("a") == ["a", "c"] and job.ids("c") == ["a", "c"]
+
+
+def test_below_min_pauses(tmp_path: Path) -> None:
+    settings = MembershipSettings(min_size=2, max_size=3, ttl=5.0, debounce=0.5)
+    job = Job(tmp_path, settings)
+    job.add("a")
+    job.run(2)
+    assert job.agents["a"].world is not None and job.agents["a"].world.paused
+    job.add("b")
+    job.run(2)
+    assert job.ids("a") == ["a", "b"]
+    job.agents.pop("b").leave()
+    job.run(2)
+    assert job.agents["a"].world.paused  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "nonsense",
+    ['{"schema": 1, "generation": 1, "members": [{"id": 3}]}', "\x00\xff not json", "[1, 2]"],
+)
+def test_nonsense_record_is_repaired_once_keeping_order(
+    tmp_path: Path, nonsense: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = Job(tmp_path)
+    for name in "abc":
+        job.add(name)
+    job.run(2)
+    (tmp_path / "world.json").write_text(nonsense)
+    with caplog.at_level(logging.WARNING, logger="agent.elastic.membership"):
+        job.run(0.4)
+    repaired = [r for r in caplog.records if "world record invalid" in r.getMessage()]
+    assert len(repaired) == 1, [r.getMessage() for r in caplog.records]
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert [m.id for m in world.members] == ["a", "b", "c"] and world.generation == 2
+    assert all(job.agents[n].world == world for n in "abc")
+
+
+def test_generation_going_backwards_is_repaired(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    job.agents.pop("b").leave()
+    job.run(2)
+    (tmp_path / "world.json").write_text(World(1, ()).to_json())
+    job.run(0.4)
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert world.generation == 3 and [m.id for m in world.members] == ["a"]
+
+
+def test_store_outage_keeps_the_world_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "store"
+    job = Job(root)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    before = job.agents["a"].world
+    shutil.move(root, tmp_path / "away")
+    with caplog.at_level(logging.WARNING, logger="agent.elastic.membership"):
+        job.run(60)  # a minute without the store
+        assert job.agents["a"].world == before
+        assert job.agents["a"].unreachable_for() > 50
+        shutil.move(tmp_path / "away", root)
+        job.run(3)
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("unreachable (" in line for line in lines) == 2  # one line per agent
+    assert job.agents["a"].world == before  # nobody expired during the blind minute
+    assert job.agents["a"].unreachable_for() == 0
