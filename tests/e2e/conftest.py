@@ -1,0 +1,211 @@
+"""Fixtures for the e2e layer: a real control plane, the real adapter, per-test namespaces.
+
+* `control_plane` (session): etcd + kube-apiserver + kube-controller-manager on 127.0.0.1,
+  built by tests/e2e/controlplane/build.sh when missing (done once, before the first test, so
+  a cold build does not count against a test's timeout).
+* `metrics_adapter` (session): `edl-adapter serve` behind the aggregation layer, Available.
+* `e2e_ns` (per test): a fresh namespace with a pod runner (the stand-in kubelet).
+* When a test fails, the tail of every component's log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from kubernetes import client, config
+
+from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
+from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
+from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
+from tests.e2e.harness.processes import HarnessError
+
+_E2E_DIR = Path(__file__).resolve().parent
+
+
+class _HasLogs(Protocol):
+    def log_tails(self, lines: int = ...) -> str: ...
+
+
+_LOG_SOURCES: list[_HasLogs] = []
+_BUILD: dict[str, Any] = {}
+
+
+def _e2e_selected(session: pytest.Session) -> bool:
+    return any(_E2E_DIR in Path(str(item.fspath)).resolve().parents for item in session.items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Builds (or finds cached) control-plane binaries before any e2e test starts its clock."""
+    if not _e2e_selected(session) or session.config.option.collectonly:
+        return
+    try:
+        _BUILD["bin"] = ensure_binaries()
+    except HarnessError as e:
+        _BUILD["error"] = e
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and _LOG_SOURCES:
+        tails = []
+        for source in _LOG_SOURCES:
+            try:
+                tails.append(source.log_tails(25))
+            except Exception as e:
+                tails.append(f"(could not read logs: {e!r})")
+        report.sections.append(("e2e component logs (tails)", "\n".join(tails)))
+    return report
+
+
+def _work_root() -> Path:
+    root = os.environ.get("EDL_E2E_WORK_DIR")
+    if root:
+        path = Path(root)
+        path.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="run-", dir=path))
+    return Path(tempfile.mkdtemp(prefix="edl-e2e-"))
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    if "error" in _BUILD:
+        raise _BUILD["error"]
+    bin_dir = _BUILD.get("bin") or ensure_binaries()
+    work = _work_root()
+    cp = ControlPlane(ControlPlaneSettings(bin_dir=bin_dir, work_dir=work))
+    print(f"\ne2e control plane: work dir {work}, logs in {cp.log_dir}")
+    _LOG_SOURCES.append(cp)
+    try:
+        cp.start()
+        yield cp
+    finally:
+        cp.stop()
+        _LOG_SOURCES.remove(cp)
+
+
+@pytest.fixture(scope="session")
+def kube_api(control_plane: ControlPlane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+
+
+@dataclass
+class _AdapterLogs:
+    adapter: MetricsAdapter
+
+    def log_tails(self, lines: int = 25) -> str:
+        p = self.adapter.process
+        return f"----- {p.name} ({p.log}) -----\n{p.tail(lines)}"
+
+
+@pytest.fixture(scope="session")
+def metrics_adapter(control_plane: ControlPlane) -> Iterator[MetricsAdapter]:
+    adapter = MetricsAdapter(control_plane, AdapterSettings())
+    logs = _AdapterLogs(adapter)
+    _LOG_SOURCES.append(logs)
+    try:
+        adapter.start()
+        adapter.register()
+        adapter.wait_available(timeout_s=60)
+        yield adapter
+    finally:
+        adapter.stop()
+        _LOG_SOURCES.remove(logs)
+
+
+@pytest.fixture(scope="session")
+def loopback_pool() -> LoopbackAddressPool:
+    return LoopbackAddressPool()
+
+
+@dataclass
+class E2ENamespace:
+    """A fresh namespace whose pods the runner executes locally."""
+
+    name: str
+    runner: PodRunner
+    load_dir: Path
+    api: client.ApiClient
+
+
+def _venv_env() -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(_E2E_DIR.parents[1]),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.fixture
+def e2e_ns(
+    request: pytest.FixtureRequest,
+    control_plane: ControlPlane,
+    kube_api: client.ApiClient,
+    loopback_pool: LoopbackAddressPool,
+) -> Iterator[E2ENamespace]:
+    core = client.CoreV1Api(kube_api)
+    base = request.node.name.removeprefix("test_").replace("_", "-").lower()[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}})
+    runner_api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    runner = PodRunner(
+        runner_api,
+        PodRunnerSettings(
+            namespace=name, log_dir=control_plane.log_dir / "pods", base_env=_venv_env()
+        ),
+        loopback_pool,
+    )
+    load_dir = control_plane.work_dir / "load"
+    load_dir.mkdir(exist_ok=True)
+    _LOG_SOURCES.append(runner)
+    runner.start()
+    try:
+        yield E2ENamespace(name=name, runner=runner, load_dir=load_dir, api=kube_api)
+    finally:
+        try:
+            core.delete_namespace(name, propagation_policy="Background")
+        except client.ApiException as e:
+            print(f"deleting namespace {name}: {e.status} {e.reason}")
+        runner.stop()
+        _LOG_SOURCES.remove(runner)
+
+
+@dataclass
+class Kubectl:
+    """The real kubectl, pointed at the loopback control plane."""
+
+    binary: str
+    kubeconfig: Path
+
+    def __call__(self, *args: str, timeout_s: float = 30.0) -> str:
+        done = subprocess.run(
+            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed rc={done.returncode}: {done.stderr.strip()}"
+            )
+        return done.stdout
+
+
+@pytest.fixture(scope="session")
+def kubectl(control_plane: ControlPlane) -> Kubectl:
+    binary = shutil.which("kubectl") or "/usr/bin/kubectl"
+    return Kubectl(binary, control_plane.kubeconfig)

@@ -1,0 +1,355 @@
+"""A real etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, for e2e tests.
+
+The binaries come from `tests/e2e/controlplane/build.sh` (built from the Go module proxy and
+cached outside the clone). Every port is picked free at start; every wait is bounded; `stop()`
+always tears everything down. Each component logs into its own file under `work_dir/logs`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from tests.e2e.harness.certs import ClusterPKI, make_cluster_pki
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
+ADAPTER_SERVICE = "edl-metrics-adapter"
+ADAPTER_SERVICE_NAMESPACE = "kube-system"
+KCM_CONTROLLERS = (
+    "horizontal-pod-autoscaler-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+)
+
+
+def ensure_binaries(timeout_s: float = 3600.0) -> Path:
+    """Runs build.sh (instant when cached) under a lock and returns the bin directory.
+
+    Raises:
+        HarnessError: the build failed; the message holds its last output lines.
+    """
+    cache = Path(os.environ.get("EDL_CACHE_DIR", Path.home() / ".cache" / "edl"))
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / "controlplane.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            done = subprocess.run(
+                ["bash", str(BUILD_SCRIPT)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise HarnessError(f"control-plane build ran past {timeout_s:.0f} s") from e
+    if done.returncode != 0:
+        out = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+        raise HarnessError(f"control-plane build failed (rc={done.returncode}):\n{out}")
+    bin_dir = Path(done.stdout.strip().splitlines()[-1])
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+        if not os.access(bin_dir / name, os.X_OK):
+            raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")
+    return bin_dir
+
+
+@dataclass
+class ControlPlaneSettings:
+    """How the loopback control plane is started."""
+
+    bin_dir: Path
+    """Folder holding etcd, kube-apiserver and kube-controller-manager."""
+    work_dir: Path
+    """Scratch folder: PKI, etcd data, kubeconfig and `logs/`."""
+    hpa_sync_period: str = "1s"
+    """`--horizontal-pod-autoscaler-sync-period` (the real default is 15s)."""
+    hpa_downscale_stabilization: str = "5m"
+    """`--horizontal-pod-autoscaler-downscale-stabilization` (the real default; HPAs that want
+    faster scale-down say so in `spec.behavior`)."""
+    kcm_verbosity: int = 2
+    """`--v` for kube-controller-manager (4 logs each HPA proposal)."""
+    ready_timeout_s: float = 180.0
+    """Bound on each component's wait for health."""
+    extra_feature_gates: dict[str, bool] = field(default_factory=dict)
+    """Feature gates set on both kube-apiserver and kube-controller-manager."""
+
+
+class ControlPlane:
+    """Starts, health-checks and stops the three components; writes an admin kubeconfig."""
+
+    def __init__(self, settings: ControlPlaneSettings) -> None:
+        self.settings = settings
+        self.work_dir = settings.work_dir
+        self.log_dir = self.work_dir / "logs"
+        self.kubeconfig = self.work_dir / "admin.kubeconfig"
+        self.pki: ClusterPKI | None = None
+        self.apiserver_port = 0
+        self.etcd: ManagedProcess | None = None
+        self.apiserver: ManagedProcess | None = None
+        self.controller_manager: ManagedProcess | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Brings up etcd, kube-apiserver and kube-controller-manager, each healthy in turn.
+
+        Raises:
+            HarnessError: a component did not become healthy; the message has its log tail.
+        """
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.pki = make_cluster_pki(
+            self.work_dir / "pki",
+            adapter_service_dns=(
+                f"{ADAPTER_SERVICE}.{ADAPTER_SERVICE_NAMESPACE}.svc",
+                f"{ADAPTER_SERVICE}.{ADAPTER_SERVICE_NAMESPACE}.svc.cluster.local",
+            ),
+        )
+        self._start_etcd()
+        self._start_apiserver()
+        self._write_kubeconfig()
+        self._start_controller_manager()
+
+    def stop(self) -> None:
+        """Stops every component that was started, newest first; never raises.
+
+        The logs, PKI and kubeconfig stay in `work_dir`; etcd's data is removed.
+        """
+        for proc in (self.controller_manager, self.apiserver, self.etcd):
+            if proc is not None:
+                try:
+                    proc.stop()
+                except Exception as e:  # teardown must reach every component
+                    print(f"stopping {proc.name} failed: {e!r}")
+        shutil.rmtree(self.work_dir / "etcd-data", ignore_errors=True)
+
+    def components(self) -> list[ManagedProcess]:
+        return [p for p in (self.etcd, self.apiserver, self.controller_manager) if p]
+
+    def log_tails(self, lines: int = 30) -> str:
+        """Every component's last log lines, for a failing test's report."""
+        parts = []
+        for p in self.components():
+            parts.append(f"----- {p.name} ({p.log}) -----\n{p.tail(lines)}")
+        return "\n".join(parts)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    # ---- components ------------------------------------------------------------------------
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        data = self.work_dir / "etcd-data"
+        self.etcd = ManagedProcess(
+            "etcd",
+            [
+                str(self.settings.bin_dir / "etcd"),
+                "--name=e2e",
+                f"--data-dir={data}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=e2e=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=1073741824",
+                "--log-level=warn",
+            ],
+            self.log_dir / "etcd.log",
+        )
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self.etcd.start()
+
+        def healthy() -> bool:
+            r = requests.get(f"{self.etcd_url}/health", timeout=2)
+            return r.status_code == 200 and r.json().get("health") == "true"
+
+        self._wait_healthy(self.etcd, healthy)
+
+    def _start_apiserver(self) -> None:
+        assert self.pki is not None
+        pki = self.pki
+        self.apiserver_port = free_port()
+        gates = self._feature_gates()
+        argv = [
+            str(self.settings.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.apiserver.cert}",
+            f"--tls-private-key-file={pki.apiserver.key}",
+            f"--client-ca-file={pki.ca.cert}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pki.service_account_key}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            "--authorization-mode=RBAC",
+            f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
+            f"--proxy-client-key-file={pki.front_proxy_client.key}",
+            "--endpoint-reconciler-type=none",
+            "--disable-admission-plugins=ServiceAccount",
+            "--enable-priority-and-fairness=false",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ]
+        if gates:
+            argv.append(f"--feature-gates={gates}")
+        self.apiserver = ManagedProcess("kube-apiserver", argv, self.log_dir / "kube-apiserver.log")
+        self.apiserver.start()
+
+        def healthy() -> bool:
+            r = requests.get(
+                f"{self.server}/readyz",
+                cert=(str(pki.admin.cert), str(pki.admin.key)),
+                verify=str(pki.ca.cert),
+                timeout=5,
+            )
+            return r.status_code == 200
+
+        self._wait_healthy(self.apiserver, healthy)
+
+    def _start_controller_manager(self) -> None:
+        s = self.settings
+        argv = [
+            str(s.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--controllers={','.join(KCM_CONTROLLERS)}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            f"--horizontal-pod-autoscaler-sync-period={s.hpa_sync_period}",
+            f"--horizontal-pod-autoscaler-downscale-stabilization={s.hpa_downscale_stabilization}",
+            f"--v={s.kcm_verbosity}",
+        ]
+        gates = self._feature_gates()
+        if gates:
+            argv.append(f"--feature-gates={gates}")
+        self.controller_manager = ManagedProcess(
+            "kube-controller-manager", argv, self.log_dir / "kube-controller-manager.log"
+        )
+        self.controller_manager.start()
+        self._wait_controllers_working()
+
+    def _wait_controllers_working(self) -> None:
+        """KCM serves no health port here: prove it works by having it reconcile a Deployment."""
+        assert self.controller_manager is not None
+        name = "edl-e2e-kcm-probe"
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"edl-e2e-probe": name}},
+                "template": {
+                    "metadata": {"labels": {"edl-e2e-probe": name}},
+                    "spec": {"containers": [{"name": "c", "image": "edl-e2e.invalid/none"}]},
+                },
+            },
+        }
+        base = f"{self.server}/apis/apps/v1/namespaces/kube-system/deployments"
+        self.request("POST", base, json=deployment, ok=(201, 409))
+
+        def reconciled() -> bool:
+            d = self.request("GET", f"{base}/{name}").json()
+            observed = d.get("status", {}).get("observedGeneration", 0)
+            return bool(observed >= d["metadata"]["generation"])
+
+        self._wait_healthy(self.controller_manager, reconciled)
+        self.request("DELETE", f"{base}/{name}", ok=(200, 202, 404))
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _feature_gates(self) -> str:
+        return ",".join(
+            f"{k}={'true' if v else 'false'}" for k, v in self.settings.extra_feature_gates.items()
+        )
+
+    def request(
+        self, method: str, url: str, *, ok: tuple[int, ...] = (200,), **kw: Any
+    ) -> requests.Response:
+        """An admin request to kube-apiserver; raises HarnessError on an unexpected status."""
+        assert self.pki is not None
+        r = requests.request(
+            method,
+            url if url.startswith("https://") else f"{self.server}{url}",
+            cert=(str(self.pki.admin.cert), str(self.pki.admin.key)),
+            verify=str(self.pki.ca.cert),
+            timeout=10,
+            **kw,
+        )
+        if r.status_code not in ok:
+            raise HarnessError(f"{method} {url} -> {r.status_code}: {r.text[:500]}")
+        return r
+
+    def _wait_healthy(self, proc: ManagedProcess, check: Any) -> None:
+        deadline = time.monotonic() + self.settings.ready_timeout_s
+        last = "no attempt"
+        attempts = 0
+        while time.monotonic() < deadline and attempts < 2000:
+            attempts += 1
+            if not proc.alive():
+                raise HarnessError(proc.describe_failure("exited before becoming healthy"))
+            try:
+                if check():
+                    return
+                last = "check returned false"
+            except (requests.RequestException, ValueError, HarnessError, KeyError) as e:
+                last = repr(e)
+            time.sleep(0.5)
+        raise HarnessError(
+            proc.describe_failure(
+                f"not healthy within {self.settings.ready_timeout_s:.0f} s (last: {last})"
+            )
+        )
+
+    def _write_kubeconfig(self) -> None:
+        assert self.pki is not None
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "edl-e2e",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki.ca.cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "edl-e2e-admin",
+                    "user": {
+                        "client-certificate": str(self.pki.admin.cert),
+                        "client-key": str(self.pki.admin.key),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "edl-e2e", "context": {"cluster": "edl-e2e", "user": "edl-e2e-admin"}}
+            ],
+            "current-context": "edl-e2e",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))

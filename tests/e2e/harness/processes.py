@@ -1,0 +1,123 @@
+"""Child processes with a log file each, stopped by their own process-group id."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+_used_ports: set[int] = set()
+
+
+class HarnessError(RuntimeError):
+    """The harness could not bring a component up (its log tail is in the message)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now, never handed out twice in this process."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _used_ports:
+            _used_ports.add(port)
+            return port
+    raise HarnessError("no free port found after 50 tries")
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log file ('' if it does not exist)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+class ManagedProcess:
+    """One child process in its own session, its stdout+stderr in `log`."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log = log
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        if self.alive():
+            raise HarnessError(f"{self.name} is already running")
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = self.log.open("ab")
+        self._log_file.write(f"=== {time.strftime('%H:%M:%S')} start: {self.argv}\n".encode())
+        self._log_file.flush()
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace_s`; idempotent."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self._signal(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(proc, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self._proc = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig)  # the group we created with start_new_session
+        except ProcessLookupError:
+            pass
+
+    def tail(self, lines: int = 40) -> str:
+        return tail(self.log, lines)
+
+    def describe_failure(self, what: str, lines: int = 60) -> str:
+        rc = self.returncode()
+        state = "running" if rc is None and self._proc else f"exited rc={rc}"
+        return f"{self.name} {what} ({state}); log {self.log}, last lines:\n{self.tail(lines)}"
