@@ -1,0 +1,205 @@
+"""`edl-agent`: the per-pod entrypoint that runs a trainer and exports its metrics.
+
+    edl-agent run [--port N] [--host H] [--metrics-dir D] [...] -- <trainer command...>
+
+Every failure the user can cause (unknown flag, port in use, unusable metrics directory, a
+trainer that cannot be executed) ends with one `edl-agent: error: ...` line on stderr and a
+non-zero exit; a trainer that fails is reported in one line and its status becomes ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from agent.app import create_registry
+from agent.collectors.gpu import open_nvml
+from agent.config import AgentSettings
+from agent.errors import AgentError, ConfigError, TrainerStartError
+from agent.exporter import MetricsServer
+from agent.reports import prepare_metrics_dir
+from agent.supervisor import TrainerSupervisor
+from agent.world import TrainerWorld
+
+log = logging.getLogger("agent")
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+EXIT_CANNOT_EXECUTE = 127
+_POLL_SECONDS = 0.2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting, so errors are one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message} (see `edl-agent run --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `edl-agent` command line (flags override `EDL_AGENT_*` variables)."""
+    parser = _Parser(prog="edl-agent", description="EDL per-pod agent.")
+    sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=_Parser)
+    run = sub.add_parser(
+        "run",
+        help="run a trainer command and export its metrics",
+        usage="edl-agent run [options] -- <trainer command...>",
+        description="Runs the trainer command as a child process with the PADDLE_*/EDL_* "
+        "environment and serves /metrics, /healthz and /readyz until it exits.",
+    )
+    run.add_argument("--host", help="listen address (EDL_AGENT_HOST, default 0.0.0.0)")
+    run.add_argument("--port", help="listen port (EDL_AGENT_PORT, default 9400; 0: any)")
+    run.add_argument(
+        "--metrics-dir", help="trainer report directory (EDL_AGENT_METRICS_DIR, default: temp)"
+    )
+    run.add_argument(
+        "--flush-seconds", help="trainer report interval (EDL_AGENT_FLUSH_SECONDS, default 1)"
+    )
+    run.add_argument(
+        "--stop-grace-seconds",
+        help="SIGTERM to SIGKILL delay (EDL_AGENT_STOP_GRACE_SECONDS, default 25)",
+    )
+    run.add_argument(
+        "--linger-seconds",
+        help="keep serving after the trainer ends (EDL_AGENT_LINGER_SECONDS, default 0)",
+    )
+    run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (EDL_AGENT_LOG_LEVEL)")
+    return parser
+
+
+def parse_args(
+    argv: Sequence[str], env: Mapping[str, str]
+) -> tuple[AgentSettings, tuple[str, ...]]:
+    """Settings (environment, then flags) and the trainer command after `--`."""
+    args = list(argv)
+    if "--" in args:
+        cut = args.index("--")
+        head, command = args[:cut], tuple(args[cut + 1 :])
+    else:
+        head, command = args, ()
+    ns = build_parser().parse_args(head)
+    if ns.verb != "run":
+        raise ConfigError("missing verb: edl-agent run [options] -- <trainer command...>")
+    if not command:
+        raise ConfigError("missing trainer command: edl-agent run [options] -- <command...>")
+    flags = {k: v for k, v in vars(ns).items() if k != "verb"}
+    settings = AgentSettings.from_env(env).with_overrides(flags)
+    return settings, command
+
+
+class _SignalLatch:
+    """Remembers the signals the agent received and forwards each to the trainer."""
+
+    def __init__(self, supervisor: TrainerSupervisor) -> None:
+        self._supervisor = supervisor
+        self.received: list[int] = []
+        self.first_at: float | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self.first_at is None:
+            self.first_at = time.monotonic()
+        self._supervisor.forward_signal(signum)
+
+
+def run(settings: AgentSettings, command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Serves metrics while the trainer runs; returns the exit status for the process."""
+    temp_dir: str | None = None
+    if settings.metrics_dir is None:
+        temp_dir = tempfile.mkdtemp(prefix="edl-metrics-")
+    try:
+        metrics_dir = prepare_metrics_dir(settings.metrics_dir or Path(str(temp_dir)))
+        world = TrainerWorld.from_env(env)
+        supervisor = TrainerSupervisor(
+            command,
+            metrics_dir,
+            world,
+            env,
+            flush_seconds=settings.flush_seconds,
+            stop_grace_seconds=settings.stop_grace_seconds,
+        )
+        nvml, nvml_note = open_nvml()
+        server = MetricsServer(
+            create_registry(metrics_dir, supervisor, nvml),
+            supervisor.readiness,
+            settings.host,
+            settings.port,
+        )
+        server.start()
+        try:
+            log.info(
+                "serving /metrics on http://%s:%d (metrics dir %s); %s",
+                settings.host,
+                server.port,
+                metrics_dir,
+                nvml_note,
+            )
+            return _supervise(supervisor, settings)
+        finally:
+            server.close()
+            if nvml is not None:
+                try:
+                    nvml.nvmlShutdown()
+                except Exception as e:
+                    log.debug("NVML shutdown failed: %s", e)
+    finally:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _supervise(supervisor: TrainerSupervisor, settings: AgentSettings) -> int:
+    latch = _SignalLatch(supervisor)
+    previous = {s: signal.signal(s, latch) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if latch.received:
+            return 128 + latch.received[0]
+        supervisor.start()
+        while (ended := supervisor.wait(_POLL_SECONDS)) is None:
+            if latch.first_at is not None and (
+                len(latch.received) > 1
+                or time.monotonic() - latch.first_at > settings.stop_grace_seconds
+            ):
+                log.warning("trainer still running after a signal; killing it")
+                supervisor.kill()
+        if ended.status != 0:
+            log.error("%s", ended.describe())
+        else:
+            log.info("%s", ended.describe())
+        deadline = time.monotonic() + settings.linger_seconds
+        while not latch.received and time.monotonic() < deadline:
+            time.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        return ended.status
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `edl-agent` console script; returns the process exit status."""
+    env = dict(os.environ)
+    try:
+        settings, command = parse_args(sys.argv[1:] if argv is None else argv, env)
+    except ConfigError as e:
+        print(f"edl-agent: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="edl-agent: %(message)s", stream=sys.stderr
+    )
+    try:
+        return run(settings, command, env)
+    except TrainerStartError as e:
+        print(f"edl-agent: error: {e}", file=sys.stderr)
+        return EXIT_CANNOT_EXECUTE
+    except AgentError as e:
+        print(f"edl-agent: error: {e}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILURE

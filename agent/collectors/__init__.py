@@ -1,0 +1,1 @@
+"""Prometheus collectors of the agent: each reads one source through an injectable seam."""

@@ -1,0 +1,18 @@
+"""Helpers shared by the agent's unit tests."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+
+def scrape(registry: CollectorRegistry) -> dict[str, float]:
+    """Renders the registry as the exporter does and parses it back: {sample{labels}: value}."""
+    text = generate_latest(registry).decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
