@@ -1,0 +1,158 @@
+"""The Flask app factory: every request goes through one edge that renders metav1.Status.
+
+Flask's own URL routing is bypassed: :func:`metrics_adapter.router.parse_path` reads the raw
+(still percent-encoded) path, so ``%2A`` works and ``%2F`` cannot smuggle a segment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from metrics_adapter import wire
+from metrics_adapter.auth.attributes import request_attributes
+from metrics_adapter.auth.authn import DelegatingAuthenticator
+from metrics_adapter.auth.authz import Authorizer
+from metrics_adapter.auth.identity import Credentials
+from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
+from metrics_adapter.router import Route, RouteKind, parse_path, split_raw_path
+from metrics_adapter.selector import LabelSelector
+from metrics_adapter.selfmetrics import AdapterMetrics
+from metrics_adapter.service import MetricsService
+from metrics_adapter.settings import AdapterSettings
+
+log = logging.getLogger(__name__)
+
+PEER_CERT_ENVIRON_KEY = "edl.peer_cert_der"
+_READ_METHODS = ("GET", "HEAD")
+_VERSION = {"major": "0", "minor": "1", "gitVersion": "v0.1.0", "platform": "python"}
+
+
+def _json(code: int, body: dict[str, Any], head: bool) -> Response:
+    payload = b"" if head else json.dumps(body, separators=(",", ":")).encode()
+    resp = Response(payload, status=code, mimetype="application/json")
+    if head:
+        resp.headers["Content-Length"] = "0"
+    return resp
+
+
+def _credentials() -> Credentials:
+    lists: dict[str, tuple[str, ...]] = {}
+    for name, value in request.headers.items():
+        key = name.lower()
+        parts = [v.strip() for v in value.split(",")] if key.startswith("x-remote-") else [value]
+        lists[key] = lists.get(key, ()) + tuple(p for p in parts if p)
+    first = {k: v[0] for k, v in lists.items() if v}
+    return Credentials(first, lists, request.environ.get(PEER_CERT_ENVIRON_KEY))
+
+
+def create_app(
+    settings: AdapterSettings,
+    service: MetricsService,
+    metrics: AdapterMetrics,
+    authenticator: DelegatingAuthenticator,
+    authorizer: Authorizer,
+    ready: Callable[[], bool] = lambda: True,
+    clock: Callable[[], float] = time.time,
+    refresh_gauges: Callable[[], None] = lambda: None,
+) -> Flask:
+    """Build the adapter's WSGI app around its collaborators."""
+    app = Flask("metrics_adapter")
+    app.config["EDL_ADAPTER_SETTINGS"] = settings
+
+    def dispatch(route: Route) -> Response:
+        head = request.method == "HEAD"
+        kind = route.kind
+        if kind is RouteKind.HEALTH:
+            if route.name == "readyz" and not ready():
+                return Response(b"" if head else b"not ready: pods not synced yet\n", 503,
+                                mimetype="text/plain")  # fmt: skip
+            return Response(b"" if head else b"ok", 200, mimetype="text/plain")
+        if kind is RouteKind.SELF_METRICS:
+            refresh_gauges()
+            return Response(generate_latest(metrics.registry), 200,
+                            content_type=CONTENT_TYPE_LATEST)  # fmt: skip
+        if kind is RouteKind.ROOT:
+            return _json(200, wire.root_paths(), head)
+        if kind is RouteKind.VERSION:
+            return _json(200, _VERSION, head)
+        if kind is RouteKind.OPENAPI:
+            raise NotFoundError(f"the server could not find the requested resource {route.path!r} "
+                                "(this server publishes no OpenAPI document)")  # fmt: skip
+        if kind is RouteKind.API_GROUP_LIST:
+            return _json(200, wire.api_group_list(), head)
+        if kind is RouteKind.API_GROUP:
+            return _json(200, wire.api_group(route.group), head)
+        if kind is RouteKind.API_RESOURCE_LIST:
+            body = wire.api_resource_list(route.group, route.version, service.catalogue())
+            return _json(200, body, head)
+        selector = LabelSelector.parse(request.args.get("labelSelector"))
+        metric_selector = LabelSelector.parse(request.args.get("metricLabelSelector"))
+        if kind is RouteKind.EXTERNAL:
+            external = service.external(route.namespace, route.metric, selector)
+            _observe_age([p.timestamp for p in external])
+            return _json(200, wire.external_value_list(external), head)
+        if kind is RouteKind.CUSTOM_OBJECTS and route.resource == "pods":
+            points = service.pods(route.namespace, route.name, route.metric, selector,
+                                  metric_selector)  # fmt: skip
+        elif kind is RouteKind.CUSTOM_OBJECTS:
+            points = service.objects(route.namespace, route.resource, route.name, route.metric,
+                                     selector, metric_selector)  # fmt: skip
+        elif kind is RouteKind.CUSTOM_NAMESPACE:
+            points = service.namespace(route.namespace, route.metric, metric_selector)
+        else:
+            points = service.root(route.resource, route.name, route.metric, selector,
+                                  metric_selector)  # fmt: skip
+        _observe_age([p.timestamp for p in points])
+        return _json(200, wire.metric_value_list(route.version, points), head)
+
+    def _observe_age(timestamps: list[float]) -> None:
+        if timestamps:
+            metrics.sample_age.observe(max(0.0, clock() - min(timestamps)))
+
+    @app.before_request
+    def handle() -> Response:
+        started = time.perf_counter()
+        environ = request.environ
+        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or quote(request.path)
+        label = "invalid"
+        code = 500
+        try:
+            route: Route | None = None
+            path_error: AdapterError | None = None
+            try:
+                route = parse_path(split_raw_path(raw))
+                label = route.label
+            except AdapterError as e:
+                path_error = e
+            if request.method not in _READ_METHODS:
+                raise MethodNotAllowedError(
+                    f"the server does not allow this method on the requested resource "
+                    f"(method {request.method})"
+                )
+            if route is None or route.kind is not RouteKind.HEALTH:
+                user = authenticator.authenticate(_credentials())
+                path = route.path if route is not None else request.path
+                authorizer.authorize(request_attributes(user, request.method, path))
+            if path_error is not None:
+                raise path_error
+            assert route is not None
+            resp = dispatch(route)
+        except AdapterError as e:
+            resp = _json(e.code, wire.status(e.code, e.reason, e.message), request.method == "HEAD")
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, raw)
+            resp = _json(500, wire.status(500, "InternalError", "an internal error occurred"),
+                         request.method == "HEAD")  # fmt: skip
+        code = resp.status_code
+        metrics.request_duration.labels(label, str(code)).observe(time.perf_counter() - started)
+        return resp
+
+    return app

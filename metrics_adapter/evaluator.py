@@ -1,0 +1,88 @@
+"""MetricEvaluator: one API metric's value for one pod, from the store's windows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from metrics_adapter.catalogue import MetricDefinition, SeriesTerm
+from metrics_adapter.pods import PodKey
+from metrics_adapter.selector import LabelSelector
+from metrics_adapter.store import MetricStore
+
+
+class Point(NamedTuple):
+    """A derived value and the time of the newest sample it rests on."""
+
+    value: float
+    timestamp: float
+
+
+class MetricEvaluator:
+    """Derives metric values per pod; stale values (older than ``stale_after``) are None.
+
+    Values are memoized in the store until the pod's next scrape, so repeated HPA reads of a
+    large job cost a dictionary lookup per pod.
+    """
+
+    def __init__(self, store: MetricStore, stale_after: float, clock: Callable[[], float]) -> None:
+        self._store = store
+        self.stale_after = stale_after
+        self._clock = clock
+
+    def pod_value(
+        self,
+        definition: MetricDefinition,
+        pod: PodKey,
+        metric_selector: LabelSelector,
+        generation: int = 0,
+    ) -> Point | None:
+        """The pod's value of ``definition`` (None: no data, not enough data, or stale)."""
+        key = (generation, definition.external, definition.name, str(metric_selector))
+        point = self._store.memoized(
+            pod, key, lambda: self._compute(definition, pod, metric_selector)
+        )
+        if not isinstance(point, Point):
+            return None
+        if self._clock() - point.timestamp > self.stale_after:
+            return None
+        return point
+
+    def _compute(
+        self, definition: MetricDefinition, pod: PodKey, metric_selector: LabelSelector
+    ) -> Point | None:
+        numerator = self._term(definition.numerator, definition.window_seconds, pod,
+                               metric_selector)  # fmt: skip
+        if numerator is None or definition.denominator is None:
+            return numerator
+        denominator = self._term(definition.denominator, definition.window_seconds, pod,
+                                 metric_selector)  # fmt: skip
+        if denominator is None or denominator.value == 0:
+            return None
+        return Point(
+            numerator.value / denominator.value, max(numerator.timestamp, denominator.timestamp)
+        )
+
+    def _term(
+        self, term: SeriesTerm, window: float, pod: PodKey, metric_selector: LabelSelector
+    ) -> Point | None:
+        values: list[float] = []
+        newest = float("-inf")
+        for label_set, w in self._store.windows(pod, term.series):
+            labels = dict(label_set)
+            if any(labels.get(k) != v for k, v in term.labels.items()):
+                continue
+            if not metric_selector.empty and not metric_selector.matches(labels):
+                continue
+            point = w.rate(window) if term.counter else w.latest()
+            if point is None:
+                continue
+            if term.counter:
+                value, ts = point
+            else:
+                ts, value = point
+            values.append(value)
+            newest = max(newest, ts)
+        if not values:
+            return None
+        return Point(term.reduce.apply(values), newest)

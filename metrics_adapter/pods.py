@@ -1,0 +1,116 @@
+"""The trainer pods the adapter knows about: identity, labels, owners and scrape address."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class PodKey(NamedTuple):
+    """A pod's identity: namespace and name."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """An object owning a pod, directly or through a chain (ReplicaSet -> Deployment)."""
+
+    kind: str
+    group: str
+    name: str
+    uid: str = ""
+
+    @property
+    def resource(self) -> str:
+        """The group-qualified plural the API names it by, e.g. ``deployments.apps``."""
+        plural = _PLURALS.get(self.kind, self.kind.lower() + "s")
+        return f"{plural}.{self.group}" if self.group else plural
+
+    @property
+    def api_version(self) -> str:
+        """``apps/v1`` style apiVersion for describedObject."""
+        return f"{self.group}/v1" if self.group else "v1"
+
+
+_PLURALS = {"Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
+            "Job": "jobs", "DaemonSet": "daemonsets", "PaddleJob": "paddlejobs"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    """A trainer pod and where its agent serves ``/metrics`` (None: not scraped directly)."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    owners: tuple[OwnerRef, ...] = ()
+    node: str | None = None
+    scrape_url: str | None = None
+    uid: str = ""
+
+    @property
+    def key(self) -> PodKey:
+        """This pod's :class:`PodKey`."""
+        return PodKey(self.namespace, self.name)
+
+    def owned_by(self, resource: str, name: str) -> bool:
+        """Whether an owner with this group-qualified resource and name owns the pod."""
+        return any(o.resource == resource and o.name == name for o in self.owners)
+
+
+class PodRegistry:
+    """The set of known pods, indexed by namespace; sources replace or patch it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_ns: dict[str, dict[str, PodTarget]] = {}
+        self.synced = False
+
+    def replace_all(self, pods: Iterable[PodTarget]) -> list[PodKey]:
+        """Make ``pods`` the whole set; returns the keys that disappeared."""
+        fresh: dict[str, dict[str, PodTarget]] = {}
+        for pod in pods:
+            fresh.setdefault(pod.namespace, {})[pod.name] = pod
+        with self._lock:
+            gone = [
+                PodKey(ns, name)
+                for ns, by_name in self._by_ns.items()
+                for name in by_name
+                if name not in fresh.get(ns, {})
+            ]
+            self._by_ns = fresh
+            self.synced = True
+        return gone
+
+    def upsert(self, pod: PodTarget) -> None:
+        """Add or update one pod."""
+        with self._lock:
+            self._by_ns.setdefault(pod.namespace, {})[pod.name] = pod
+
+    def remove(self, key: PodKey) -> None:
+        """Forget one pod."""
+        with self._lock:
+            self._by_ns.get(key.namespace, {}).pop(key.name, None)
+
+    def get(self, key: PodKey) -> PodTarget | None:
+        """One pod by key."""
+        with self._lock:
+            return self._by_ns.get(key.namespace, {}).get(key.name)
+
+    def in_namespace(self, namespace: str) -> list[PodTarget]:
+        """Pods of one namespace (a snapshot)."""
+        with self._lock:
+            return list(self._by_ns.get(namespace, {}).values())
+
+    def all(self) -> list[PodTarget]:
+        """Every pod (a snapshot)."""
+        with self._lock:
+            return [p for by_name in self._by_ns.values() for p in by_name.values()]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._by_ns.values())

@@ -1,0 +1,288 @@
+"""AdapterRuntime: builds the adapter from settings (store, pods, sources, auth, app)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import requests
+from flask import Flask
+from prometheus_client import CollectorRegistry
+
+from metrics_adapter.app import create_app
+from metrics_adapter.auth.authn import (
+    Authenticator,
+    ClientCertAuthenticator,
+    DelegatingAuthenticator,
+    RequestHeaderAuthenticator,
+    TokenReviewAuthenticator,
+    load_ca_bundle,
+)
+from metrics_adapter.auth.authz import (
+    AlwaysAllowAuthorizer,
+    Authorizer,
+    SubjectAccessReviewAuthorizer,
+)
+from metrics_adapter.auth.kube_reviews import KubernetesAccessReviewer, KubernetesTokenReviewer
+from metrics_adapter.auth.trust import ClientTrust
+from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
+from metrics_adapter.errors import ConfigError, SourceError
+from metrics_adapter.evaluator import MetricEvaluator
+from metrics_adapter.filewatch import FileWatcher
+from metrics_adapter.kube_client import make_api_client
+from metrics_adapter.periodic import PeriodicTask
+from metrics_adapter.pods import PodRegistry
+from metrics_adapter.selfmetrics import AdapterMetrics
+from metrics_adapter.service import MetricsService
+from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.sources import Component
+from metrics_adapter.sources.kubernetes import KubernetesPodDiscovery
+from metrics_adapter.sources.prometheus import PrometheusCollector
+from metrics_adapter.sources.scraper import PodScraper
+from metrics_adapter.sources.static import StaticPodDiscovery
+from metrics_adapter.store import MetricStore
+
+log = logging.getLogger(__name__)
+
+
+def load_catalogue(settings: AdapterSettings, generation: int = 0) -> MetricCatalogue:
+    """The configured catalogue, or the built-in one."""
+    if settings.metrics_config is None:
+        return MetricCatalogue.default()
+    return MetricCatalogue.from_file(settings.metrics_config, generation)
+
+
+class CatalogueReloader:
+    """Swaps in the catalogue file's new content when it changes; a bad file is kept out."""
+
+    def __init__(
+        self, settings: AdapterSettings, holder: CatalogueHolder, metrics: AdapterMetrics
+    ) -> None:
+        self._settings = settings
+        self._holder = holder
+        self._metrics = metrics
+        assert settings.metrics_config is not None
+        self._watcher = FileWatcher(settings.metrics_config)
+        self._watcher.prime()
+        self._task = PeriodicTask("catalogue-reload", settings.reload_interval, self.check)
+
+    def check(self) -> bool:
+        """Reload when the file changed; returns whether a new catalogue is in force."""
+        if not self._watcher.changed():
+            return False
+        try:
+            fresh = load_catalogue(self._settings, self._holder.current.generation + 1)
+        except ConfigError as e:
+            self._metrics.catalogue_reloads.labels("error").inc()
+            log.error("keeping the previous metric catalogue: %s", e)
+            return False
+        self._holder.replace(fresh)
+        self._metrics.catalogue_reloads.labels("ok").inc()
+        log.info("metric catalogue reloaded (generation %d)", fresh.generation)
+        return True
+
+    def start(self) -> None:
+        """Start watching."""
+        self._task.start()
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self._task.stop()
+
+
+class AdapterRuntime:
+    """Everything one adapter process runs, wired from settings.
+
+    Args:
+        settings: the options.
+        trust: client-certificate CAs resolved at start (see :mod:`metrics_adapter.auth.trust`).
+        clock: wall clock (injected for tests).
+        api_client_factory: makes Kubernetes API clients (injected for tests).
+    """
+
+    def __init__(
+        self,
+        settings: AdapterSettings,
+        trust: ClientTrust | None = None,
+        clock: Callable[[], float] = time.time,
+        api_client_factory: Callable[[Any], Any] = make_api_client,
+    ) -> None:
+        self.settings = settings
+        self._api_client_factory = api_client_factory
+        self._api_clients: dict[Any, Any] = {}
+        self.metrics = AdapterMetrics(CollectorRegistry())
+        self.catalogue = CatalogueHolder(load_catalogue(settings))
+        interval = settings.scrape_interval
+        window = self.catalogue.current.max_window_seconds
+        self.stale_after = settings.stale_after or max(15.0, 3 * interval)
+        capacity = settings.samples_per_series or min(256, math.ceil(window / interval) + 2)
+        expire = settings.expire_after or 2 * window + self.stale_after
+        self.store = MetricStore(capacity, expire, clock)
+        self.pods = PodRegistry()
+        self.service = MetricsService(
+            self.pods, MetricEvaluator(self.store, self.stale_after, clock), self.catalogue
+        )
+        self.components: list[Component] = []
+        self._build_sources()
+        if settings.metrics_config is not None:
+            self.components.append(CatalogueReloader(settings, self.catalogue, self.metrics))
+        self.components.append(_Housekeeper(self, interval))
+        self.app: Flask = create_app(
+            settings,
+            self.service,
+            self.metrics,
+            self._authenticator(trust or ClientTrust(), clock),
+            self._authorizer(clock),
+            ready=lambda: self.pods.synced,
+            clock=clock,
+            refresh_gauges=self.refresh_gauges,
+        )
+
+    def api_client(self, kubeconfig: Any) -> Any:
+        """A (cached) Kubernetes client for ``kubeconfig`` (None: in-cluster)."""
+        if kubeconfig not in self._api_clients:
+            self._api_clients[kubeconfig] = self._api_client_factory(kubeconfig)
+        return self._api_clients[kubeconfig]
+
+    def _build_sources(self) -> None:
+        s = self.settings
+        session = requests.Session()
+        if s.source is SourceKind.STATIC or (s.source is SourceKind.PROMETHEUS and s.static_file):
+            if s.static_file is None:
+                raise ConfigError("--source static needs --static-file")
+            static = StaticPodDiscovery(s.static_file, self.pods, self.store, s.reload_interval)
+            static.load()
+            self.components.append(static)
+        if s.source is SourceKind.KUBERNETES:
+            self.components.append(
+                KubernetesPodDiscovery(
+                    self.api_client(s.kubeconfig),
+                    self.pods,
+                    self.store,
+                    self.metrics,
+                    label_selector=s.pod_selector,
+                    namespace=s.namespace,
+                    port=s.metrics_port,
+                    port_annotation=s.metrics_port_annotation,
+                    path=s.metrics_path,
+                )
+            )
+        if s.source is SourceKind.PROMETHEUS:
+            if not s.prometheus_url:
+                raise ConfigError("--source prometheus needs --prometheus-url")
+            self.components.append(
+                PrometheusCollector(
+                    s.prometheus_url,
+                    self.pods,
+                    self.store,
+                    self.catalogue,
+                    self.metrics,
+                    session,
+                    interval=s.scrape_interval,
+                    timeout=s.scrape_timeout,
+                    discover_pods=s.static_file is None,
+                    namespace_label=s.prometheus_namespace_label,
+                    pod_label=s.prometheus_pod_label,
+                    owner_label=s.prometheus_owner_label,
+                )
+            )
+        else:
+            self.components.append(
+                PodScraper(
+                    self.pods,
+                    self.store,
+                    self.catalogue,
+                    self.metrics,
+                    session,
+                    interval=s.scrape_interval,
+                    timeout=s.scrape_timeout,
+                    max_bytes=s.max_scrape_bytes,
+                    concurrency=s.scrape_concurrency,
+                )
+            )
+
+    def _authenticator(
+        self, trust: ClientTrust, clock: Callable[[], float]
+    ) -> DelegatingAuthenticator:
+        s = self.settings
+        if s.authentication is AuthMode.NONE:
+            return DelegatingAuthenticator([], allow_anonymous=True)
+        chain: list[Authenticator] = []
+        if trust.requestheader_ca_pem:
+            chain.append(
+                RequestHeaderAuthenticator(
+                    load_ca_bundle(trust.requestheader_ca_pem),
+                    trust.allowed_names,
+                    trust.username_headers,
+                    trust.group_headers,
+                    trust.extra_prefixes,
+                )
+            )
+        if trust.client_ca_pem:
+            chain.append(ClientCertAuthenticator(load_ca_bundle(trust.client_ca_pem)))
+        try:
+            client = self.api_client(s.authentication_kubeconfig or s.kubeconfig)
+            chain.append(
+                TokenReviewAuthenticator(KubernetesTokenReviewer(client), s.auth_cache_ttl, clock)
+            )
+        except SourceError as e:
+            log.warning("bearer tokens will not be accepted: %s", e)
+        if not chain:
+            log.warning(
+                "delegated authentication has no method configured: all requests are anonymous"
+            )
+        return DelegatingAuthenticator(chain, allow_anonymous=True)
+
+    def _authorizer(self, clock: Callable[[], float]) -> Authorizer:
+        s = self.settings
+        if s.authorization is AuthMode.NONE:
+            return AlwaysAllowAuthorizer()
+        client = self.api_client(s.authorization_kubeconfig or s.kubeconfig)
+        return SubjectAccessReviewAuthorizer(
+            KubernetesAccessReviewer(client), clock, s.auth_cache_ttl, s.auth_cache_ttl
+        )
+
+    def refresh_gauges(self) -> None:
+        """Update the store-size gauges (on each /metrics scrape and housekeeping round)."""
+        stats = self.store.stats()
+        self.metrics.pods.set(len(self.pods))
+        self.metrics.store_pods.set(stats.pods)
+        self.metrics.store_series.set(stats.series)
+        self.metrics.store_samples.set(stats.samples)
+        self.metrics.store_bytes.set(stats.bytes)
+
+    def start(self) -> None:
+        """Start every background component."""
+        for component in self.components:
+            component.start()
+
+    def stop(self) -> None:
+        """Stop every background component."""
+        for component in reversed(self.components):
+            component.stop()
+
+
+class _Housekeeper:
+    """Expires silent pods' data."""
+
+    def __init__(self, runtime: AdapterRuntime, interval: float) -> None:
+        self._runtime = runtime
+        self._task = PeriodicTask("housekeeper", max(1.0, interval), self.run_once)
+
+    def run_once(self) -> None:
+        """Drop expired pods from the store."""
+        expired = self._runtime.store.expire()
+        if expired:
+            self._runtime.metrics.expired.inc(len(expired))
+            log.info("expired data of %d silent pods", len(expired))
+
+    def start(self) -> None:
+        """Start."""
+        self._task.start()
+
+    def stop(self) -> None:
+        """Stop."""
+        self._task.stop()

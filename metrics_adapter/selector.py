@@ -1,0 +1,302 @@
+"""Kubernetes label selectors: the full string grammar of ``k8s.io/apimachinery/pkg/labels``.
+
+Grammar::
+
+    selector    ::= "" | requirement ("," requirement)*
+    requirement ::= ["!"] KEY
+                  | KEY ("=" | "==" | "!=") VALUE
+                  | KEY ("in" | "notin") "(" VALUE ("," VALUE)* ")"
+                  | KEY (">" | "<") INTEGER
+
+Keys are qualified names (optional DNS-subdomain prefix and ``/``), values are at most 63
+characters of ``[A-Za-z0-9._-]`` starting and ending alphanumeric (or empty). Parse errors raise
+:class:`~metrics_adapter.errors.InvalidSelectorError` naming the offending token and position.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from metrics_adapter.errors import InvalidSelectorError
+
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_INTEGER = re.compile(r"^[-+]?[0-9]+$")
+_SPECIAL = frozenset(" \t\r\n,()!=<>")
+
+
+class Operator(enum.Enum):
+    """A requirement's operator."""
+
+    EQUALS = "="
+    NOT_EQUALS = "!="
+    IN = "in"
+    NOT_IN = "notin"
+    EXISTS = "exists"
+    DOES_NOT_EXIST = "!"
+    GREATER_THAN = "gt"
+    LESS_THAN = "lt"
+
+
+class _Tok(enum.Enum):
+    IDENT = "identifier"
+    BANG = "!"
+    EQ = "="
+    DEQ = "=="
+    NEQ = "!="
+    GT = ">"
+    LT = "<"
+    LPAREN = "("
+    RPAREN = ")"
+    COMMA = ","
+    IN = "in"
+    NOTIN = "notin"
+    END = "end of string"
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: _Tok
+    text: str
+    pos: int
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``key op values`` clause."""
+
+    key: str
+    operator: Operator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a label set satisfies this requirement."""
+        present = self.key in labels
+        op = self.operator
+        if op is Operator.EXISTS:
+            return present
+        if op is Operator.DOES_NOT_EXIST:
+            return not present
+        if op is Operator.EQUALS or op is Operator.IN:
+            return present and labels[self.key] in self.values
+        if op is Operator.NOT_EQUALS or op is Operator.NOT_IN:
+            return not present or labels[self.key] not in self.values
+        if not present or not _INTEGER.match(labels[self.key]):
+            return False
+        have, want = int(labels[self.key]), int(self.values[0])
+        return have > want if op is Operator.GREATER_THAN else have < want
+
+    def __str__(self) -> str:
+        op = self.operator
+        if op is Operator.EXISTS:
+            return self.key
+        if op is Operator.DOES_NOT_EXIST:
+            return f"!{self.key}"
+        if op in (Operator.IN, Operator.NOT_IN):
+            return f"{self.key} {op.value} ({','.join(self.values)})"
+        symbol = {Operator.EQUALS: "=", Operator.NOT_EQUALS: "!=", Operator.GREATER_THAN: ">"}
+        return f"{self.key}{symbol.get(op, '<')}{self.values[0]}"
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A conjunction of requirements; the empty selector matches everything."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> LabelSelector:
+        """Parse a selector string (``None`` or blank means "everything")."""
+        if text is None or not text.strip():
+            return cls()
+        return cls(_Parser(text).parse())
+
+    @property
+    def empty(self) -> bool:
+        """True when the selector selects everything."""
+        return not self.requirements
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether every requirement holds for ``labels``."""
+        return all(r.matches(labels) for r in self.requirements)
+
+    def equality_labels(self) -> dict[str, str]:
+        """The ``key=value`` pairs the selector pins (used as External metricLabels)."""
+        return {
+            r.key: r.values[0]
+            for r in self.requirements
+            if r.operator is Operator.EQUALS or (r.operator is Operator.IN and len(r.values) == 1)
+        }
+
+    def __str__(self) -> str:
+        return ",".join(str(r) for r in self.requirements)
+
+
+def validate_key(key: str) -> str | None:
+    """Return why ``key`` is not a valid label key, or ``None`` when it is."""
+    prefix, slash, name = key.rpartition("/")
+    if slash:
+        if not prefix:
+            return "prefix part must be non-empty"
+        if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
+            return "prefix part must be a lowercase RFC 1123 subdomain"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _NAME.match(name):
+        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"  # noqa: E501
+    return None
+
+
+def validate_value(value: str) -> str | None:
+    """Return why ``value`` is not a valid label value, or ``None`` when it is."""
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if value and not _NAME.match(value):
+        return "must be empty or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"  # noqa: E501
+    return None
+
+
+def _lex(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n":
+            i += 1
+            continue
+        two = text[i : i + 2]
+        if two in ("==", "!="):
+            tokens.append(_Token(_Tok.DEQ if two == "==" else _Tok.NEQ, two, i))
+            i += 2
+            continue
+        single = {"!": _Tok.BANG, "=": _Tok.EQ, ">": _Tok.GT, "<": _Tok.LT, "(": _Tok.LPAREN,
+                  ")": _Tok.RPAREN, ",": _Tok.COMMA}  # fmt: skip
+        if c in single:
+            tokens.append(_Token(single[c], c, i))
+            i += 1
+            continue
+        start = i
+        while i < n and text[i] not in _SPECIAL:
+            i += 1
+        word = text[start:i]
+        kind = {"in": _Tok.IN, "notin": _Tok.NOTIN}.get(word, _Tok.IDENT)
+        tokens.append(_Token(kind, word, start))
+    tokens.append(_Token(_Tok.END, "", n))
+    return tokens
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._tokens = _lex(text)
+        self._i = 0
+
+    def _peek(self) -> _Token:
+        return self._tokens[self._i]
+
+    def _next(self) -> _Token:
+        tok = self._tokens[self._i]
+        self._i = min(self._i + 1, len(self._tokens) - 1)
+        return tok
+
+    def _fail(self, tok: _Token, expected: str) -> InvalidSelectorError:
+        found = "end of string" if tok.kind is _Tok.END else repr(tok.text)
+        return InvalidSelectorError(
+            f"unable to parse label selector {self._text!r}: found {found} at position "
+            f"{tok.pos}, expected {expected}"
+        )
+
+    def parse(self) -> tuple[Requirement, ...]:
+        reqs = [self._requirement()]
+        while True:
+            tok = self._next()
+            if tok.kind is _Tok.END:
+                return tuple(reqs)
+            if tok.kind is not _Tok.COMMA:
+                raise self._fail(tok, "',' or end of string")
+            reqs.append(self._requirement())
+
+    def _key(self) -> _Token:
+        tok = self._next()
+        if tok.kind is not _Tok.IDENT:
+            raise self._fail(tok, "a label key")
+        why = validate_key(tok.text)
+        if why:
+            raise InvalidSelectorError(
+                f"unable to parse label selector {self._text!r}: invalid label key "
+                f"{tok.text!r} at position {tok.pos}: {why}"
+            )
+        return tok
+
+    def _value(self, tok: _Token) -> str:
+        why = validate_value(tok.text)
+        if why:
+            raise InvalidSelectorError(
+                f"unable to parse label selector {self._text!r}: invalid label value "
+                f"{tok.text!r} at position {tok.pos}: {why}"
+            )
+        return tok.text
+
+    def _requirement(self) -> Requirement:
+        if self._peek().kind is _Tok.BANG:
+            self._next()
+            negated = self._key()
+            after = self._peek()
+            if after.kind not in (_Tok.COMMA, _Tok.END):
+                raise self._fail(after, "',' or end of string after '!key'")
+            return Requirement(negated.text, Operator.DOES_NOT_EXIST)
+        key = self._key().text
+        op_tok = self._peek()
+        if op_tok.kind in (_Tok.COMMA, _Tok.END):
+            return Requirement(key, Operator.EXISTS)
+        self._next()
+        if op_tok.kind in (_Tok.EQ, _Tok.DEQ, _Tok.NEQ):
+            op = Operator.NOT_EQUALS if op_tok.kind is _Tok.NEQ else Operator.EQUALS
+            return Requirement(key, op, (self._single_value(),))
+        if op_tok.kind in (_Tok.GT, _Tok.LT):
+            tok = self._next()
+            if tok.kind is not _Tok.IDENT or not _INTEGER.match(tok.text):
+                raise self._fail(tok, "an integer value")
+            op = Operator.GREATER_THAN if op_tok.kind is _Tok.GT else Operator.LESS_THAN
+            return Requirement(key, op, (tok.text,))
+        if op_tok.kind in (_Tok.IN, _Tok.NOTIN):
+            op = Operator.IN if op_tok.kind is _Tok.IN else Operator.NOT_IN
+            return Requirement(key, op, self._value_set())
+        raise self._fail(op_tok, "'=', '==', '!=', 'in', 'notin', '>', '<', ',' or end of string")
+
+    def _single_value(self) -> str:
+        tok = self._peek()
+        if tok.kind in (_Tok.COMMA, _Tok.END):
+            return ""  # `key=` selects the empty value, as in Kubernetes
+        self._next()
+        if tok.kind not in (_Tok.IDENT, _Tok.IN, _Tok.NOTIN):
+            raise self._fail(tok, "a label value")
+        return self._value(tok)
+
+    def _value_set(self) -> tuple[str, ...]:
+        tok = self._next()
+        if tok.kind is not _Tok.LPAREN:
+            raise self._fail(tok, "'('")
+        values: list[str] = []
+        while True:
+            tok = self._next()
+            if tok.kind in (_Tok.IDENT, _Tok.IN, _Tok.NOTIN):
+                values.append(self._value(tok))
+                tok = self._next()
+            elif tok.kind in (_Tok.COMMA, _Tok.RPAREN) and values:
+                values.append("")  # `(a,)` carries an empty value, as in Kubernetes
+            elif tok.kind is _Tok.RPAREN:
+                raise self._fail(
+                    tok, "at least one value: for 'in', 'notin' the set can't be empty"
+                )
+            else:
+                raise self._fail(tok, "a label value")
+            if tok.kind is _Tok.RPAREN:
+                return tuple(values)
+            if tok.kind is not _Tok.COMMA:
+                raise self._fail(tok, "',' or ')'")

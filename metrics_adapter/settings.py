@@ -1,0 +1,114 @@
+"""AdapterSettings: every option of ``edl-adapter serve``, with EDL_ADAPTER_* env defaults."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class SourceKind(enum.Enum):
+    """Where pods and samples come from."""
+
+    STATIC = "static"
+    KUBERNETES = "kubernetes"
+    PROMETHEUS = "prometheus"
+
+
+class AuthMode(enum.Enum):
+    """``none`` (local demo/tests: everyone is allowed) or ``delegated`` (DESIGN 4.2)."""
+
+    NONE = "none"
+    DELEGATED = "delegated"
+
+
+@dataclass
+class AdapterSettings:
+    """Settings of one adapter process."""
+
+    host: str = "0.0.0.0"
+    """Address to listen on."""
+    port: int = 6443
+    """Port to listen on."""
+    tls: bool = True
+    """Serve HTTPS (on by default); ``--no-tls`` serves plain HTTP for benchmarks only."""
+    tls_cert_file: Path | None = None
+    """Serving certificate (PEM). With no cert and key, a self-signed one is generated."""
+    tls_private_key_file: Path | None = None
+    """Serving private key (PEM)."""
+    cert_dir: Path | None = None
+    """Where a generated self-signed certificate is written (default: a temporary dir)."""
+    source: SourceKind = SourceKind.STATIC
+    """Source of pods and samples."""
+    static_file: Path | None = None
+    """Static pods file (``--source static``; also the pod list for ``--source prometheus``)."""
+    kubeconfig: Path | None = None
+    """Kubeconfig for the Kubernetes source and delegated auth (default: in-cluster)."""
+    pod_selector: str = "app=trainer"
+    """Label selector of the trainer pods to discover (``--source kubernetes``)."""
+    namespace: str | None = None
+    """Namespace to watch (default: all namespaces)."""
+    metrics_port: int = 9400
+    """Port of the agent's /metrics on each pod (overridden per pod by the annotation)."""
+    metrics_port_annotation: str = "edl.paddlepaddle.org/metrics-port"
+    """Pod annotation that overrides --metrics-port."""
+    metrics_path: str = "/metrics"
+    """Path of the agent's metrics endpoint."""
+    prometheus_url: str | None = None
+    """Base URL of the Prometheus HTTP API (``--source prometheus``)."""
+    prometheus_namespace_label: str = "namespace"
+    """Prometheus label carrying the pod's namespace."""
+    prometheus_pod_label: str = "pod"
+    """Prometheus label carrying the pod's name."""
+    prometheus_owner_label: str = "deployment"
+    """Prometheus label carrying the owner Deployment's name (when pods come from labels)."""
+    scrape_interval: float = 5.0
+    """Seconds between scrapes (or Prometheus queries)."""
+    scrape_timeout: float = 3.0
+    """Total deadline of one scrape, seconds."""
+    scrape_concurrency: int = 32
+    """Scrapes in flight at once."""
+    max_scrape_bytes: int = 8 << 20
+    """Largest /metrics body accepted."""
+    stale_after: float | None = None
+    """Seconds after which a pod's newest sample is stale (default: 3 x interval, >= 15 s)."""
+    expire_after: float | None = None
+    """Seconds after which a silent pod's data is dropped (default: 2 x window + stale)."""
+    samples_per_series: int | None = None
+    """Samples kept per series (default: enough for the longest window, at most 256)."""
+    metrics_config: Path | None = None
+    """Metric catalogue YAML (default: EDL's built-in catalogue); reloaded on change."""
+    reload_interval: float = 2.0
+    """Seconds between checks of the catalogue and static files for changes."""
+    authentication: AuthMode = AuthMode.DELEGATED
+    """``delegated``: requestheader mTLS, client certs, TokenReview. ``none``: off."""
+    authorization: AuthMode = AuthMode.DELEGATED
+    """``delegated``: SubjectAccessReview (cached). ``none``: allow everything."""
+    requestheader_client_ca_file: Path | None = None
+    """CA of the front-proxy client cert (default: from extension-apiserver-authentication)."""
+    requestheader_allowed_names: list[str] = field(default_factory=list)
+    """Allowed front-proxy CNs (empty: any cert of the CA)."""
+    requestheader_username_headers: list[str] = field(default_factory=lambda: ["X-Remote-User"])
+    """Headers carrying the user name."""
+    requestheader_group_headers: list[str] = field(default_factory=lambda: ["X-Remote-Group"])
+    """Headers carrying the groups."""
+    requestheader_extra_headers_prefix: list[str] = field(
+        default_factory=lambda: ["X-Remote-Extra-"]
+    )
+    """Header prefixes carrying extra user info."""
+    client_ca_file: Path | None = None
+    """CA of x509 client certificates (user = CN, groups = O)."""
+    authentication_kubeconfig: Path | None = None
+    """Kubeconfig for TokenReview and the auth ConfigMap (default: --kubeconfig/in-cluster)."""
+    authorization_kubeconfig: Path | None = None
+    """Kubeconfig for SubjectAccessReview (default: --kubeconfig/in-cluster)."""
+    authentication_skip_lookup: bool = False
+    """Do not read kube-system/extension-apiserver-authentication."""
+    auth_cache_ttl: float = 10.0
+    """Seconds TokenReview and SubjectAccessReview decisions are cached."""
+    threads: int = 8
+    """Request-handling threads of the (single) gunicorn worker."""
+    log_level: str = "info"
+    """Log level."""
+    access_log: bool = False
+    """Log every request (gunicorn access log to stderr)."""

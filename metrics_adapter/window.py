@@ -1,0 +1,96 @@
+"""MetricWindow: a fixed-capacity ring of (timestamp, value) samples for one series of one pod."""
+
+from __future__ import annotations
+
+from array import array
+
+
+class MetricWindow:
+    """The newest ``capacity`` samples of one series, oldest overwritten first.
+
+    Samples live in two ``array('d')`` rings (16 bytes a sample), so memory per series is fixed.
+    Out-of-order or duplicate timestamps are dropped.
+    """
+
+    __slots__ = ("_start", "_times", "_values", "capacity", "size")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 2:
+            raise ValueError("a MetricWindow needs room for at least two samples")
+        self.capacity = capacity
+        self.size = 0
+        self._start = 0
+        self._times = array("d")
+        self._values = array("d")
+
+    def add(self, timestamp: float, value: float) -> bool:
+        """Append a sample; returns False when it is not newer than the last one."""
+        if self.size and timestamp <= self.last_time:
+            return False
+        if self.size < self.capacity:
+            self._times.append(timestamp)
+            self._values.append(value)
+            self.size += 1
+        else:
+            self._times[self._start] = timestamp
+            self._values[self._start] = value
+            self._start = (self._start + 1) % self.capacity
+        return True
+
+    @property
+    def last_time(self) -> float:
+        """Timestamp of the newest sample (``-inf`` when empty)."""
+        if not self.size:
+            return float("-inf")
+        return self._times[(self._start + self.size - 1) % self.capacity]
+
+    def latest(self) -> tuple[float, float] | None:
+        """The newest ``(timestamp, value)``, or None when empty."""
+        if not self.size:
+            return None
+        i = (self._start + self.size - 1) % self.capacity
+        return self._times[i], self._values[i]
+
+    def samples(self) -> list[tuple[float, float]]:
+        """All samples, oldest first."""
+        cap, start = self.capacity, self._start
+        return [
+            (self._times[(start + k) % cap], self._values[(start + k) % cap])
+            for k in range(self.size)
+        ]
+
+    def rate(self, window_seconds: float) -> tuple[float, float] | None:
+        """Per-second increase of a counter over the window ending at the newest sample.
+
+        Like Prometheus ``rate()``, a drop in value is a counter reset (the process restarted):
+        the post-reset value counts as the increase since the reset. Unlike it, the result is
+        not extrapolated to the window edges: it is the exact average over the sampled span.
+        Returns ``(rate, newest timestamp)``, or None with fewer than two samples in the window.
+        """
+        if self.size < 2:
+            return None
+        cap, start = self.capacity, self._start
+        newest = (start + self.size - 1) % cap
+        t_last = self._times[newest]
+        horizon = t_last - window_seconds
+        increase = 0.0
+        t_first = t_last
+        prev = self._values[newest]
+        used = 1
+        for k in range(self.size - 2, -1, -1):
+            i = (start + k) % cap
+            t = self._times[i]
+            if t < horizon:
+                break
+            v = self._values[i]
+            increase += prev - v if prev >= v else prev
+            prev = v
+            t_first = t
+            used += 1
+        if used < 2 or t_last <= t_first:
+            return None
+        return increase / (t_last - t_first), t_last
+
+    def nbytes(self) -> int:
+        """Approximate memory held by this window."""
+        return 56 + 2 * (64 + self._times.itemsize * self.capacity)

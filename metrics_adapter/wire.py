@@ -1,0 +1,155 @@
+"""The wire format, as JSON-ready dictionaries.
+
+MetricValueList (v1beta1, v1beta2), ExternalMetricValueList, discovery documents and
+``metav1.Status``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from metrics_adapter.catalogue import MetricCatalogue
+from metrics_adapter.quantity import format_quantity
+from metrics_adapter.router import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
+from metrics_adapter.service import DescribedObject, ExternalPoint, MetricPoint
+
+JSON = dict[str, Any]
+
+
+def rfc3339(timestamp: float) -> str:
+    """``metav1.Time`` form: RFC 3339, seconds, UTC."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
+
+
+def _described(obj: DescribedObject) -> JSON:
+    out: JSON = {"kind": obj.kind}
+    if obj.namespace:
+        out["namespace"] = obj.namespace
+    out["name"] = obj.name
+    if obj.uid:
+        out["uid"] = obj.uid
+    out["apiVersion"] = obj.api_version
+    return out
+
+
+def metric_value_list(version: str, points: list[MetricPoint]) -> JSON:
+    """A custom.metrics.k8s.io MetricValueList in the shape of ``version``."""
+    items = []
+    for p in points:
+        value = format_quantity(p.value)
+        window = round(p.definition.window_seconds)
+        if version == "v1beta1":
+            items.append({
+                "describedObject": _described(p.described),
+                "metricName": p.definition.name,
+                "timestamp": rfc3339(p.timestamp),
+                "window": window,
+                "value": value,
+                "selector": None,
+            })  # fmt: skip
+        else:
+            items.append({
+                "describedObject": _described(p.described),
+                "metric": {"name": p.definition.name, "selector": None},
+                "timestamp": rfc3339(p.timestamp),
+                "windowSeconds": window,
+                "value": value,
+            })  # fmt: skip
+    return {
+        "kind": "MetricValueList",
+        "apiVersion": f"{CUSTOM_GROUP}/{version}",
+        "metadata": {},
+        "items": items,
+    }
+
+
+def external_value_list(points: list[ExternalPoint]) -> JSON:
+    """An external.metrics.k8s.io/v1beta1 ExternalMetricValueList."""
+    return {
+        "kind": "ExternalMetricValueList",
+        "apiVersion": f"{EXTERNAL_GROUP}/v1beta1",
+        "metadata": {},
+        "items": [
+            {
+                "metricName": p.definition.name,
+                "metricLabels": p.labels or None,
+                "timestamp": rfc3339(p.timestamp),
+                "window": round(p.definition.window_seconds),
+                "value": format_quantity(p.value),
+            }
+            for p in points
+        ],
+    }
+
+
+def status(code: int, reason: str, message: str) -> JSON:
+    """A ``metav1.Status`` failure."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def api_resource_list(group: str, version: str, catalogue: MetricCatalogue) -> JSON:
+    """``/apis/<group>/<version>``: one resource per (resource, metric); never empty."""
+    resources: list[JSON] = []
+    if group == EXTERNAL_GROUP:
+        for name in sorted(catalogue.external):
+            resources.append(_resource(name, True, "ExternalMetricValueList"))
+        if not resources:
+            resources.append(_resource("externalmetrics", True, "ExternalMetricValueList"))
+    else:
+        for name in sorted(catalogue.custom):
+            resources.append(_resource(f"pods/{name}", True, "MetricValueList"))
+            resources.append(_resource(f"deployments.apps/{name}", True, "MetricValueList"))
+            resources.append(_resource(f"namespaces/{name}", False, "MetricValueList"))
+        if not resources:
+            resources.append(_resource("custommetrics", True, "MetricValueList"))
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}",
+        "resources": resources,
+    }
+
+
+def _resource(name: str, namespaced: bool, kind: str) -> JSON:
+    return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
+            "verbs": ["get"]}  # fmt: skip
+
+
+def api_group(group: str) -> JSON:
+    """``/apis/<group>``: versions by priority, v1beta2 preferred for custom metrics."""
+    versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in GROUP_VERSIONS[group]]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": versions,
+        "preferredVersion": versions[0],
+    }
+
+
+def api_group_list() -> JSON:
+    """``/apis``: both groups this adapter serves."""
+    groups = []
+    for group in (CUSTOM_GROUP, EXTERNAL_GROUP):
+        doc = api_group(group)
+        del doc["kind"], doc["apiVersion"]
+        groups.append(doc)
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def root_paths() -> JSON:
+    """``/``: the paths served (like kube-apiserver's root)."""
+    paths = ["/apis", "/healthz", "/livez", "/metrics", "/readyz", "/version"]
+    for group, versions in GROUP_VERSIONS.items():
+        paths.append(f"/apis/{group}")
+        paths.extend(f"/apis/{group}/{v}" for v in versions)
+    return {"paths": sorted(paths)}
