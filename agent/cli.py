@@ -25,6 +25,13 @@ from typing import NoReturn
 from agent.app import create_registry
 from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
+from agent.elastic.runner import (
+    ELASTIC_FLAGS,
+    ElasticOptions,
+    add_arguments,
+    elastic_options,
+    run_elastic,
+)
 from agent.errors import AgentError, ConfigError, TrainerStartError
 from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
@@ -74,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep serving after the trainer ends (EDL_AGENT_LINGER_SECONDS, default 0)",
     )
     run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (EDL_AGENT_LOG_LEVEL)")
+    add_arguments(run)
     return parser
 
 
@@ -92,7 +100,7 @@ def parse_args(
         raise ConfigError("missing verb: edl-agent run [options] -- <trainer command...>")
     if not command:
         raise ConfigError("missing trainer command: edl-agent run [options] -- <command...>")
-    flags = {k: v for k, v in vars(ns).items() if k != "verb"}
+    flags = {k: v for k, v in vars(ns).items() if k != "verb" and k not in ELASTIC_FLAGS}
     settings = AgentSettings.from_env(env).with_overrides(flags)
     return settings, command
 
@@ -112,13 +120,20 @@ class _SignalLatch:
         self._supervisor.forward_signal(signum)
 
 
-def run(settings: AgentSettings, command: Sequence[str], env: Mapping[str, str]) -> int:
+def run(
+    settings: AgentSettings,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    elastic: ElasticOptions | None = None,
+) -> int:
     """Serves metrics while the trainer runs; returns the exit status for the process."""
     temp_dir: str | None = None
     if settings.metrics_dir is None:
         temp_dir = tempfile.mkdtemp(prefix="edl-metrics-")
     try:
         metrics_dir = prepare_metrics_dir(settings.metrics_dir or Path(str(temp_dir)))
+        if elastic is not None:
+            return run_elastic(elastic, settings, command, env, metrics_dir)
         world = TrainerWorld.from_env(env)
         supervisor = TrainerSupervisor(
             command,
@@ -188,7 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `edl-agent` console script; returns the process exit status."""
     env = dict(os.environ)
     try:
-        settings, command = parse_args(sys.argv[1:] if argv is None else argv, env)
+        args = sys.argv[1:] if argv is None else argv
+        settings, command = parse_args(args, env)
+        elastic = elastic_options(build_parser(), args, env)
     except ConfigError as e:
         print(f"edl-agent: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -196,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level.upper(), format="edl-agent: %(message)s", stream=sys.stderr
     )
     try:
-        return run(settings, command, env)
+        return run(settings, command, env, elastic)
     except TrainerStartError as e:
         print(f"edl-agent: error: {e}", file=sys.stderr)
         return EXIT_CANNOT_EXECUTE

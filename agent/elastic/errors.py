@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from agent.errors import AgentError
 
-class ElasticError(Exception):
+
+class ElasticError(AgentError):
     """Base class for every error raised by `agent.elastic`."""
 
 

@@ -126,6 +126,26 @@ class Membership:
         """The agreement settings."""
         return self._settings
 
+    def pending_for(self) -> float:
+        """Seconds since this agent first saw a membership change not yet written (0: none)."""
+        return 0.0 if self._pending is None else self._clock() - self._pending.since
+
+    def request_generation(self, reason: str) -> None:
+        """Writes the same members as a new generation, so every trainer restarts together.
+
+        Used when a collective broke but nobody left (a transient fault): without a new
+        generation the survivors would wait for each other forever.
+        """
+        try:
+            record = self._store.read_world()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return
+        current, _ = self._parse(record.text)
+        if current is None or current != self._known:
+            return  # the world already moved on (or is being repaired): nothing to force
+        self._propose(current.members, record.version, reason=reason)
+
     def unreachable_for(self) -> float:
         """Seconds since the last successful heartbeat renewal (0 when healthy)."""
         if self._unreachable_since is None:

@@ -1,0 +1,256 @@
+"""Membership store on Kubernetes: a Lease per member, the world record in a ConfigMap.
+
+Leases (`coordination.k8s.io/v1`) are the API server's own liveness records: each agent renews
+``edl-<job>-<member>`` and a member's description rides in an annotation. The world record is
+the ``world`` key of ConfigMap ``edl-<job>-world``, replaced only with the resourceVersion we
+read (optimistic concurrency: a 409 means someone else wrote first). `KubernetesApi` is the
+seam: `ClientApi` talks to the cluster through the official client; tests inject a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
+from agent.elastic.store import Heartbeat, VersionedRecord
+from agent.elastic.world import Member
+
+LABEL_JOB = "edl.paddlepaddle.org/job"
+ANNOTATION_MEMBER = "edl.paddlepaddle.org/member"
+WORLD_KEY = "world"
+SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class KubernetesApi(Protocol):
+    """The few API calls the store needs; every method raises `StoreUnavailable` on errors."""
+
+    def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
+        """(data, resourceVersion), or None when it does not exist."""
+
+    def create_config_map(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+        """False when it already exists."""
+
+    def replace_config_map(self, name: str, data: dict[str, str], resource_version: str) -> bool:
+        """False on a resourceVersion conflict (or when it vanished)."""
+
+    def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
+        """Leases as ``{"name", "holder", "renew_time", "annotations"}``."""
+
+    def renew_lease(
+        self,
+        name: str,
+        holder: str,
+        renew_time: str,
+        annotations: dict[str, str],
+        labels: dict[str, str],
+    ) -> None:
+        """Create the lease, or update its holder, renewTime and annotations."""
+
+    def delete_lease(self, name: str) -> None:
+        """Delete it; no error when it is gone."""
+
+
+def dns_name(*parts: str) -> str:
+    """A DNS-1123 object name built from `parts`."""
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return name[:253].rstrip("-") or "edl"
+
+
+def micro_time(when: datetime) -> str:
+    """Kubernetes MicroTime text."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(text: str) -> float:
+    """Seconds since the epoch of a MicroTime (or RFC 3339) text; 0 when unparseable."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+class KubernetesStore:
+    """A `MembershipStore` made of Leases and one ConfigMap in one namespace."""
+
+    def __init__(self, api: KubernetesApi, job: str, clock: Any = None) -> None:
+        self._api = api
+        self._job = job
+        self._now = clock or (lambda: datetime.now(UTC))
+        self._world_name = dns_name("edl", job, "world")
+
+    @classmethod
+    def from_environment(cls, job: str, env: Mapping[str, str]) -> KubernetesStore:
+        """In-cluster config (or ~/.kube/config outside), namespace from EDL_NAMESPACE."""
+        namespace = env.get("EDL_NAMESPACE", "").strip()
+        if not namespace:
+            try:
+                namespace = SA_NAMESPACE.read_text().strip()
+            except OSError:
+                namespace = "default"
+        return cls(ClientApi.connect(namespace), job)
+
+    def _lease_name(self, member: Member) -> str:
+        return dns_name("edl", self._job, member.id)
+
+    def beat(self, member: Member) -> None:
+        """Renew this member's Lease."""
+        self._api.renew_lease(
+            self._lease_name(member),
+            member.key,
+            micro_time(self._now()),
+            {ANNOTATION_MEMBER: json.dumps(member.to_dict())},
+            {LABEL_JOB: dns_name(self._job)},
+        )
+
+    def remove(self, member: Member) -> None:
+        """Delete this member's Lease."""
+        self._api.delete_lease(self._lease_name(member))
+
+    def heartbeats(self) -> list[Heartbeat]:
+        """Every Lease of the job that describes a member."""
+        out = []
+        for lease in self._api.list_leases(f"{LABEL_JOB}={dns_name(self._job)}"):
+            raw = (lease.get("annotations") or {}).get(ANNOTATION_MEMBER)
+            renew = str(lease.get("renew_time") or "")
+            try:
+                member = Member.from_dict(json.loads(raw or ""))
+            except (ValueError, WorldRecordInvalid):
+                continue
+            out.append(Heartbeat(member, renew, parse_micro_time(renew)))
+        return out
+
+    def read_world(self) -> VersionedRecord:
+        """The ``world`` key of the ConfigMap and its resourceVersion."""
+        found = self._api.get_config_map(self._world_name)
+        if found is None:
+            return VersionedRecord(None, "")
+        data, version = found
+        # A ConfigMap without the key was emptied by hand: hand the parser "" so it repairs.
+        return VersionedRecord(data.get(WORLD_KEY, ""), version)
+
+    def write_world(self, text: str, expected_version: str) -> bool:
+        """Create (version "") or replace with the resourceVersion we read."""
+        data = {WORLD_KEY: text}
+        if not expected_version:
+            return self._api.create_config_map(
+                self._world_name, data, {LABEL_JOB: dns_name(self._job)}
+            )
+        return self._api.replace_config_map(self._world_name, data, expected_version)
+
+
+class ClientApi:
+    """`KubernetesApi` through the official `kubernetes` client."""
+
+    def __init__(
+        self, core: Any, coordination: Any, namespace: str, api_exception: type[Exception]
+    ) -> None:
+        self._core = core
+        self._coord = coordination
+        self._ns = namespace
+        self._exc = api_exception
+
+    @classmethod
+    def connect(cls, namespace: str) -> ClientApi:
+        """Loads in-cluster config, else the kubeconfig."""
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        return cls(client.CoreV1Api(), client.CoordinationV1Api(), namespace, client.ApiException)
+
+    def _call(self, what: str, fn: Any, *args: Any, ok: tuple[int, ...] = (), **kw: Any) -> Any:
+        """Runs `fn`; returns the HTTP status instead of raising for statuses in `ok`."""
+        try:
+            return fn(*args, **kw)
+        except self._exc as e:
+            status = int(getattr(e, "status", 0) or 0)
+            if status in ok:
+                return status
+            raise StoreUnavailable(f"{what}: HTTP {status} {getattr(e, 'reason', '')}") from e
+        except Exception as e:  # urllib3 connection errors and the like
+            raise StoreUnavailable(f"{what}: {e}") from e
+
+    def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
+        """See `KubernetesApi`."""
+        cm = self._call(
+            "read configmap", self._core.read_namespaced_config_map, name, self._ns, ok=(404,)
+        )
+        if cm == 404:
+            return None
+        return dict(cm.data or {}), str(cm.metadata.resource_version)
+
+    def create_config_map(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+        """See `KubernetesApi`."""
+        body = {"metadata": {"name": name, "labels": labels}, "data": data}
+        result = self._call(
+            "create configmap",
+            self._core.create_namespaced_config_map,
+            self._ns,
+            body,
+            ok=(409,),
+        )
+        return bool(result != 409)
+
+    def replace_config_map(self, name: str, data: dict[str, str], resource_version: str) -> bool:
+        """See `KubernetesApi`."""
+        body = {"metadata": {"name": name, "resourceVersion": resource_version}, "data": data}
+        result = self._call(
+            "replace configmap",
+            self._core.replace_namespaced_config_map,
+            name,
+            self._ns,
+            body,
+            ok=(404, 409),
+        )
+        return result not in (404, 409)
+
+    def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
+        """See `KubernetesApi`."""
+        leases = self._call(
+            "list leases",
+            self._coord.list_namespaced_lease,
+            self._ns,
+            label_selector=label_selector,
+        )
+        out = []
+        for lease in leases.items:
+            renew = lease.spec.renew_time
+            out.append(
+                {
+                    "name": lease.metadata.name,
+                    "holder": lease.spec.holder_identity,
+                    "renew_time": micro_time(renew) if isinstance(renew, datetime) else renew,
+                    "annotations": dict(lease.metadata.annotations or {}),
+                }
+            )
+        return out
+
+    def renew_lease(
+        self,
+        name: str,
+        holder: str,
+        renew_time: str,
+        annotations: dict[str, str],
+        labels: dict[str, str],
+    ) -> None:
+        """See `KubernetesApi`."""
+        body = {
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "spec": {"holderIdentity": holder, "renewTime": renew_time, "leaseDurationSeconds": 15},
+        }
+        patched = self._call(
+            "renew lease", self._coord.patch_namespaced_lease, name, self._ns, body, ok=(404,)
+        )
+        if patched == 404:
+            self._call("create lease", self._coord.create_namespaced_lease, self._ns, body)
+
+    def delete_lease(self, name: str) -> None:
+        """See `KubernetesApi`."""
+        self._call("delete lease", self._coord.delete_namespaced_lease, name, self._ns, ok=(404,))

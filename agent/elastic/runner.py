@@ -1,0 +1,206 @@
+"""`edl-agent run --elastic`: composes membership, the trainer supervisor and the exporter.
+
+Kept apart from `agent.cli` so the CLI only has to parse `--elastic ...` and hand over; every
+collaborator is built here from `ElasticOptions` and passed in, nothing is global.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.app import create_registry
+from agent.collectors.gpu import open_nvml
+from agent.config import AgentSettings
+from agent.elastic.errors import ElasticError
+from agent.elastic.local_store import LocalStore
+from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.store import MembershipStore
+from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, control_env
+from agent.elastic.world import Member
+from agent.errors import ConfigError
+from agent.exporter import MetricsServer
+from agent.reports import prepare_metrics_dir
+from agent.rescales import RescaleLog
+from agent.supervisor import TrainerSupervisor
+from agent.world import TrainerWorld
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORTS = (36543, 36544)
+
+
+@dataclass(frozen=True)
+class ElasticOptions:
+    """Who this member is and where the job's records live (flags, then ``EDL_*`` variables)."""
+
+    job: str
+    """--job / EDL_JOB: the job name; members of one job train together."""
+    membership: str
+    """--membership / EDL_MEMBERSHIP: ``local:/dir`` or ``kubernetes``."""
+    min_size: int
+    """--min / EDL_MIN_WORLD."""
+    max_size: int
+    """--max / EDL_MAX_WORLD."""
+    member_id: str
+    """EDL_MEMBER_ID, else POD_NAME, else host name + pid."""
+    host: str
+    """EDL_ADVERTISE_HOST, else POD_IP, else 127.0.0.1: where peers reach our trainer."""
+    ports: tuple[int, int]
+    """EDL_TRAINER_PORTS (two, comma separated); local membership picks free ones by default."""
+    work_dir: Path
+    """EDL_ELASTIC_DIR: this member's control channel and local state copy."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The elastic flags of `edl-agent run`."""
+    group = parser.add_argument_group("elastic training")
+    group.add_argument("--elastic", action="store_true", help="join an elastic job")
+    group.add_argument("--job", help="job name (EDL_JOB)")
+    group.add_argument("--membership", help="local:/dir or kubernetes (EDL_MEMBERSHIP)")
+    group.add_argument("--min", dest="min_world", help="smallest world (EDL_MIN_WORLD, 1)")
+    group.add_argument("--max", dest="max_world", help="largest world (EDL_MAX_WORLD, 64)")
+
+
+ELASTIC_FLAGS = ("elastic", "job", "membership", "min_world", "max_world")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> ElasticOptions | None:
+    """`ElasticOptions` from parsed flags and the environment; None without ``--elastic``."""
+    if not flags.get("elastic"):
+        return None
+
+    def pick(flag: str, var: str, default: str = "") -> str:
+        value = flags.get(flag)
+        return str(value) if value not in (None, "") else env.get(var, default).strip()
+
+    job = pick("job", "EDL_JOB")
+    membership = pick("membership", "EDL_MEMBERSHIP")
+    if not job or not membership:
+        raise ConfigError("--elastic needs --job NAME and --membership local:/dir|kubernetes")
+    if not (membership.startswith("local:") or membership == "kubernetes"):
+        raise ConfigError(f"--membership {membership!r}: expected local:/dir or kubernetes")
+    try:
+        min_size = int(pick("min_world", "EDL_MIN_WORLD", "1"))
+        max_size = int(pick("max_world", "EDL_MAX_WORLD", "64"))
+        raw_ports = env.get("EDL_TRAINER_PORTS", "").strip()
+        if raw_ports:
+            a, b = (int(p) for p in raw_ports.split(","))
+            ports = (a, b)
+        elif membership.startswith("local:"):
+            ports = (_free_port(), _free_port())
+        else:
+            ports = DEFAULT_PORTS
+    except ValueError as e:
+        raise ConfigError(f"elastic option: {e}") from e
+    member_id = (
+        env.get("EDL_MEMBER_ID") or env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    )
+    work = env.get("EDL_ELASTIC_DIR", "").strip()
+    return ElasticOptions(
+        job=job,
+        membership=membership,
+        min_size=min_size,
+        max_size=max_size,
+        member_id=member_id,
+        host=env.get("EDL_ADVERTISE_HOST") or env.get("POD_IP") or "127.0.0.1",
+        ports=ports,
+        work_dir=Path(work) if work else Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
+    )
+
+
+def elastic_options(
+    parser: argparse.ArgumentParser, argv: Sequence[str], env: Mapping[str, str]
+) -> ElasticOptions | None:
+    """Parses the `edl-agent` arguments before ``--`` for the elastic flags."""
+    args = list(argv)
+    head = args[: args.index("--")] if "--" in args else args
+    return options_from(vars(parser.parse_args(head)), env)
+
+
+def build_store(options: ElasticOptions, env: Mapping[str, str]) -> MembershipStore:
+    """The membership backend named by ``--membership``."""
+    if options.membership.startswith("local:"):
+        return LocalStore.create(Path(options.membership[len("local:") :]) / options.job)
+    from agent.elastic.kubernetes_store import KubernetesStore  # the client is heavy
+
+    return KubernetesStore.from_environment(options.job, env)
+
+
+def run_elastic(
+    options: ElasticOptions,
+    settings: AgentSettings,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    metrics_dir: Path,
+) -> int:
+    """Runs this member until the job ends or it leaves; returns the process exit status."""
+    me = Member(
+        joined=time.time(),
+        id=options.member_id,
+        incarnation=secrets.token_hex(4),
+        host=options.host,
+        ports=options.ports,
+    )
+    membership_settings = MembershipSettings.from_env(
+        min_size=options.min_size, max_size=options.max_size
+    )
+    membership = Membership(build_store(options, env), me, membership_settings)
+    control_dir, state_dir = options.work_dir / "control", options.work_dir / "state"
+    trainer = TrainerSupervisor(
+        command,
+        prepare_metrics_dir(metrics_dir),
+        TrainerWorld(),
+        {**env, **control_env(control_dir, state_dir, me.id)},
+        flush_seconds=settings.flush_seconds,
+        stop_grace_seconds=settings.stop_grace_seconds,
+    )
+    rescales = RescaleLog()
+    nvml, nvml_note = open_nvml()
+    server = MetricsServer(
+        create_registry(metrics_dir, trainer, nvml, rescales),
+        trainer.readiness,
+        settings.host,
+        settings.port,
+    )
+    server.start()
+    elastic = ElasticSupervisor(
+        membership, trainer, control_dir, rescales, ElasticSettings.from_env(env)
+    )
+    previous = {s: signal.signal(s, elastic.request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    log.info(
+        "member %s of job %s (%s, world %d..%d); /metrics on port %d; %s",
+        me.key,
+        options.job,
+        options.membership,
+        options.min_size,
+        options.max_size,
+        server.port,
+        nvml_note,
+    )
+    try:
+        return elastic.run()
+    except ElasticError as e:
+        log.error("%s", e)
+        membership.leave()
+        trainer.stop(grace_seconds=5.0)
+        return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        server.close()

@@ -1,0 +1,350 @@
+"""The elastic agent loop: keep the trainer running in the current world, across generations.
+
+It drives the foundation's `TrainerSupervisor` (one process per incarnation) from the world
+that `Membership` agrees on. A new generation asks the running trainer to stop at a step
+boundary (the trainers agree on which), waits for it within a bound, and starts the next
+incarnation with the new PADDLE_* environment; survivors then hand their state to joiners.
+Every path out of a phase has a deadline: a trainer that will not drain is stopped, a
+rendezvous that never completes is abandoned, a broken collective with no membership change
+forces a fresh generation, and a budget stops endless retries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from agent.elastic.errors import RendezvousTimeout
+from agent.elastic.membership import Membership
+from agent.elastic.trainer import (
+    DRAIN_FILE,
+    PEER_LOST_EXIT,
+    RESCALE_EXIT,
+    timings_path,
+)
+from agent.elastic.world import World
+from agent.rescales import RescaleLog
+from agent.supervisor import TrainerExit, TrainerSupervisor
+from agent.world import TrainerWorld
+
+log = logging.getLogger(__name__)
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+def default_backend() -> str:
+    """`nccl` when this machine has an NVIDIA device, else `gloo` (CPU)."""
+    return "nccl" if Path("/dev/nvidia0").exists() else "gloo"
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    """Timeouts of the rescale phases. Every field has an ``EDL_`` environment variable."""
+
+    drain_timeout: float = 30.0
+    """EDL_DRAIN_TIMEOUT: a trainer asked to stop gets this long to reach a step boundary."""
+    init_timeout: float = 120.0
+    """EDL_INIT_TIMEOUT: a new trainer must have joined its collective within this long."""
+    regroup_timeout: float = 20.0
+    """EDL_REGROUP_TIMEOUT: after a broken collective, wait this long for a membership change
+    before forcing a fresh generation of the same members."""
+    max_resets: int = 5
+    """EDL_MAX_RESETS: forced generations in a row without a completed step before giving up."""
+    backend: str = ""
+    """EDL_DISTRI_BACKEND: `gloo` or `nccl`; empty picks by the presence of a GPU."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ElasticSettings:
+        """Settings from ``EDL_*`` variables."""
+        return cls(
+            drain_timeout=_env_float(env, "EDL_DRAIN_TIMEOUT", cls.drain_timeout),
+            init_timeout=_env_float(env, "EDL_INIT_TIMEOUT", cls.init_timeout),
+            regroup_timeout=_env_float(env, "EDL_REGROUP_TIMEOUT", cls.regroup_timeout),
+            max_resets=int(_env_float(env, "EDL_MAX_RESETS", cls.max_resets)),
+            backend=env.get("EDL_DISTRI_BACKEND", "").strip(),
+        )
+
+
+@dataclass
+class _Rescale:
+    """Timestamps (wall clock) of one rescale as this agent lived it."""
+
+    generation: int
+    noticed: float
+    decided: float
+    drained: float = 0.0
+    spawned: float = 0.0
+
+
+def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
+    """This member's view of `world`, in the foundation's PADDLE_* terms."""
+    rank = world.rank_of(key)
+    if rank is None:
+        raise ValueError(f"{key} is not in generation {world.generation}")
+    endpoints = tuple(world.endpoints)
+    return TrainerWorld(
+        rank=rank,
+        world_size=world.size,
+        generation=world.generation,
+        endpoints=endpoints,
+        current_endpoint=endpoints[rank],
+        master=world.master,
+        backend=backend,
+    )
+
+
+class ElasticSupervisor:
+    """Runs one pod's trainer through every generation until the job ends or we leave."""
+
+    def __init__(
+        self,
+        membership: Membership,
+        trainer: TrainerSupervisor,
+        control_dir: Path,
+        rescales: RescaleLog,
+        settings: ElasticSettings,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._membership = membership
+        self._trainer = trainer
+        self._control = control_dir
+        self._rescales = rescales
+        self._settings = settings
+        self._backend = settings.backend or default_backend()
+        self._wall = wall_clock
+        self._key = membership.me.key
+        self._running: World | None = None  # the world of the live trainer
+        self._started_gen = -1
+        self._rescale: _Rescale | None = None
+        self._noticed: float | None = None
+        self._spawned_at = 0.0
+        self._initialised = False
+        self._resets = 0
+        self._stop_signal: int | None = None
+        self._stopped_by_us = False
+
+    def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
+        """Signal handler: leave the job cleanly (pod deletion, Ctrl-C)."""
+        self._stop_signal = signum
+
+    def run(self, max_seconds: float = float("inf")) -> int:
+        """Blocks until the job ends (trainer exit 0), we leave, or a failure; returns a status."""
+        self._control.mkdir(parents=True, exist_ok=True)
+        self._membership.join()
+        deadline = time.monotonic() + max_seconds
+        poll = self._membership.settings.poll_interval
+        while time.monotonic() < deadline:
+            world = self._membership.tick()
+            if self._stop_signal is not None:
+                return self._leave(f"signal {signal.Signals(self._stop_signal).name}")
+            status = self._step(world)
+            if status is not None:
+                return status
+            time.sleep(poll)
+        return self._leave("time limit reached")
+
+    # -- one round ------------------------------------------------------------------------------
+
+    def _step(self, world: World | None) -> int | None:
+        if self._running is not None:
+            ended = self._trainer.wait(0)
+            if ended is None:
+                self._watch_running(world)
+                return None
+            return self._on_exit(ended, world)
+        if world is None or world.paused or world.rank_of(self._key) is None:
+            return None
+        if world.generation > self._started_gen:
+            self._start(world)
+        return None
+
+    def _watch_running(self, world: World | None) -> None:
+        running = self._running
+        assert running is not None
+        self._collect_timings()
+        now = self._wall()
+        if self._noticed is None and self._membership.pending_for() > 0:
+            self._noticed = now - self._membership.pending_for()
+        if world is not None and world.generation != running.generation:
+            self._drain(world, now)
+            return
+        if not self._initialised and now - self._spawned_at > self._settings.init_timeout:
+            error = RendezvousTimeout(
+                f"generation {running.generation} did not form within "
+                f"{self._settings.init_timeout:.0f} s"
+            )
+            log.error("%s; stopping the trainer", error)
+            self._stop_trainer()
+            # the next round sees the exit and regroups
+
+    def _drain(self, world: World, now: float) -> None:
+        """A new generation while our trainer runs: stop it at a step boundary, within bounds."""
+        running = self._running
+        assert running is not None
+        self._rescale = _Rescale(world.generation, self._noticed or now, now)
+        log.info(
+            "generation %d -> %d: asking the trainer to stop at a step boundary",
+            running.generation,
+            world.generation,
+        )
+        (self._control / DRAIN_FILE).touch()
+        ended = self._wait_trainer(self._settings.drain_timeout)
+        if ended is None:
+            log.error(
+                "trainer did not reach a step boundary within %.0f s; killing it",
+                self._settings.drain_timeout,
+            )
+            self._stop_trainer()
+        self._rescale.drained = self._wall()
+
+    def _on_exit(self, ended: TrainerExit, world: World | None) -> int | None:
+        running = self._running
+        assert running is not None
+        self._running = None
+        self._collect_timings()
+        status = ended.status
+        if status == 0:
+            log.info("trainer finished: the job is done")
+            self._membership.leave()
+            return 0
+        requested = self._rescale is not None and self._rescale.generation > running.generation
+        ours, self._stopped_by_us = self._stopped_by_us, False
+        if status in (RESCALE_EXIT, PEER_LOST_EXIT) or requested or ours:
+            if not requested:
+                self._regroup(running, status)
+            return None
+        log.error("%s: leaving the job (a crash counts as a scale-down)", ended.describe())
+        self._membership.leave()
+        return status
+
+    def _regroup(self, running: World, status: int) -> None:
+        """The collective broke (or a peer drained) without a new world yet: wait, then force."""
+        noticed = self._wall()
+        why = "stopped for a rescale" if status == RESCALE_EXIT else "lost a peer"
+        log.warning("generation %d: trainer %s; waiting for the new world", running.generation, why)
+        deadline = time.monotonic() + self._settings.regroup_timeout
+        poll = self._membership.settings.poll_interval
+        while time.monotonic() < deadline and self._stop_signal is None:
+            world = self._membership.tick()
+            if world is not None and world.generation > running.generation:
+                self._rescale = _Rescale(world.generation, noticed, self._wall(), noticed)
+                return
+            time.sleep(poll)
+        if self._stop_signal is not None:
+            return
+        self._resets += 1
+        if self._resets > self._settings.max_resets:
+            raise RendezvousTimeout(f"{self._resets - 1} forced generations without progress")
+        self._membership.request_generation(f"collective of generation {running.generation} broke")
+        self._rescale = _Rescale(running.generation + 1, noticed, self._wall(), noticed)
+
+    def _start(self, world: World) -> None:
+        (self._control / DRAIN_FILE).unlink(missing_ok=True)
+        if self._rescale is not None and self._rescale.drained == 0.0:
+            self._rescale.drained = self._wall()
+        self._trainer.start(trainer_world(world, self._key, self._backend))
+        self._running = world
+        self._started_gen = world.generation
+        self._spawned_at = self._wall()
+        self._initialised = False
+        self._noticed = None
+        if self._rescale is not None:
+            self._rescale.generation = world.generation
+            self._rescale.spawned = self._spawned_at
+
+    def _wait_trainer(self, timeout: float) -> TrainerExit | None:
+        """Waits for the trainer to end while still renewing our membership."""
+        deadline = time.monotonic() + timeout
+        poll = self._membership.settings.poll_interval
+        while True:
+            ended = self._trainer.wait(min(poll, max(0.0, deadline - time.monotonic())))
+            if ended is not None or time.monotonic() >= deadline:
+                return ended
+            self._membership.tick()
+
+    def _stop_trainer(self, grace: float = 5.0) -> TrainerExit | None:
+        """SIGTERM, then SIGKILL: the trainer was ours to stop, so this is not a crash."""
+        self._stopped_by_us = True
+        self._trainer.forward_signal(signal.SIGTERM)
+        ended = self._wait_trainer(grace)
+        if ended is None:
+            self._trainer.kill()
+            ended = self._wait_trainer(grace)
+        return ended
+
+    # -- measuring ------------------------------------------------------------------------------
+
+    def _collect_timings(self) -> None:
+        running = self._running
+        if running is None:
+            return
+        try:
+            raw = json.loads(timings_path(self._control, running.generation).read_text())
+        except (OSError, ValueError):
+            return
+        times = {k: float(v) for k, v in raw.items() if isinstance(v, int | float)}
+        if "initialised" in times:
+            self._initialised = True
+        if "first_step" in times:
+            self._resets = 0
+            rescale = self._rescale
+            if rescale is not None and rescale.generation == running.generation:
+                self._record(rescale, times)
+                self._rescale = None
+
+    def _record(self, r: _Rescale, t: Mapping[str, float]) -> None:
+        spawned = r.spawned or t.get("started", r.drained)
+        phases = {
+            "detect": max(0.0, r.decided - r.noticed),
+            "drain": max(0.0, r.drained - r.decided),
+            "rendezvous": max(0.0, spawned - r.drained) + (t["master"] - t["imported"]),
+            "init": (t["imported"] - spawned) + (t["initialised"] - t["master"]),
+            "restore": t["first_step"] - t["initialised"],
+        }
+        pause = t["first_step"] - r.decided
+        self._rescales.record(pause, phases)
+        log.info(
+            "rescale to generation %d: pause %.2f s (%s)",
+            r.generation,
+            pause,
+            ", ".join(f"{k} {v:.2f}" for k, v in phases.items()),
+        )
+
+    # -- leaving --------------------------------------------------------------------------------
+
+    def _leave(self, why: str) -> int:
+        log.info("%s: leaving the job", why)
+        self._membership.leave()
+        if self._running is None:
+            return 0
+        (self._control / DRAIN_FILE).touch()
+        ended = self._wait_trainer(self._settings.drain_timeout)
+        if ended is None:
+            log.error(
+                "trainer did not stop within %.0f s; killing it", self._settings.drain_timeout
+            )
+            ended = self._stop_trainer()
+        self._running = None
+        if ended is None or ended.status in (0, RESCALE_EXIT, PEER_LOST_EXIT):
+            return 0
+        return ended.status
+
+
+def control_env(control_dir: Path, state_dir: Path, member: str) -> dict[str, str]:
+    """What the elastic trainer API needs in its environment."""
+    return {
+        "EDL_CONTROL_DIR": str(control_dir),
+        "EDL_STATE_DIR": str(state_dir),
+        "EDL_MEMBER": member,
+        "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
+    }

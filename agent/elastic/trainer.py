@@ -1,0 +1,388 @@
+"""The training-script side of elasticity: stop at a step boundary, hand state over, resume.
+
+Usage (the whole contract; see docs/elastic.md)::
+
+    with ElasticTrainer.start() as et:            # joins the collective of this generation
+        model, opt = build()                      # build the same way in every incarnation
+        sampler = ElasticSampler(len(data), global_batch=64, epochs=3, seed=0)
+        et.register(model, opt, sampler)          # then restores: the most advanced survivor
+        for plan in et.steps():                   #   broadcasts its state to everyone
+            loss = loss_fn(model, data[plan.indices]) * et.loss_scale(plan)
+            loss.backward()
+            et.all_reduce_gradients()             # before optimizer.step(), always
+            opt.step(); opt.clear_grad()
+    # a rescale request (or SIGTERM) ends `steps()` at a boundary agreed by all ranks, saves
+    # the state and exits with RESCALE_EXIT; a peer lost mid-step exits with PEER_LOST_EXIT.
+
+This module imports Paddle; the agent process never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+from agent.collective import GradientAllReduce
+from agent.elastic.errors import ElasticError, RendezvousTimeout, StateTransferError
+from agent.elastic.ledger import ENV_LEDGER, SampleLedger
+from agent.elastic.sampler import ElasticSampler, StepPlan
+from agent.elastic.state import TrainingState, load_local, save_local, to_numpy
+from agent.training import TrainingSession, start_session
+
+log = logging.getLogger(__name__)
+
+RESCALE_EXIT = 75
+"""Exit status of a trainer that stopped at an agreed step boundary with its state saved."""
+PEER_LOST_EXIT = 76
+"""Exit status of a trainer whose collective failed mid-step; its committed state is saved."""
+
+ENV_CONTROL_DIR = "EDL_CONTROL_DIR"
+ENV_STATE_DIR = "EDL_STATE_DIR"
+ENV_MEMBER = "EDL_MEMBER"
+ENV_CHECKPOINT_SECONDS = "EDL_CHECKPOINT_SECONDS"
+ENV_MASTER_WAIT = "EDL_MASTER_WAIT_SECONDS"
+DRAIN_FILE = "drain"
+
+
+def timings_path(control_dir: Path, generation: int) -> Path:
+    """Where a trainer reports when it reached each milestone of generation `generation`."""
+    return control_dir / f"timings-g{generation}.json"
+
+
+class PeerLost(ElasticError):
+    """A collective failed: a peer died or left mid-step."""
+
+
+@dataclass(frozen=True)
+class ElasticTrainerSettings:
+    """Set by the elastic agent in the trainer's environment; all optional when run bare."""
+
+    control_dir: Path | None = None
+    """EDL_CONTROL_DIR: the agent asks for a drain here and reads timings back."""
+    state_dir: Path | None = None
+    """EDL_STATE_DIR: this member's local copy of the training state."""
+    ledger_dir: Path | None = None
+    """EDL_SAMPLE_LEDGER: test mode, record every sample id trained."""
+    member: str = "local"
+    """EDL_MEMBER: this agent's member id (names ledger files)."""
+    checkpoint_seconds: float = 30.0
+    """EDL_CHECKPOINT_SECONDS: also save the local copy this often (bounds loss on a hang)."""
+    master_wait_seconds: float = 120.0
+    """EDL_MASTER_WAIT_SECONDS: how long a non-zero rank waits for rank 0's store to listen."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
+        """Reads the ``EDL_*`` variables."""
+
+        def path(name: str) -> Path | None:
+            raw = env.get(name, "").strip()
+            return Path(raw) if raw else None
+
+        return cls(
+            control_dir=path(ENV_CONTROL_DIR),
+            state_dir=path(ENV_STATE_DIR),
+            ledger_dir=path(ENV_LEDGER),
+            member=env.get(ENV_MEMBER, "local") or "local",
+            checkpoint_seconds=float(env.get(ENV_CHECKPOINT_SECONDS) or cls.checkpoint_seconds),
+            master_wait_seconds=float(env.get(ENV_MASTER_WAIT) or cls.master_wait_seconds),
+        )
+
+
+def wait_for_listener(endpoint: str, timeout: float, interval: float = 0.05) -> float:
+    """Polls until `endpoint` accepts TCP connections; returns the seconds waited.
+
+    Why: Paddle's store client retries only every 3 s, so dialling before rank 0 listens
+    costs up to 3 s per rescale; polling here costs at most `interval`.
+    """
+    host, _, port = endpoint.rpartition(":")
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=interval * 4):
+                return time.monotonic() - start
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise RendezvousTimeout(
+                    f"rank 0's store {endpoint} not listening after {timeout:.0f} s"
+                ) from e
+            time.sleep(interval)
+
+
+class ElasticTrainer:
+    """One trainer incarnation in one generation: collective, state hand-off, agreed stops."""
+
+    def __init__(
+        self,
+        session: TrainingSession,
+        settings: ElasticTrainerSettings,
+        started_at: float | None = None,
+    ) -> None:
+        self.session = session
+        self.settings = settings
+        self.rank = session.rank
+        self.world_size = session.world_size
+        self.generation = session.generation
+        self.global_step = 0
+        self._times: dict[str, float] = {"started": started_at or time.time()}
+        self._model: Any = None
+        self._optimizer: Any = None
+        self._sampler: ElasticSampler | None = None
+        self._reducer: GradientAllReduce | None = None
+        self._stop_signal = False
+        self._in_collective = False
+        self._last_save = time.monotonic()
+        self._first_step_reported = False
+        self._ledger = (
+            SampleLedger(settings.ledger_dir, settings.member, self.generation, self.rank)
+            if settings.ledger_dir
+            else None
+        )
+
+    @classmethod
+    def start(cls, env: Mapping[str, str] | None = None) -> ElasticTrainer:
+        """Reads the world the agent gave us and brings the collective up (world > 1)."""
+        env = os.environ if env is None else env
+        trainer = cls(start_session(env), ElasticTrainerSettings.from_env(env))
+        signal.signal(signal.SIGTERM, trainer._on_sigterm)
+        try:
+            trainer._init_collective(env)
+        except (RendezvousTimeout, PeerLost) as e:
+            trainer._exit(PEER_LOST_EXIT, f"cannot join generation {trainer.generation}: {e}")
+        return trainer
+
+    # -- collective ---------------------------------------------------------------------------
+
+    def _init_collective(self, env: Mapping[str, str]) -> None:
+        self._mark("imported")
+        if self.world_size > 1:
+            master = env.get("PADDLE_MASTER", "")
+            if self.rank != 0 and master:
+                wait_for_listener(master, self.settings.master_wait_seconds)
+            self._mark("master")
+            dist.init_parallel_env()
+            # Guard against a mixed rendezvous (a stale trainer of another generation).
+            gens = paddle.to_tensor([self.generation, -self.generation], dtype="int64")
+            self._collective(dist.all_reduce, gens, op=dist.ReduceOp.MAX)
+            if int(gens[0]) != self.generation or int(gens[1]) != -self.generation:
+                raise PeerLost(f"ranks disagree on the generation: {gens.numpy().tolist()}")
+        else:
+            self._mark("master")
+        self._mark("initialised")
+
+    def _collective(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._in_collective = True
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise PeerLost(f"collective failed in generation {self.generation}: {e}") from e
+        finally:
+            self._in_collective = False
+
+    def all_reduce_gradients(self) -> None:
+        """Sums-and-averages gradients across ranks (timed as communication)."""
+        if self._reducer is None:
+            if self._model is None:
+                raise ElasticError("register(model, optimizer, sampler) first")
+            self._reducer = GradientAllReduce(
+                self._model.parameters(), self.session.recorder, self.world_size
+            )
+        self._collective(self._reducer)
+
+    def loss_scale(self, plan: StepPlan) -> float:
+        """Factor for a *summed* per-sample loss: the averaged gradient becomes the global mean.
+
+        However the global batch is split, the maths then matches one process.
+        """
+        return self.world_size / plan.global_count
+
+    # -- state --------------------------------------------------------------------------------
+
+    def register(self, model: Any, optimizer: Any, sampler: ElasticSampler, **extra: Any) -> None:
+        """Hands over what the state is made of, then restores it from the best survivor."""
+        self._model, self._optimizer, self._sampler = model, optimizer, sampler
+        self._extra = extra
+        self._restore()
+
+    def _snapshot(self) -> TrainingState:
+        assert self._sampler is not None
+        return TrainingState(
+            step=self.global_step,
+            generation=self.generation,
+            model=to_numpy(self._model.state_dict()),
+            optimizer=to_numpy(self._optimizer.state_dict()),
+            sampler=self._sampler.state_dict(),
+            extra=dict(self._extra),
+        )
+
+    def _apply(self, state: TrainingState) -> None:
+        assert self._sampler is not None
+        self._model.set_state_dict(state.model)
+        if state.optimizer:
+            self._optimizer.set_state_dict(state.optimizer)
+        self._sampler.set_state_dict(state.sampler)
+        self._extra.update(state.extra)
+        self.global_step = state.step
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Small picklable values carried with the state (e.g. a learning-rate schedule)."""
+        return self._extra
+
+    def save(self) -> None:
+        """Writes the committed state to this member's local copy (no-op without a state dir)."""
+        if self.settings.state_dir is not None and self._model is not None:
+            save_local(self.settings.state_dir, self._snapshot())
+            self._last_save = time.monotonic()
+
+    def _restore(self) -> None:
+        local = load_local(self.settings.state_dir) if self.settings.state_dir else None
+        if self.world_size == 1:
+            if local is not None:
+                self._apply(local)
+        else:
+            self._broadcast_state(local)
+        self._mark("restored")
+        if self._ledger is not None and self.rank == 0:
+            self._ledger.restored(self.global_step)
+        log.info(
+            "generation %d rank %d/%d resumes at step %d",
+            self.generation,
+            self.rank,
+            self.world_size,
+            self.global_step,
+        )
+
+    def _broadcast_state(self, local: TrainingState | None) -> None:
+        mine = local.step if local is not None else -1
+        steps = paddle.to_tensor([mine], dtype="int64")
+        self._collective(dist.all_reduce, steps, op=dist.ReduceOp.MAX)
+        best = _scalar(steps)
+        if best < 0:
+            return  # nobody has state: a fresh start, every rank built the same model
+        rank = paddle.to_tensor([self.rank if mine == best else self.world_size], dtype="int64")
+        self._collective(dist.all_reduce, rank, op=dist.ReduceOp.MIN)
+        src = _scalar(rank)
+        blob = local.to_bytes() if src == self.rank and local is not None else b""
+        size = paddle.to_tensor([len(blob)], dtype="int64")
+        self._collective(dist.broadcast, size, src=src)
+        buf = np.zeros(_scalar(size), dtype=np.uint8)
+        if blob:
+            buf[:] = np.frombuffer(blob, dtype=np.uint8)
+        tensor = paddle.to_tensor(buf)
+        self._collective(dist.broadcast, tensor, src=src)
+        try:
+            self._apply(TrainingState.from_bytes(tensor.numpy().tobytes()))
+        except StateTransferError:
+            raise
+        except Exception as e:
+            raise StateTransferError(f"cannot apply the state from rank {src}: {e}") from e
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def steps(self) -> Iterator[StepPlan]:
+        """Yields this rank's part of each step; stops at an agreed boundary on a rescale."""
+        sampler = self._sampler
+        if sampler is None:
+            raise ElasticError("register(model, optimizer, sampler) first")
+        recorder = self.session.recorder
+        while (plan := sampler.plan(self.rank, self.world_size)) is not None:
+            if self._ledger is not None:
+                self._ledger.intent(self.global_step, plan.epoch, plan.indices.tolist())
+            recorder.begin_step()
+            yield plan
+            recorder.end_step(samples=len(plan.indices))
+            sampler.advance(plan)
+            self.global_step += 1
+            if not self._first_step_reported:
+                self._mark("first_step")
+                self._first_step_reported = True
+            if self._stop_agreed():
+                self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
+            if time.monotonic() - self._last_save >= self.settings.checkpoint_seconds:
+                self.save()
+
+    def drain_requested(self) -> bool:
+        """True once the agent asked this trainer to stop (or it got SIGTERM)."""
+        if self._stop_signal:
+            return True
+        control = self.settings.control_dir
+        return control is not None and (control / DRAIN_FILE).exists()
+
+    def _stop_agreed(self) -> bool:
+        local = self.drain_requested()
+        if self.world_size == 1:
+            return local
+        flag = paddle.to_tensor([1 if local else 0], dtype="int32")
+        self._collective(dist.all_reduce, flag, op=dist.ReduceOp.MAX)
+        return _scalar(flag) > 0
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_signal = True
+
+    # -- reporting and exit -------------------------------------------------------------------
+
+    def _mark(self, milestone: str) -> None:
+        self._times[milestone] = time.time()
+        control = self.settings.control_dir
+        if control is None:
+            return
+        path = timings_path(control, self.generation)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps({"rank": self.rank, **self._times}), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("cannot report timings to %s: %s", control, e)
+
+    def _exit(self, status: int, why: str) -> None:
+        try:
+            self.save()
+        except StateTransferError as e:
+            log.error("%s", e)
+        log.info("%s (exit %d)", why, status)
+        self.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip interpreter teardown: Paddle's collective destructors can block on dead peers.
+        os._exit(status)
+
+    def close(self) -> None:
+        """Flushes the final metrics report and the ledger."""
+        self.session.close()
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
+    def __enter__(self) -> ElasticTrainer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, PeerLost):
+            # The failed collective came before optimizer.step(): the model is still the
+            # committed one, so saving it loses nothing but the unfinished step.
+            self._exit(PEER_LOST_EXIT, f"{exc}; saved step {self.global_step}")
+        self.close()
+
+
+def _scalar(tensor: Any) -> int:
+    return int(np.asarray(tensor.numpy()).reshape(-1)[0])
