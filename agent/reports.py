@@ -6,8 +6,9 @@ Policy:
   so a reader never sees half a file, even if the trainer is killed mid-write).
 - Files are never deleted while the agent runs: the agent sums the counters of every file, so a
   trainer restart (a new incarnation starting from zero) cannot make a pod's counters go back.
-- JSON, not a binary layout: a flush is ~20 µs on a background thread, a scrape reads a handful
-  of small files, and `cat` is the debugger.
+- JSON, not a binary layout: a flush (a few hundred µs, mostly the write and rename, which
+  release the GIL) runs on a background thread about once a second, a scrape reads a handful
+  of small files, and `cat` is the debugger. The training loop itself only does arithmetic.
 """
 
 from __future__ import annotations
