@@ -100,8 +100,8 @@ def main() -> None:
             check=True,
         ).stdout
     for line in out.splitlines():
-        name, ns = line.split("\t")
-        figures[name.replace("prometheus_client", "prometheus_client multiprocess")] = float(ns)
+        name, raw = line.split("\t")
+        figures[name.replace("prometheus_client", "prometheus_client multiprocess")] = float(raw)
 
     print(f"== recording cost per step (median of {N} timed calls, timer overhead removed)")
     for name, ns in figures.items():
