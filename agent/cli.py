@@ -20,23 +20,19 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from agent.app import create_registry
 from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
-from agent.elastic.runner import (
-    ELASTIC_FLAGS,
-    ElasticOptions,
-    add_arguments,
-    elastic_options,
-    run_elastic,
-)
 from agent.errors import AgentError, ConfigError, TrainerStartError
 from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
 from agent.supervisor import TrainerSupervisor
 from agent.world import TrainerWorld
+
+if TYPE_CHECKING:
+    from agent.elastic.runner import ElasticOptions
 
 log = logging.getLogger("agent")
 
@@ -53,8 +49,18 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see `edl-agent run --help`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `edl-agent` command line (flags override `EDL_AGENT_*` variables)."""
+def wants_elastic(argv: Sequence[str]) -> bool:
+    """True when `--elastic` comes before the `--` that starts the trainer command."""
+    args = list(argv)
+    return "--elastic" in (args[: args.index("--")] if "--" in args else args)
+
+
+def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
+    """The `edl-agent` command line (flags override `EDL_AGENT_*` variables).
+
+    The elastic flags are added only with `elastic=True`: `agent.elastic` pulls in Paddle, which
+    a plain agent must not pay for (seconds of import, warnings on stderr).
+    """
     parser = _Parser(prog="edl-agent", description="EDL per-pod agent.")
     sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=_Parser)
     run = sub.add_parser(
@@ -81,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep serving after the trainer ends (EDL_AGENT_LINGER_SECONDS, default 0)",
     )
     run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (EDL_AGENT_LOG_LEVEL)")
-    add_arguments(run)
+    if elastic:
+        from agent.elastic.runner import add_arguments
+
+        add_arguments(run)
+    else:
+        run.epilog = "Elastic training: add --elastic (see `edl-agent run --elastic --help`)."
     return parser
 
 
@@ -95,12 +106,18 @@ def parse_args(
         head, command = args[:cut], tuple(args[cut + 1 :])
     else:
         head, command = args, ()
-    ns = build_parser().parse_args(head)
+    elastic = wants_elastic(args)
+    ns = build_parser(elastic).parse_args(head)
     if ns.verb != "run":
         raise ConfigError("missing verb: edl-agent run [options] -- <trainer command...>")
     if not command:
         raise ConfigError("missing trainer command: edl-agent run [options] -- <command...>")
-    flags = {k: v for k, v in vars(ns).items() if k != "verb" and k not in ELASTIC_FLAGS}
+    elastic_flags: tuple[str, ...] = ()
+    if elastic:
+        from agent.elastic.runner import ELASTIC_FLAGS
+
+        elastic_flags = ELASTIC_FLAGS
+    flags = {k: v for k, v in vars(ns).items() if k != "verb" and k not in elastic_flags}
     settings = AgentSettings.from_env(env).with_overrides(flags)
     return settings, command
 
@@ -133,6 +150,8 @@ def run(
     try:
         metrics_dir = prepare_metrics_dir(settings.metrics_dir or Path(str(temp_dir)))
         if elastic is not None:
+            from agent.elastic.runner import run_elastic
+
             return run_elastic(elastic, settings, command, env, metrics_dir)
         world = TrainerWorld.from_env(env)
         supervisor = TrainerSupervisor(
@@ -205,7 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = sys.argv[1:] if argv is None else argv
         settings, command = parse_args(args, env)
-        elastic = elastic_options(build_parser(), args, env)
+        elastic = None
+        if wants_elastic(args):
+            from agent.elastic.runner import elastic_options
+
+            elastic = elastic_options(build_parser(elastic=True), args, env)
     except ConfigError as e:
         print(f"edl-agent: error: {e}", file=sys.stderr)
         return EXIT_USAGE

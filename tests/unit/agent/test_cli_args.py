@@ -48,3 +48,17 @@ def test_bad_input_is_one_config_error(argv: list[str], env: dict[str, str], mes
     with pytest.raises(ConfigError, match=message) as info:
         parse_args(argv, env)
     assert "\n" not in str(info.value)
+
+
+def test_a_plain_agent_does_not_import_paddle() -> None:
+    """`agent.elastic` pulls in Paddle; the plain agent must not pay seconds of import for it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agent.cli\n"
+        "agent.cli.parse_args(['run', '--port', '1', '--', 'x'], {})\n"
+        "assert 'paddle' not in sys.modules, 'paddle was imported'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
