@@ -161,7 +161,10 @@ class ElasticSupervisor:
             if ended is None:
                 self._watch_running(world)
                 return None
-            return self._on_exit(ended, world)
+            status = self._on_exit(ended)
+            if status is not None:
+                return status
+            world = self._membership.world  # _on_exit may have waited for a newer one
         if world is None or world.paused or world.rank_of(self._key) is None:
             return None
         if world.generation > self._started_gen:
@@ -207,7 +210,7 @@ class ElasticSupervisor:
             self._stop_trainer()
         self._rescale.drained = self._wall()
 
-    def _on_exit(self, ended: TrainerExit, world: World | None) -> int | None:
+    def _on_exit(self, ended: TrainerExit) -> int | None:
         running = self._running
         assert running is not None
         self._running = None
@@ -237,7 +240,9 @@ class ElasticSupervisor:
         while time.monotonic() < deadline and self._stop_signal is None:
             world = self._membership.tick()
             if world is not None and world.generation > running.generation:
-                self._rescale = _Rescale(world.generation, noticed, self._wall(), noticed)
+                # The trainer was gone before the decision: waiting was detection, not drain.
+                now = self._wall()
+                self._rescale = _Rescale(world.generation, noticed, now, now)
                 return
             time.sleep(poll)
         if self._stop_signal is not None:
@@ -246,7 +251,8 @@ class ElasticSupervisor:
         if self._resets > self._settings.max_resets:
             raise RendezvousTimeout(f"{self._resets - 1} forced generations without progress")
         self._membership.request_generation(f"collective of generation {running.generation} broke")
-        self._rescale = _Rescale(running.generation + 1, noticed, self._wall(), noticed)
+        now = self._wall()
+        self._rescale = _Rescale(running.generation + 1, noticed, now, now)
 
     def _start(self, world: World) -> None:
         (self._control / DRAIN_FILE).unlink(missing_ok=True)

@@ -147,6 +147,7 @@ class ElasticTrainer:
         self._in_collective = False
         self._last_save = time.monotonic()
         self._first_step_reported = False
+        self._restored = False
         self._ledger = (
             SampleLedger(settings.ledger_dir, settings.member, self.generation, self.rank)
             if settings.ledger_dir
@@ -244,8 +245,12 @@ class ElasticTrainer:
         return self._extra
 
     def save(self) -> None:
-        """Writes the committed state to this member's local copy (no-op without a state dir)."""
-        if self.settings.state_dir is not None and self._model is not None:
+        """Writes the committed state to this member's local copy (no-op without a state dir).
+
+        Never before the restore finished: a freshly built model must not overwrite a
+        survivor's copy when the hand-off itself fails.
+        """
+        if self.settings.state_dir is not None and self._restored:
             save_local(self.settings.state_dir, self._snapshot())
             self._last_save = time.monotonic()
 
@@ -256,6 +261,7 @@ class ElasticTrainer:
                 self._apply(local)
         else:
             self._broadcast_state(local)
+        self._restored = True
         self._mark("restored")
         if self._ledger is not None and self.rank == 0:
             self._ledger.restored(self.global_step)

@@ -1,0 +1,186 @@
+"""Elastic digits training through real agents and real Paddle gloo on 127.0.0.1.
+
+The world goes 1 -> 3 -> 2 -> 1: agents B and C join, C's trainer is SIGKILLed mid-step (a
+scale-down, not a job failure), B is SIGTERMed (a clean leave). The ledger must show every
+sample of every epoch trained exactly once in the lineage of the final model, the restored
+global step never goes back, and the accuracy matches a one-process run of the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.elastic.ledger import verify
+from agent.elastic.trainer import timings_path
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+EPOCHS = 8
+TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", "64", "--seed", "3"]
+NUM_TRAIN = 1437  # 80 % of sklearn's 1797 digits
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(
+    what: str, check: Callable[[], bool], timeout: float, procs: dict[str, subprocess.Popen[bytes]]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    states = {n: p.poll() for n, p in procs.items()}
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; agents {states}")
+
+
+class Job:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.store = tmp / "store"
+        self.ledger = tmp / "ledger"
+        self.result = tmp / "result.json"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}
+
+    def start(self, name: str) -> None:
+        port = free_port()
+        env = {
+            **os.environ,
+            "EDL_MEMBER_ID": name,
+            "EDL_ELASTIC_DIR": str(self.tmp / name),
+            "EDL_SAMPLE_LEDGER": str(self.ledger),
+            "EDL_DEBOUNCE": "2",
+            "EDL_MEMBER_TTL": "8",
+            "EDL_DRAIN_TIMEOUT": "30",
+            "EDL_INIT_TIMEOUT": "90",
+            "PYTHONPATH": str(ROOT),
+        }
+        cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
+               "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
+               "--min", "1", "--max", "4", "--",
+               PY, "-m", "examples.train_digits_elastic", *TRAIN_ARGS,
+               "--step-sleep", "0.04", "--result", str(self.result)]  # fmt: skip
+        log = open(self.tmp / f"{name}.log", "wb")
+        self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
+        self.ports[name] = port
+
+    def world(self) -> tuple[int, int]:
+        try:
+            raw = json.loads((self.store / "digits" / "world.json").read_text())
+            return int(raw["generation"]), len(raw["members"])
+        except (OSError, ValueError, KeyError):
+            return 0, 0
+
+    def stepped(self, name: str, generation: int, steps: int) -> bool:
+        """`name`'s trainer finished `steps` steps in `generation` (its first step is marked)."""
+        path = timings_path(self.tmp / name / "control", generation)
+        try:
+            first = json.loads(path.read_text()).get("first_step")
+        except (OSError, ValueError):
+            return False
+        return first is not None and time.time() - float(first) > steps * 0.05
+
+    def trainer_of(self, name: str) -> psutil.Process:
+        kids = psutil.Process(self.procs[name].pid).children()
+        assert kids, f"{name} has no trainer"
+        return kids[0]
+
+    def metrics(self, name: str) -> str:
+        url = f"http://127.0.0.1:{self.ports[name]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if "examples.train_digits_elastic" in cmd and str(self.result) in cmd:
+                proc.kill()
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[Job]:
+    j = Job(tmp_path)
+    try:
+        yield j
+    finally:
+        j.stop_all()
+        for name in j.procs:
+            log = tmp_path / f"{name}.log"
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-25:]
+                print(f"---- {name}\n" + "\n".join(tail))
+
+
+def reference_accuracy(tmp: Path) -> float:
+    out = tmp / "reference.json"
+    subprocess.run(
+        [PY, "-m", "examples.train_digits_elastic", *TRAIN_ARGS, "--result", str(out)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=300,
+        capture_output=True,
+    )  # fmt: skip
+    return float(json.loads(out.read_text())["accuracy"])
+
+
+@pytest.mark.timeout(420)
+def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(job: Job) -> None:
+    sizes: list[int] = []
+
+    def at(size: int, steps: int, who: str) -> Callable[[], bool]:
+        def check() -> bool:
+            gen, n = job.world()
+            if n and (not sizes or sizes[-1] != n):
+                sizes.append(n)
+            return n == size and job.stepped(who, gen, steps)
+
+        return check
+
+    job.start("a")
+    wait_for("world of 1 training", at(1, 10, "a"), 120, job.procs)
+    job.start("b")
+    job.start("c")
+    wait_for("world of 3 training", at(3, 20, "a"), 150, job.procs)
+
+    job.trainer_of("c").send_signal(signal.SIGKILL)
+    assert job.procs["c"].wait(60) == 128 + signal.SIGKILL  # c's agent leaves with the status
+    wait_for("world of 2 training", at(2, 20, "a"), 150, job.procs)
+    metrics = job.metrics("a")
+
+    job.procs["b"].send_signal(signal.SIGTERM)
+    assert job.procs["b"].wait(60) == 0
+    wait_for("the job to end", lambda: job.procs["a"].poll() is not None, 240, job.procs)
+    at(1, 0, "a")()
+
+    assert job.procs["a"].returncode == 0
+    assert sizes == [1, 3, 2, 1]
+    report = verify(job.ledger)
+    assert report.problems(NUM_TRAIN, EPOCHS) == []
+    assert len(report.generations) >= 4
+    final = json.loads(job.result.read_text())
+    assert final["global_step"] == report.steps == EPOCHS * -(-NUM_TRAIN // 64)
+    assert final["world_size"] == 1
+    assert abs(final["accuracy"] - reference_accuracy(job.tmp)) <= 0.01
+
+    assert "edl_trainer_rescales_total 2.0" in metrics
+    for phase in ("detect", "drain", "rendezvous", "init", "restore"):
+        assert f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}' in metrics
