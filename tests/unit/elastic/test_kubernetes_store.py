@@ -1,0 +1,230 @@
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent.elastic.errors import StoreUnavailable
+from agent.elastic.kubernetes_store import (
+    ANNOTATION_MEMBER,
+    ClientApi,
+    KubernetesStore,
+    dns_name,
+    micro_time,
+    parse_micro_time,
+)
+from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.world import Member, World
+
+
+class FakeApi:
+    """In-memory API server: resourceVersion bumps on every write, 409 on a stale one."""
+
+    def __init__(self) -> None:
+        self.config_maps: dict[str, tuple[dict[str, str], str]] = {}
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.version = 0
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("connection refused")
+
+    def _bump(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
+        self._check()
+        found = self.config_maps.get(name)
+        return (dict(found[0]), found[1]) if found else None
+
+    def create_config_map(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+        self._check()
+        if name in self.config_maps:
+            return False
+        self.config_maps[name] = (dict(data), self._bump())
+        return True
+
+    def replace_config_map(self, name: str, data: dict[str, str], resource_version: str) -> bool:
+        self._check()
+        found = self.config_maps.get(name)
+        if found is None or found[1] != resource_version:
+            return False
+        self.config_maps[name] = (dict(data), self._bump())
+        return True
+
+    def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
+        self._check()
+        key, _, value = label_selector.partition("=")
+        return [dict(v) for v in self.leases.values() if v["labels"].get(key) == value]
+
+    def renew_lease(
+        self,
+        name: str,
+        holder: str,
+        renew_time: str,
+        annotations: dict[str, str],
+        labels: dict[str, str],
+    ) -> None:
+        self._check()
+        self.leases[name] = {
+            "name": name,
+            "holder": holder,
+            "renew_time": renew_time,
+            "annotations": annotations,
+            "labels": labels,
+        }
+
+    def delete_lease(self, name: str) -> None:
+        self._check()
+        self.leases.pop(name, None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wall(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=self.now)
+
+
+SETTINGS = MembershipSettings(max_size=3, ttl=5.0, debounce=1.0, max_debounce=4.0)
+
+
+def agents(api: FakeApi, clock: Clock, names: str) -> dict[str, Membership]:
+    out = {}
+    for i, name in enumerate(names):
+        host = f"10.0.0.{i + 1}"
+        me = Member(joined=i, id=f"pod-{name}", incarnation="x", host=host, ports=(36543, 36544))
+        store = KubernetesStore(api, "Digits_Job", clock=clock.wall)
+        out[name] = Membership(
+            store, me, SETTINGS, clock=clock, wall_clock=lambda: clock.wall().timestamp()
+        )
+        out[name].join()
+    return out
+
+
+def run(members: dict[str, Membership], clock: Clock, seconds: float) -> None:
+    for _ in range(round(seconds / 0.2)):
+        clock.now += 0.2
+        for m in members.values():
+            m.tick()
+
+
+def test_agreement_over_leases_and_a_config_map() -> None:
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "abc")
+    run(members, clock, 2)
+    world = members["c"].world
+    assert world is not None and [m.id for m in world.members] == ["pod-a", "pod-b", "pod-c"]
+    assert world.master == "10.0.0.1:36544"  # generation 1 uses the second port
+    assert set(api.leases) == {f"edl-digits-job-pod-{n}" for n in "abc"}
+    assert World.from_json(api.config_maps["edl-digits-job-world"][0]["world"]) == world
+
+    members.pop("a").leave()  # pod deleted: SIGTERM -> lease deleted
+    run(members, clock, 2)
+    assert [m.id for m in members["b"].world.members] == ["pod-b", "pod-c"]  # type: ignore[union-attr]
+
+    members.pop("c")  # pod lost: its lease stops being renewed
+    run(members, clock, 4)
+    assert members["b"].world.size == 2  # type: ignore[union-attr]
+    run(members, clock, 4)
+    assert members["b"].world.size == 1  # type: ignore[union-attr]
+
+
+def test_config_map_emptied_by_hand_is_repaired(caplog: pytest.LogCaptureFixture) -> None:
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "ab")
+    run(members, clock, 2)
+    _, version = api.config_maps["edl-digits-job-world"]
+    api.config_maps["edl-digits-job-world"] = ({"other": "x"}, version + "0")
+    with caplog.at_level(logging.WARNING):
+        run(members, clock, 0.4)
+    assert sum("world record invalid" in r.getMessage() for r in caplog.records) == 1
+    world = World.from_json(api.config_maps["edl-digits-job-world"][0]["world"])
+    assert world.generation == 2 and world.size == 2
+
+
+def test_api_outage_keeps_the_world() -> None:
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "ab")
+    run(members, clock, 2)
+    before = members["a"].world
+    api.down = True
+    run(members, clock, 60)
+    api.down = False
+    run(members, clock, 3)
+    assert members["a"].world == before == members["b"].world
+
+
+def test_names_and_times() -> None:
+    assert dns_name("edl", "My_Job", "pod.1") == "edl-my-job-pod-1"
+    when = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    assert micro_time(when) == "2026-05-01T12:00:00.123456Z"
+    assert parse_micro_time(micro_time(when)) == when.timestamp()
+    assert parse_micro_time("nonsense") == 0.0
+
+
+class ApiException(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status, self.reason = status, "x"
+
+
+class Obj:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+class FakeCore:
+    def __init__(self, status: int | None) -> None:
+        self.status = status
+
+    def read_namespaced_config_map(self, name: str, ns: str) -> Any:
+        if self.status:
+            raise ApiException(self.status)
+        return Obj(data={"world": "{}"}, metadata=Obj(resource_version="7"))
+
+    def replace_namespaced_config_map(self, name: str, ns: str, body: Any) -> Any:
+        if self.status:
+            raise ApiException(self.status)
+        return body
+
+
+class FakeCoordination:
+    def __init__(self) -> None:
+        self.created: list[Any] = []
+
+    def patch_namespaced_lease(self, name: str, ns: str, body: Any) -> Any:
+        raise ApiException(404)
+
+    def create_namespaced_lease(self, ns: str, body: Any) -> Any:
+        self.created.append(body)
+        return body
+
+    def list_namespaced_lease(self, ns: str, label_selector: str) -> Any:
+        spec = Obj(renew_time=datetime(2026, 1, 1, tzinfo=UTC), holder_identity="a/x")
+        meta = Obj(name="edl-j-a", annotations={ANNOTATION_MEMBER: "{}"})
+        return Obj(items=[Obj(spec=spec, metadata=meta)])
+
+
+def test_client_api_maps_statuses() -> None:
+    coord = FakeCoordination()
+    ok = ClientApi(FakeCore(None), coord, "ns", ApiException)
+    assert ok.get_config_map("w") == ({"world": "{}"}, "7")
+    assert ok.replace_config_map("w", {}, "7") is True
+    assert ClientApi(FakeCore(404), coord, "ns", ApiException).get_config_map("w") is None
+    conflict = ClientApi(FakeCore(409), coord, "ns", ApiException)
+    assert conflict.replace_config_map("w", {}, "1") is False
+    with pytest.raises(StoreUnavailable, match="HTTP 503"):
+        ClientApi(FakeCore(503), coord, "ns", ApiException).get_config_map("w")
+    ok.renew_lease("l", "a/x", "t", {}, {})
+    assert coord.created and coord.created[0]["spec"]["holderIdentity"] == "a/x"
+    leases = ok.list_leases("k=v")
+    assert leases[0]["renew_time"] == "2026-01-01T00:00:00.000000Z"
