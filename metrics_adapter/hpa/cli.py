@@ -239,8 +239,15 @@ def _warn_tolerance(
         )
 
 
+def _check_writable(path: Path | None) -> None:
+    """Fail before simulating rather than after printing a timeline."""
+    if path is not None and not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: {path.parent} is not a directory")
+
+
 def simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """`edl-hpa simulate`."""
+    _check_writable(None if args.no_plot else args.plot)
     hpa = load_hpa(args.hpa)
     trace = _trace(args)
     controller = _controller_settings(args)
@@ -267,6 +274,8 @@ def simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """`edl-hpa tune`."""
+    _check_writable(args.plot)
+    _check_writable(args.output)
     hpa = load_hpa(args.hpa)
     trace = _trace(args)
     controller = _controller_settings(args)

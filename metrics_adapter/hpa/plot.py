@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metrics_adapter.hpa.errors import HpaError
 from metrics_adapter.hpa.simulate import SimulationResult
+
+
+class PlotError(HpaError):
+    """The plot cannot be drawn or written (matplotlib missing, unwritable path)."""
 
 
 def write_plot(result: SimulationResult, path: Path, title: str) -> None:
     """Draw the metric panel(s) and the replica panel into `path` (matplotlib, Agg backend)."""
-    import matplotlib
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise PlotError(
+            "matplotlib is not installed (pip install 'edl[plot]'), or pass --no-plot"
+        ) from e
 
     times = [s.decision.time for s in result.steps]
     panels = len(result.metric_names) + 1
@@ -68,5 +78,9 @@ def write_plot(result: SimulationResult, path: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as e:
+        raise PlotError(f"cannot write the plot to {path}: {e.strerror or e}") from e
+    finally:
+        plt.close(fig)

@@ -147,3 +147,49 @@ def test_bad_input_is_one_line_on_stderr(tmp_path: Path, args: list[str], expect
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("edl-hpa")
     assert expected in lines[0]
+
+
+def test_in_process_warning_for_tolerance_without_the_gate(tmp_path: Path) -> None:
+    import io
+
+    from metrics_adapter.hpa.cli import main
+
+    manifest = tmp_path / "hpa.yaml"
+    manifest.write_text(
+        (EXAMPLE / "hpa.yaml").read_text() + "  behavior:\n    scaleUp:\n      tolerance: 0.05\n"
+    )
+    out, err = io.StringIO(), io.StringIO()
+    code = main(
+        [
+            "simulate",
+            str(manifest),
+            "--trace",
+            str(EXAMPLE / "trace.csv"),
+            "--no-plot",
+            "--duration",
+            "60",
+        ],
+        out,
+        err,
+    )
+    assert code == 0
+    assert "tolerance is ignored without --configurable-tolerance" in err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    args = ["simulate", str(manifest), "--trace", str(EXAMPLE / "trace.csv"), "--no-plot"]
+    assert main([*args, "--duration", "60", "--configurable-tolerance"], out, err) == 0
+    assert err.getvalue() == ""
+
+
+def test_unwritable_plot_fails_before_simulating(tmp_path: Path) -> None:
+    result = run(
+        "simulate",
+        str(EXAMPLE / "hpa.yaml"),
+        "--trace",
+        str(EXAMPLE / "trace.csv"),
+        "--plot",
+        str(tmp_path / "missing" / "p.png"),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "is not a directory" in result.stderr
