@@ -198,6 +198,8 @@ def _supervise(supervisor: TrainerSupervisor, settings: AgentSettings) -> int:
         if latch.received:
             return 128 + latch.received[0]
         supervisor.start()
+        if latch.received:  # a signal that came while the trainer was being started
+            supervisor.forward_signal(latch.received[-1])
         while (ended := supervisor.wait(_POLL_SECONDS)) is None:
             if latch.first_at is not None and (
                 len(latch.received) > 1
