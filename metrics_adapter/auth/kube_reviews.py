@@ -42,14 +42,9 @@ class KubernetesAccessReviewer:
     def review(self, attributes: RequestAttributes) -> tuple[bool, str]:
         """``(allowed, reason)`` from the cluster's authorizer."""
         user = attributes.user
-        spec = k8s.V1SubjectAccessReviewSpec(
-            user=user.name,
-            groups=list(user.groups),
-            extra={k: list(v) for k, v in user.extra.items()} or None,
-            uid=user.uid or None,
-        )
+        resource = non_resource = None
         if attributes.is_resource:
-            spec.resource_attributes = k8s.V1ResourceAttributes(
+            resource = k8s.V1ResourceAttributes(
                 namespace=attributes.namespace or None,
                 verb=attributes.verb,
                 group=attributes.group,
@@ -59,9 +54,15 @@ class KubernetesAccessReviewer:
                 name=attributes.name or None,
             )
         else:
-            spec.non_resource_attributes = k8s.V1NonResourceAttributes(
-                path=attributes.path, verb=attributes.verb
-            )
+            non_resource = k8s.V1NonResourceAttributes(path=attributes.path, verb=attributes.verb)
+        spec = k8s.V1SubjectAccessReviewSpec(
+            user=user.name,
+            groups=list(user.groups),
+            extra={k: list(v) for k, v in user.extra.items()} or None,
+            uid=user.uid or None,
+            resource_attributes=resource,
+            non_resource_attributes=non_resource,
+        )
         try:
             result = self._api.create_subject_access_review(
                 k8s.V1SubjectAccessReview(spec=spec), _request_timeout=self._timeout

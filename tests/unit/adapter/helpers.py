@@ -1,0 +1,116 @@
+"""Builds a real adapter app around an in-memory pod registry and store with a manual clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask
+from prometheus_client import CollectorRegistry
+
+from metrics_adapter.app import create_app
+from metrics_adapter.auth.authn import Authenticator, DelegatingAuthenticator
+from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
+from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
+from metrics_adapter.evaluator import MetricEvaluator
+from metrics_adapter.pods import OwnerRef, PodRegistry, PodTarget
+from metrics_adapter.selfmetrics import AdapterMetrics
+from metrics_adapter.service import MetricsService
+from metrics_adapter.settings import AdapterSettings
+from metrics_adapter.store import MetricStore, Sample
+
+T0 = 1_800_000_000.0
+
+
+class ManualClock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def trainer(name: str, ns: str = "ml", deployment: str = "trainer", **labels: str) -> PodTarget:
+    return PodTarget(
+        namespace=ns,
+        name=name,
+        labels={"app": deployment, **labels},
+        owners=(
+            OwnerRef("ReplicaSet", "apps", f"{deployment}-7d9f"),
+            OwnerRef("Deployment", "apps", deployment),
+        ),
+        node="node-1",
+    )
+
+
+def agent_samples(
+    samples: float, steps: float, util: tuple[float, ...] = (0.8, 0.6)
+) -> list[Sample]:
+    out = [
+        Sample("edl_trainer_samples_total", {}, samples),
+        Sample("edl_trainer_steps_total", {}, steps),
+        Sample("edl_trainer_step_duration_seconds_sum", {}, steps * 0.25),
+        Sample("edl_trainer_step_duration_seconds_count", {}, steps),
+        Sample("edl_trainer_comm_seconds_total", {}, steps * 0.05),
+        Sample("edl_trainer_process_cpu_seconds_total", {}, steps * 0.5),
+    ]
+    out += [Sample("edl_gpu_utilization_ratio", {"gpu": str(i)}, u) for i, u in enumerate(util)]
+    return out
+
+
+@dataclass
+class Harness:
+    app: Flask
+    clock: ManualClock
+    pods: PodRegistry
+    store: MetricStore
+    catalogue: CatalogueHolder
+    metrics: AdapterMetrics
+
+    def feed(self, pod: PodTarget, samples: list[Sample]) -> None:
+        self.store.ingest(pod.key, samples)
+
+
+def build(
+    pods: list[PodTarget],
+    authenticator: DelegatingAuthenticator | None = None,
+    authorizer: Authorizer | None = None,
+    catalogue: MetricCatalogue | None = None,
+) -> Harness:
+    clock = ManualClock()
+    registry = PodRegistry()
+    registry.replace_all(pods)
+    store = MetricStore(capacity=16, expire_after=120.0, clock=clock)
+    holder = CatalogueHolder(catalogue or MetricCatalogue.default())
+    service = MetricsService(registry, MetricEvaluator(store, 30.0, clock), holder)
+    metrics = AdapterMetrics(CollectorRegistry())
+    chain: list[Authenticator] = []
+    app = create_app(
+        AdapterSettings(),
+        service,
+        metrics,
+        authenticator or DelegatingAuthenticator(chain),
+        authorizer or AlwaysAllowAuthorizer(),
+        ready=lambda: registry.synced,
+        clock=clock,
+    )
+    return Harness(app, clock, registry, store, holder, metrics)
+
+
+def standard() -> Harness:
+    """Three trainer pods of Deployment `trainer` in `ml` (two with data) and one of `other`."""
+    pods = [
+        trainer("trainer-0"),
+        trainer("trainer-1"),
+        trainer("trainer-2"),
+        trainer("other-0", deployment="other"),
+    ]
+    h = build(pods)
+    # two scrapes 10 s apart: trainer-0 100 samples/s, 4 steps/s; trainer-1 50 samples/s.
+    h.feed(pods[0], agent_samples(1000, 40))
+    h.feed(pods[1], agent_samples(500, 20))
+    h.feed(pods[3], agent_samples(0, 0))
+    h.clock.t += 10
+    h.feed(pods[0], agent_samples(2000, 80))
+    h.feed(pods[1], agent_samples(1000, 40, util=(0.4, 0.2)))
+    h.feed(pods[3], agent_samples(300, 10))
+    return h
