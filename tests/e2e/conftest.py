@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,13 +70,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+_KEEP_RUNS = 5
+_PRUNE_AFTER_S = 3600.0
+
+
 def _work_root() -> Path:
-    root = os.environ.get("EDL_E2E_WORK_DIR")
-    if root:
-        path = Path(root)
-        path.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="run-", dir=path))
-    return Path(tempfile.mkdtemp(prefix="edl-e2e-"))
+    """A fresh run folder (logs, PKI, kubeconfig); runs beyond the newest few, older than an
+    hour, are removed. `EDL_E2E_WORK_DIR` chooses the parent (default: the temp dir)."""
+    parent = Path(os.environ.get("EDL_E2E_WORK_DIR") or tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    old = sorted(parent.glob("edl-e2e-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for run in old[_KEEP_RUNS:]:
+        if time.time() - run.stat().st_mtime > _PRUNE_AFTER_S:
+            shutil.rmtree(run, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix="edl-e2e-", dir=parent))
 
 
 @pytest.fixture(scope="session")
@@ -157,7 +166,8 @@ def e2e_ns(
     loopback_pool: LoopbackAddressPool,
 ) -> Iterator[E2ENamespace]:
     core = client.CoreV1Api(kube_api)
-    base = request.node.name.removeprefix("test_").replace("_", "-").lower()[:40].strip("-")
+    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())
+    base = base[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:5]}"
     core.create_namespace({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}})
     runner_api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))

@@ -12,9 +12,11 @@ import base64
 import shutil
 import sys
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import requests
+import yaml
 
 from tests.e2e.harness.controlplane import (
     ADAPTER_SERVICE,
@@ -59,6 +61,11 @@ class AdapterSettings:
     """Anything else to pass to `edl-adapter serve`."""
     ready_timeout_s: float = 60.0
     """Bound on the wait for its health endpoint."""
+    window: str | None = "10s"
+    """Rate window: the built-in catalogue with only `window` changed (None: built-in as is),
+    so a load change shows in the HPA within seconds instead of the default 30 s."""
+    access_log: bool = True
+    """`--access-log`: every request in the adapter's log (the HPA's queries included)."""
 
 
 class MetricsAdapter:
@@ -84,11 +91,23 @@ class MetricsAdapter:
             f"--scrape-interval={s.scrape_interval}",
             f"--authentication={s.authentication}",
             f"--authorization={s.authorization}",
+            *(["--access-log"] if s.access_log else []),
+            *self._catalogue_args(),
             *s.extra_args,
         ]
         self.process = ManagedProcess(
             "edl-adapter", argv, control_plane.log_dir / "edl-adapter.log"
         )
+
+    def _catalogue_args(self) -> list[str]:
+        if self.settings.window is None:
+            return []
+        text = resources.files("metrics_adapter").joinpath("catalogue.default.yaml").read_text()
+        catalogue = yaml.safe_load(text)
+        catalogue["window"] = self.settings.window
+        path = self.cp.work_dir / "adapter-catalogue.yaml"
+        path.write_text(yaml.safe_dump(catalogue, sort_keys=False))
+        return [f"--metrics-config={path}"]
 
     @property
     def url(self) -> str:

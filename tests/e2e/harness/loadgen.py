@@ -84,9 +84,9 @@ class Trainer:
             "# HELP edl_trainer_up 1 while a trainer process is running.",
             "# TYPE edl_trainer_up gauge",
             "edl_trainer_up 1",
-            "# HELP edl_gpu_count GPUs NVML sees.",
-            "# TYPE edl_gpu_count gauge",
-            "edl_gpu_count 0",
+            "# HELP edl_gpu_devices GPUs NVML sees.",
+            "# TYPE edl_gpu_devices gauge",
+            "edl_gpu_devices 0",
         ]
         return "\n".join(lines) + "\n"
 

@@ -53,6 +53,19 @@ def loadgen_container(load_file: Path) -> dict[str, Any]:
     }
 
 
+def agent_container(trainer: list[str]) -> dict[str, Any]:
+    """A container running the real agent (`edl-agent run`) around a real trainer command."""
+    return {
+        "name": "trainer",
+        "image": "edl-e2e.invalid/edl-agent:local",
+        "command": ["edl-agent", "run", "--host=$(POD_IP)", f"--port={METRICS_PORT}", "--"],
+        "args": trainer,
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": METRICS_PORT}},
+    }
+
+
 def create_trainer_job(
     api: client.ApiClient,
     namespace: str,
@@ -61,8 +74,13 @@ def create_trainer_job(
     name: str = "trainer",
     replicas: int = 1,
     samples_per_second: float = 0.0,
+    container: dict[str, Any] | None = None,
 ) -> TrainerJob:
-    """Creates the Deployment (labels `app=trainer`, `job=<name>`) at the given load."""
+    """Creates the Deployment (labels `app=trainer`, `job=<name>`) at the given load.
+
+    The pods run the load generator unless `container` says otherwise (then the load file is
+    written but nothing reads it).
+    """
     apps = client.AppsV1Api(api)
     labels = {"app": "trainer", "job": name}
     job = TrainerJob(apps, namespace, name, load_dir / f"{namespace}-{name}.json", labels)
@@ -78,7 +96,7 @@ def create_trainer_job(
                 "metadata": {"labels": labels},
                 "spec": {
                     "terminationGracePeriodSeconds": 0,
-                    "containers": [loadgen_container(job.load_file)],
+                    "containers": [container or loadgen_container(job.load_file)],
                 },
             },
         },
