@@ -69,8 +69,12 @@ def wait_for(
 
 
 def test_counters_grow_while_training_and_the_world_is_two(agents: list[LocalAgent]) -> None:
-    for a in agents:
-        first = wait_for(a, "a first step", lambda m: m["edl_trainer_steps_total"] > 0, 120)
+    # Both ranks first, then both again: the ranks step in lockstep, so neither can have
+    # finished training between its two scrapes.
+    firsts = [
+        wait_for(a, "a first step", lambda m: m["edl_trainer_steps_total"] > 0, 120) for a in agents
+    ]
+    for a, first in zip(agents, firsts, strict=True):
         later = wait_for(
             a,
             "more steps",
