@@ -82,9 +82,12 @@ def test_tune_prints_comparison_and_a_valid_manifest(tmp_path: Path) -> None:
         "120s",
         "--output",
         str(output),
+        "--plot",
+        str(tmp_path / "tuned.png"),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
+    assert_png(tmp_path / "tuned.png")
     assert "objective: reach each new target within 120s" in result.stdout
     assert "figure" in result.stdout and "recommended" in result.stdout
     manifest = yaml.safe_load(output.read_text())

@@ -15,6 +15,7 @@ from metrics_adapter.hpa.controller import (
     MetricValues,
     default_pods,
 )
+from metrics_adapter.hpa.replicas import PodState
 from tests.unit.hpa.helpers import hpa_spec, pods_metric
 
 METRIC = "samples_per_second"
@@ -383,3 +384,30 @@ def test_average_value_divides_by_status_replicas() -> None:
         15, 4, MetricValues(objects={"pending_samples": 30_000}), status_replicas=2
     )
     assert decision.metric_replicas == 3
+
+
+def external_spec(target_type: str) -> Any:
+    key = "value" if target_type == "Value" else "averageValue"
+    return hpa_spec(
+        [
+            {
+                "type": "External",
+                "external": {
+                    "metric": {"name": "queue_depth", "selector": {"matchLabels": {"job": "r"}}},
+                    "target": {"type": target_type, key: "10"},
+                },
+            }
+        ]
+    )
+
+
+def test_external_value_versus_average_value() -> None:
+    # items 20 + 25 = 45 against 10; 3 replicas of which 2 pods are Ready
+    values = MetricValues(external={"queue_depth": [20_000, 25_000]})
+    pods = [PodState("a"), PodState("b"), PodState("c", ready=False)]
+    value = HorizontalController(external_spec("Value")).step(15, 3, values, pods)
+    average = HorizontalController(external_spec("AverageValue")).step(15, 3, values, pods)
+    assert value.metric_replicas == 9  # ceil(4.5 * 2 ready pods)
+    assert average.metric_replicas == 5  # 45/(10*3) = 1.5 -> ceil(45/10)
+    assert average.metric_statuses[0].current == 15_000  # ceil(45/3) per pod
+    assert value.metric.startswith("external metric queue_depth(&LabelSelector{MatchLabels:")
