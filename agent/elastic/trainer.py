@@ -175,7 +175,7 @@ class ElasticTrainer:
             if self.rank != 0 and master:
                 wait_for_listener(master, self.settings.master_wait_seconds)
             self._mark("master")
-            dist.init_parallel_env()
+            self._collective(dist.init_parallel_env)
             # Guard against a mixed rendezvous (a stale trainer of another generation).
             gens = paddle.to_tensor([self.generation, -self.generation], dtype="int64")
             self._collective(dist.all_reduce, gens, op=dist.ReduceOp.MAX)

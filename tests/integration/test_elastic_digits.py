@@ -51,15 +51,21 @@ def wait_for(
 
 
 class Job:
-    def __init__(self, tmp: Path) -> None:
+    """Agents of one elastic job on a local membership store, started and stopped by a test."""
+
+    def __init__(
+        self, tmp: Path, train_args: list[str] = TRAIN_ARGS, step_sleep: float = 0.04
+    ) -> None:
         self.tmp = tmp
+        self.train_args = train_args
+        self.step_sleep = step_sleep
         self.store = tmp / "store"
         self.ledger = tmp / "ledger"
         self.result = tmp / "result.json"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, **extra_env: str) -> None:
         port = free_port()
         env = {
             **os.environ,
@@ -71,12 +77,13 @@ class Job:
             "EDL_DRAIN_TIMEOUT": "30",
             "EDL_INIT_TIMEOUT": "90",
             "PYTHONPATH": str(ROOT),
+            **extra_env,
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
                "--min", "1", "--max", "4", "--",
-               PY, "-m", "examples.train_digits_elastic", *TRAIN_ARGS,
-               "--step-sleep", "0.04", "--result", str(self.result)]  # fmt: skip
+               PY, "-m", "examples.train_digits_elastic", *self.train_args,
+               "--step-sleep", str(self.step_sleep), "--result", str(self.result)]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
@@ -87,6 +94,15 @@ class Job:
             return int(raw["generation"]), len(raw["members"])
         except (OSError, ValueError, KeyError):
             return 0, 0
+
+    def steps_done(self) -> int:
+        """The highest global step any trainer has started (from the ledger)."""
+        best = -1
+        for path in self.ledger.glob("ledger-*.jsonl"):
+            for line in path.read_text().splitlines():
+                if '"s":' in line:
+                    best = max(best, int(json.loads(line)["s"]))
+        return best
 
     def stepped(self, name: str, generation: int, steps: int) -> bool:
         """`name`'s trainer finished `steps` steps in `generation` (its first step is marked)."""
@@ -132,10 +148,10 @@ def job(tmp_path: Path) -> Iterator[Job]:
                 print(f"---- {name}\n" + "\n".join(tail))
 
 
-def reference_accuracy(tmp: Path) -> float:
+def reference_accuracy(tmp: Path, train_args: list[str] = TRAIN_ARGS) -> float:
     out = tmp / "reference.json"
     subprocess.run(
-        [PY, "-m", "examples.train_digits_elastic", *TRAIN_ARGS, "--result", str(out)],
+        [PY, "-m", "examples.train_digits_elastic", *train_args, "--result", str(out)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=300,
         capture_output=True,
     )  # fmt: skip

@@ -1,0 +1,108 @@
+"""Faults during elastic training, each bounded by a timeout and ending in a consistent world.
+
+Real agents and Paddle gloo on 127.0.0.1 (helpers from test_elastic_digits). After every
+fault the job must finish with each sample of each epoch trained exactly once in the lineage
+of the final model (the ledger) and without a second world (split brain).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.elastic.ledger import verify
+from tests.integration.test_elastic_digits import NUM_TRAIN, Job, wait_for
+
+
+def all_logs(job: Job) -> str:
+    return "".join((job.tmp / f"{n}.log").read_text(errors="replace") for n in job.procs)
+
+
+@pytest.mark.timeout(400)
+def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None:
+    epochs = 12
+    job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "1"], step_sleep=0.3)
+    try:
+        job.start("a")
+        job.start("b")
+        wait_for(
+            "world of 2", lambda: job.world()[1] == 2 and job.steps_done() >= 10, 150, job.procs
+        )
+        gen = job.world()[0]
+
+        (job.store / "digits" / "world.json").write_text('{"schema": 1, "generation": "x"}')
+        wait_for(
+            "a repaired world training",
+            lambda: job.world()[0] > gen and job.stepped("a", job.world()[0], 5),
+            90,
+            job.procs,
+        )
+        assert job.world()[1] == 2
+        assert all_logs(job).count("world record invalid") == 1
+
+        repaired = job.world()
+        before = job.steps_done()
+        shutil.move(job.store, tmp_path / "away")
+        time.sleep(60)
+        during = job.steps_done()
+        shutil.move(tmp_path / "away", job.store)
+        assert all(p.poll() is None for p in job.procs.values())
+        assert during - before >= 30, "a world of 2 keeps training without the store"
+
+        wait_for(
+            "the job to end",
+            lambda: all(p.poll() is not None for p in job.procs.values()),
+            240,
+            job.procs,
+        )
+        assert [p.returncode for p in job.procs.values()] == [0, 0]
+        assert job.world() == repaired  # the outage itself changed nothing
+        logs = all_logs(job)
+        assert logs.count("membership store unreachable (") == 2  # one line per agent
+        assert logs.count("membership store reachable again") == 2
+        assert verify(job.ledger).problems(NUM_TRAIN, epochs) == []
+    finally:
+        job.stop_all()
+
+
+@pytest.mark.timeout(400)
+def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
+    epochs = 6
+    job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "2"], step_sleep=0.1)
+    bounds = {"EDL_DRAIN_TIMEOUT": "4", "EDL_INIT_TIMEOUT": "30", "EDL_CHECKPOINT_SECONDS": "1"}
+    try:
+        job.start("a", **bounds)
+        job.start("b", **bounds)
+        wait_for(
+            "world of 2", lambda: job.world()[1] == 2 and job.steps_done() >= 10, 150, job.procs
+        )
+        hung = job.trainer_of("b")
+        hung.send_signal(signal.SIGSTOP)  # b's trainer will never reach a step boundary
+
+        job.start("c", **bounds)
+        wait_for(
+            "c's trainer",
+            lambda: bool(psutil.Process(job.procs["c"].pid).children()),
+            90,
+            job.procs,
+        )
+        trainer = job.trainer_of("c")
+        job.procs["c"].kill()  # the whole pod vanishes while the world re-initialises
+        os.killpg(trainer.pid, signal.SIGKILL)
+        job.procs["c"].wait(10)
+
+        wait_for("the job to end", lambda: job.procs["a"].poll() is not None, 300, job.procs)
+        assert job.procs["b"].wait(30) == 0 and job.procs["a"].returncode == 0
+        assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE
+        logs = all_logs(job)
+        assert "did not reach a step boundary within 4 s" in logs
+        report = verify(job.ledger)
+        assert report.problems(NUM_TRAIN, epochs) == []
+    finally:
+        job.stop_all()
