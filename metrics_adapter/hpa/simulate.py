@@ -187,6 +187,19 @@ class Simulation:
             raise SimulationError(f"the trace has no samples for metric(s): {', '.join(missing)}")
         if settings.initial_replicas < 0:
             raise SimulationError("initial replicas must be >= 0")
+        self._pod_requests = self._requests_per_pod()
+
+    def _requests_per_pod(self) -> dict[str, int]:
+        """Each resource metric's request in milli-units (1 unit unless given)."""
+        requests: dict[str, int] = {}
+        for metric in self._model.spec.metrics:
+            source = metric.source
+            if isinstance(source, ResourceMetricSource):
+                quantity = self._settings.requests.get(source.name, Decimal(1))
+                requests[source.name] = milli_value(quantity)
+                if source.container:
+                    requests[f"{source.container}/{source.name}"] = milli_value(quantity)
+        return requests
 
     def run(self) -> SimulationResult:
         """Simulate from HPA creation (t = 0) to the end and summarise."""
@@ -229,7 +242,7 @@ class Simulation:
     # -- the simulated cluster -------------------------------------------------------------
 
     def _pod_state(self, name: str, created: float, now: float) -> PodState:
-        requests = {res: milli_value(q) for res, q in self._settings.requests.items()}
+        requests = self._pod_requests
         if now - created < self._settings.pod_startup:
             return PodState(name, PodPhase.PENDING, ready=False, start_time=None, requests=requests)
         started = created + self._settings.pod_startup if math.isfinite(created) else -1e9

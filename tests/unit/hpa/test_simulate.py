@@ -108,3 +108,19 @@ def test_tuner_is_deterministic_and_never_worse_than_where_it_starts() -> None:
 def test_params_from_behavior_round_trip() -> None:
     params = BehaviorParams(up_window=30, up_pods=2, down_window=600, down_pods=1, down_percent=10)
     assert params_from_behavior(params.behavior(), 300) == params
+
+
+def test_resource_utilization_uses_the_request_default_of_one_unit() -> None:
+    trace = MetricTrace(Sample(0, "cpu", Decimal("1.2"), pod=p) for p in ("a", "b"))
+    cpu = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}},
+    }
+    settings = SimulationSettings(initial_replicas=2, duration=15)
+    # total 2.4 cores over 2 pods with 1-core requests: 120 % against 60 % -> 4
+    result = Simulation(hpa_spec([cpu]), trace, settings).run()
+    assert result.steps[0].decision.desired_replicas == 4
+    assert result.steps[0].metric_values == (120.0,)
+    halved = SimulationSettings(initial_replicas=2, duration=15, requests={"cpu": Decimal("2")})
+    # 2-core requests: 60 % -> within tolerance -> 2
+    assert Simulation(hpa_spec([cpu]), trace, halved).run().steps[0].decision.desired_replicas == 2
