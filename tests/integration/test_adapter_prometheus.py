@@ -1,0 +1,112 @@
+"""`--source prometheus`: a real Prometheus (Debian package) scrapes agent-like endpoints on
+loopback; the adapter reads them with instant queries and serves the same API metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+import yaml
+
+from tests.integration.test_adapter_static import (
+    CM,
+    EXT,
+    Adapter,
+    free_port,
+    spawn,
+    start_adapter,
+    start_agent,
+    value,
+    wait_until,
+)
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adapter]:
+    if PROMETHEUS is None:
+        pytest.skip(
+            "the prometheus binary is absent (bash scripts/install-system-deps.sh installs it)"
+        )
+    workdir = tmp_path_factory.mktemp("adapter-prometheus")
+    with contextlib.ExitStack() as stack:
+        targets = []
+        for name, rate in (("trainer-0", 100.0), ("trainer-1", 50.0)):
+            proc, port = start_agent(workdir, name, rate)
+            stack.callback(proc.stop)
+            labels = {"namespace": "ml", "pod": name, "app": "trainer", "deployment": "trainer"}
+            targets.append({"targets": [f"127.0.0.1:{port}"], "labels": labels})
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+            "scrape_configs": [{"job_name": "edl-agents", "static_configs": targets}],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom_port = free_port()
+        prom = spawn(
+            "prometheus",
+            [
+                PROMETHEUS,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            workdir,
+        )
+        stack.callback(prom.stop)
+        prom_url = f"http://127.0.0.1:{prom_port}"
+        wait_until(
+            "prometheus ready", lambda: requests.get(f"{prom_url}/-/ready", timeout=1).ok, 60
+        )
+        adapter = start_adapter(
+            workdir,
+            "--source",
+            "prometheus",
+            "--prometheus-url",
+            prom_url,
+            "--scrape-interval",
+            "1s",
+            "--authentication",
+            "none",
+            "--authorization",
+            "none",
+        )
+        stack.callback(adapter.proc.stop)
+        path = f"{CM}/v1beta2/namespaces/ml/pods/*/samples_per_second?labelSelector=app%3Dtrainer"
+        wait_until(
+            "both trainers through Prometheus", lambda: len(adapter.items(path)) == 2, 60, 0.5
+        )
+        time.sleep(3)
+        yield adapter
+
+
+def test_pods_metrics_through_prometheus(adapter: Adapter) -> None:
+    items = adapter.items(
+        f"{CM}/v1beta2/namespaces/ml/pods/%2A/samples_per_second?labelSelector=app%3Dtrainer"
+    )
+    by_pod = {i["describedObject"]["name"]: value(i) for i in items}
+    assert by_pod == {
+        "trainer-0": pytest.approx(100.0, rel=0.2),
+        "trainer-1": pytest.approx(50.0, rel=0.2),
+    }
+    (step,) = adapter.items(f"{CM}/v1beta1/namespaces/ml/pods/trainer-0/step_seconds")
+    assert value(step) == pytest.approx(0.1, rel=0.1)
+
+
+def test_object_and_external_metrics_through_prometheus(adapter: Adapter) -> None:
+    (dep,) = adapter.items(
+        f"{CM}/v1beta2/namespaces/ml/deployments.apps/trainer/samples_per_second"
+    )
+    assert value(dep) == pytest.approx(150.0, rel=0.2)
+    (ext,) = adapter.items(
+        f"{EXT}/namespaces/ml/busy_accelerators?labelSelector=deployment%3Dtrainer"
+    )
+    assert value(ext) == pytest.approx(2.0)
+    missing = adapter.kubectl(
+        f"{CM}/v1beta2/namespaces/ml/deployments.apps/nobody/samples_per_second"
+    )
+    assert missing.returncode != 0 and "(NotFound)" in missing.stderr
