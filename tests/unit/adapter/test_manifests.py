@@ -1,0 +1,97 @@
+"""manifests/: `kubectl kustomize` renders base and overlay; they agree with the adapter's CLI."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from metrics_adapter.catalogue import MetricCatalogue
+from metrics_adapter.cli import build_parser, settings_from_args
+
+ROOT = Path(__file__).resolve().parents[3]
+KUBECTL = shutil.which("kubectl")
+
+
+def render(path: str) -> list[dict[str, Any]]:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_base_has_every_piece() -> None:
+    docs = render("manifests/base")
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    assert by_kind(docs, "Service") and by_kind(docs, "PodDisruptionBudget")
+    bindings = {
+        (d["kind"], d["roleRef"]["name"], d["metadata"].get("namespace"))
+        for d in docs
+        if "roleRef" in d
+    }
+    assert ("ClusterRoleBinding", "system:auth-delegator", None) in bindings
+    assert ("RoleBinding", "extension-apiserver-authentication-reader", "kube-system") in bindings
+    services = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "APIService")}
+    assert set(services) == {
+        "v1beta2.custom.metrics.k8s.io",
+        "v1beta1.custom.metrics.k8s.io",
+        "v1beta1.external.metrics.k8s.io",
+    }
+    assert (
+        services["v1beta2.custom.metrics.k8s.io"]["versionPriority"]
+        > services["v1beta1.custom.metrics.k8s.io"]["versionPriority"]
+    )
+    for name, spec in services.items():
+        assert name == f"{spec['version']}.{spec['group']}"
+        assert spec["service"] == {
+            "name": "edl-metrics-adapter",
+            "namespace": "edl-system",
+            "port": 443,
+        }
+
+
+@pytest.mark.parametrize("path", ["manifests/base", "manifests/overlays/production"])
+def test_deployment_args_are_valid_cli_options(path: str) -> None:
+    docs = render(path)
+    (deploy,) = by_kind(docs, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["edl-adapter"]
+    settings = settings_from_args(build_parser().parse_args(container["args"]))
+    assert settings.tls and settings.port == 6443
+    assert settings.metrics_config == Path("/etc/edl-adapter/catalogue.yaml")
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/etc/edl-adapter" in mounts and "/var/run/serving-cert" in mounts
+
+
+def test_catalogue_configmap_is_the_built_in_catalogue() -> None:
+    (cm,) = [d for d in render("manifests/base") if d["kind"] == "ConfigMap"]
+    shipped = MetricCatalogue.from_yaml(cm["data"]["catalogue.yaml"])
+    assert shipped == MetricCatalogue.default()
+
+
+def test_production_overlay_uses_a_ca_bundle() -> None:
+    docs = render("manifests/overlays/production")
+    for api in by_kind(docs, "APIService"):
+        assert "insecureSkipTLSVerify" not in api["spec"]
+        assert (
+            api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == "edl-system/edl-metrics-adapter"
+        )
+    (deploy,) = by_kind(docs, "Deployment")
+    volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["serving-cert"]["secret"]["secretName"] == "edl-metrics-adapter-tls"
