@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 
+import pytest
 import requests
 from kubernetes import client
 
 from tests.e2e.conftest import E2ENamespace, Kubectl
-from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings
+from tests.e2e.harness.processes import HarnessError
 from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
 
@@ -62,3 +65,26 @@ def test_pod_runner_runs_pods_on_their_own_loopback_address(e2e_ns: E2ENamespace
     except requests.ConnectionError:
         pass
     assert not e2e_ns.runner.errors
+
+
+def test_a_component_that_fails_to_start_fails_with_its_log_tail(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # A second, deliberately broken control plane: kube-apiserver rejects the unknown gate.
+    broken = ControlPlane(
+        ControlPlaneSettings(
+            bin_dir=control_plane.settings.bin_dir,
+            work_dir=tmp_path / "broken",
+            extra_feature_gates={"EdlNoSuchGate": True},
+            ready_timeout_s=60,
+        )
+    )
+    try:
+        with pytest.raises(HarnessError) as err:
+            broken.start()
+    finally:
+        broken.stop()
+    message = str(err.value)
+    assert "kube-apiserver exited before becoming healthy" in message
+    assert "EdlNoSuchGate" in message  # the log tail names the cause
+    assert broken.etcd is not None and not broken.etcd.alive()

@@ -143,7 +143,7 @@ class PodRunnerSettings:
     """A pod whose probe has not passed by then is reported not ready (and logged)."""
     max_restarts: int = 3
     """A container that exits is restarted (restartPolicy Always) at most this often."""
-    watch_timeout_s: int = 5
+    watch_timeout_s: int = 3
     """Server-side watch timeout; bounds how long `stop()` waits for the watch thread."""
 
 
