@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 PEER_CERT_ENVIRON_KEY = "edl.peer_cert_der"
 _READ_METHODS = ("GET", "HEAD")
+_STREAM_ABOVE_ITEMS = 2048
+_NO_CREDENTIALS = Credentials({}, {})
 _VERSION = {"major": "0", "minor": "1", "gitVersion": "v0.1.0", "platform": "python"}
 
 
@@ -65,6 +67,7 @@ def create_app(
 ) -> Flask:
     """Build the adapter's WSGI app around its collaborators."""
     app = Flask("metrics_adapter")
+    renderer = wire.MetricListRenderer()
     app.config["EDL_ADAPTER_SETTINGS"] = settings
 
     def dispatch(route: Route) -> Response:
@@ -111,11 +114,30 @@ def create_app(
             points = service.root(route.resource, route.name, route.metric, selector,
                                   metric_selector)  # fmt: skip
         _observe_age([p.timestamp for p in points])
-        return _json(200, wire.metric_value_list(route.version, points), head)
+        if head:
+            return Response(b"", status=200, mimetype="application/json")
+        if len(points) <= _STREAM_ABOVE_ITEMS:
+            return Response(
+                renderer.render(route.version, points), 200, mimetype="application/json"
+            )
+        # Large lists stream in chunks: memory per request stays bounded at any job size.
+        return Response(
+            renderer.render_chunks(route.version, points), 200, mimetype="application/json"
+        )
 
     def _observe_age(timestamps: list[float]) -> None:
         if timestamps:
             metrics.sample_age.observe(max(0.0, clock() - min(timestamps)))
+
+    # Every request is answered by `handle`; this catch-all rule only spares Flask's URL map
+    # the cost of failing to match (it never dispatches: `handle` always returns a response).
+    def unreachable(**_: str) -> Response:
+        return Response(status=500)
+
+    app.add_url_rule("/", "edge", unreachable)
+    app.add_url_rule("/<path:_rest>", "edge", unreachable)
+    app.url_map.strict_slashes = False
+    app.url_map.merge_slashes = False
 
     @app.before_request
     def handle() -> Response:
@@ -138,7 +160,8 @@ def create_app(
                     f"(method {request.method})"
                 )
             if route is None or route.kind is not RouteKind.HEALTH:
-                user = authenticator.authenticate(_credentials())
+                credentials = _credentials() if authenticator.needs_credentials else _NO_CREDENTIALS
+                user = authenticator.authenticate(credentials)
                 path = route.path if route is not None else request.path
                 authorizer.authorize(request_attributes(user, request.method, path))
             if path_error is not None:

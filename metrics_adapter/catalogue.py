@@ -20,6 +20,9 @@ import yaml
 from metrics_adapter.durations import parse_duration
 from metrics_adapter.errors import ConfigError
 
+# libyaml's safe loader when present: 3x faster, a fraction of the memory on large files
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,252}$")
 _SERIES_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
@@ -128,7 +131,7 @@ class MetricCatalogue:
             ConfigError: naming the source and the bad entry.
         """
         try:
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_YAML_LOADER)
         except yaml.YAMLError as e:
             raise ConfigError(f"{source}: invalid YAML: {e}") from e
         if not isinstance(doc, dict):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from metrics_adapter.catalogue import MetricDefinition, SeriesTerm
@@ -47,6 +47,21 @@ class MetricEvaluator:
         if self._clock() - point.timestamp > self.stale_after:
             return None
         return point
+
+    def pod_values(
+        self,
+        definition: MetricDefinition,
+        pods: Sequence[PodKey],
+        metric_selector: LabelSelector,
+        generation: int = 0,
+    ) -> list[Point | None]:
+        """``pod_value`` for many pods at once (one store lock hold)."""
+        key = (generation, definition.external, definition.name, str(metric_selector))
+        points = self._store.memoized_batch(
+            pods, key, lambda pod: self._compute(definition, pod, metric_selector)
+        )
+        horizon = self._clock() - self.stale_after
+        return [p if isinstance(p, Point) and p.timestamp >= horizon else None for p in points]
 
     def _compute(
         self, definition: MetricDefinition, pod: PodKey, metric_selector: LabelSelector

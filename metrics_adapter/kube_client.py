@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-
 from metrics_adapter.errors import SourceError
 
 
@@ -17,6 +14,9 @@ def make_api_client(kubeconfig: Path | None) -> Any:
     Raises:
         SourceError: when no configuration can be loaded.
     """
+    from kubernetes import client as k8s  # imported on demand: ~30 MB resident
+    from kubernetes import config as k8s_config
+
     try:
         if kubeconfig is not None:
             return k8s_config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from metrics_adapter.selector import LabelSelector
+
 
 class PodKey(NamedTuple):
     """A pod's identity: namespace and name."""
@@ -51,11 +53,11 @@ class PodTarget:
     node: str | None = None
     scrape_url: str | None = None
     uid: str = ""
+    key: PodKey = field(init=False, compare=False, repr=False)
+    """This pod's :class:`PodKey` (computed once)."""
 
-    @property
-    def key(self) -> PodKey:
-        """This pod's :class:`PodKey`."""
-        return PodKey(self.namespace, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PodKey(self.namespace, self.name))
 
     def owned_by(self, resource: str, name: str) -> bool:
         """Whether an owner with this group-qualified resource and name owns the pod."""
@@ -68,6 +70,8 @@ class PodRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_ns: dict[str, dict[str, PodTarget]] = {}
+        self._version = 0
+        self._selections: dict[tuple[str, str], tuple[int, list[PodTarget]]] = {}
         self.synced = False
 
     def replace_all(self, pods: Iterable[PodTarget]) -> list[PodKey]:
@@ -83,6 +87,7 @@ class PodRegistry:
                 if name not in fresh.get(ns, {})
             ]
             self._by_ns = fresh
+            self._version += 1
             self.synced = True
         return gone
 
@@ -90,11 +95,13 @@ class PodRegistry:
         """Add or update one pod."""
         with self._lock:
             self._by_ns.setdefault(pod.namespace, {})[pod.name] = pod
+            self._version += 1
 
     def remove(self, key: PodKey) -> None:
         """Forget one pod."""
         with self._lock:
             self._by_ns.get(key.namespace, {}).pop(key.name, None)
+            self._version += 1
 
     def get(self, key: PodKey) -> PodTarget | None:
         """One pod by key."""
@@ -105,6 +112,23 @@ class PodRegistry:
         """Pods of one namespace (a snapshot)."""
         with self._lock:
             return list(self._by_ns.get(namespace, {}).values())
+
+    def select(self, namespace: str, selector: LabelSelector) -> list[PodTarget]:
+        """Pods of a namespace matching a selector; cached until the registry changes."""
+        key = (namespace, str(selector))
+        with self._lock:
+            hit = self._selections.get(key)
+            if hit is not None and hit[0] == self._version:
+                return hit[1]
+            version = self._version
+            pods = list(self._by_ns.get(namespace, {}).values())
+        if not selector.empty:
+            pods = [p for p in pods if selector.matches(p.labels)]
+        with self._lock:
+            if len(self._selections) >= 1024:
+                self._selections.clear()
+            self._selections[key] = (version, pods)
+        return pods
 
     def all(self) -> list[PodTarget]:
         """Every pod (a snapshot)."""

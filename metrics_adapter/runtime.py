@@ -26,7 +26,6 @@ from metrics_adapter.auth.authz import (
     Authorizer,
     SubjectAccessReviewAuthorizer,
 )
-from metrics_adapter.auth.kube_reviews import KubernetesAccessReviewer, KubernetesTokenReviewer
 from metrics_adapter.auth.trust import ClientTrust
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.errors import ConfigError, SourceError
@@ -39,7 +38,6 @@ from metrics_adapter.selfmetrics import AdapterMetrics
 from metrics_adapter.service import MetricsService
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
 from metrics_adapter.sources import Component
-from metrics_adapter.sources.kubernetes import KubernetesPodDiscovery
 from metrics_adapter.sources.prometheus import PrometheusCollector
 from metrics_adapter.sources.scraper import PodScraper
 from metrics_adapter.sources.static import StaticPodDiscovery
@@ -157,6 +155,8 @@ class AdapterRuntime:
             static.load()
             self.components.append(static)
         if s.source is SourceKind.KUBERNETES:
+            from metrics_adapter.sources.kubernetes import KubernetesPodDiscovery
+
             self.components.append(
                 KubernetesPodDiscovery(
                     self.api_client(s.kubeconfig),
@@ -224,6 +224,8 @@ class AdapterRuntime:
         if trust.client_ca_pem:
             chain.append(ClientCertAuthenticator(load_ca_bundle(trust.client_ca_pem)))
         try:
+            from metrics_adapter.auth.kube_reviews import KubernetesTokenReviewer
+
             client = self.api_client(s.authentication_kubeconfig or s.kubeconfig)
             chain.append(
                 TokenReviewAuthenticator(KubernetesTokenReviewer(client), s.auth_cache_ttl, clock)
@@ -240,6 +242,8 @@ class AdapterRuntime:
         s = self.settings
         if s.authorization is AuthMode.NONE:
             return AlwaysAllowAuthorizer()
+        from metrics_adapter.auth.kube_reviews import KubernetesAccessReviewer
+
         client = self.api_client(s.authorization_kubeconfig or s.kubeconfig)
         return SubjectAccessReviewAuthorizer(
             KubernetesAccessReviewer(client), clock, s.auth_cache_ttl, s.auth_cache_ttl

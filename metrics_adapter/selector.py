@@ -121,7 +121,10 @@ class LabelSelector:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether every requirement holds for ``labels``."""
-        return all(r.matches(labels) for r in self.requirements)
+        for r in self.requirements:
+            if not r.matches(labels):
+                return False
+        return True
 
     def equality_labels(self) -> dict[str, str]:
         """The ``key=value`` pairs the selector pins (used as External metricLabels)."""

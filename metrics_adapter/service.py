@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue, MetricDefinition
 from metrics_adapter.errors import NotFoundError
@@ -14,8 +15,7 @@ from metrics_adapter.selector import LabelSelector
 ALL = "*"
 
 
-@dataclass(frozen=True)
-class DescribedObject:
+class DescribedObject(NamedTuple):
     """The Kubernetes object a value describes (``describedObject``)."""
 
     kind: str
@@ -25,8 +25,7 @@ class DescribedObject:
     uid: str = ""
 
 
-@dataclass(frozen=True)
-class MetricPoint:
+class MetricPoint(NamedTuple):
     """One item of a MetricValueList."""
 
     described: DescribedObject
@@ -68,12 +67,11 @@ class MetricsService:
         metric_selector: LabelSelector,
         generation: int,
     ) -> list[tuple[PodTarget, Point]]:
-        out = []
-        for pod in pods:
-            point = self._evaluator.pod_value(definition, pod.key, metric_selector, generation)
-            if point is not None:
-                out.append((pod, point))
-        return out
+        pods = list(pods)
+        points = self._evaluator.pod_values(
+            definition, [p.key for p in pods], metric_selector, generation
+        )
+        return [(pod, point) for pod, point in zip(pods, points, strict=True) if point is not None]
 
     def pods(
         self,
@@ -87,9 +85,7 @@ class MetricsService:
         catalogue = self._catalogue.current
         definition = self._custom(catalogue, metric, "pods")
         if name == ALL:
-            candidates = [
-                p for p in self._pods.in_namespace(namespace) if selector.matches(p.labels)
-            ]
+            candidates = self._pods.select(namespace, selector)
         else:
             pod = self._pods.get(PodKey(namespace, name))
             candidates = [pod] if pod is not None and selector.matches(pod.labels) else []
@@ -199,7 +195,7 @@ class MetricsService:
         definition = catalogue.external.get(metric)
         if definition is None:
             raise NotFoundError(f"the server could not find the external metric {metric}")
-        pods = [p for p in self._pods.in_namespace(namespace) if selector.matches(p.labels)]
+        pods = self._pods.select(namespace, selector)
         values = self._values(definition, pods, LabelSelector(), catalogue.generation)
         if not values:
             return []

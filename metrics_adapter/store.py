@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from metrics_adapter.pods import PodKey
@@ -23,9 +23,11 @@ class Sample:
     timestamp: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _PodSeries:
-    windows: dict[str, dict[LabelSet, MetricWindow]] = field(default_factory=dict)
+    # One flat dict per pod, keyed by (series name, label set): a pod has a handful of series,
+    # and a dict per series name cost more memory than the samples themselves.
+    windows: dict[tuple[str, LabelSet], MetricWindow] = field(default_factory=dict)
     last_ingest: float = 0.0
     memo: dict[Hashable, object] = field(default_factory=dict)
 
@@ -75,13 +77,10 @@ class MetricStore:
                     continue
                 if not math.isfinite(s.value):
                     continue
-                by_labels = entry.windows.get(s.name)
-                if by_labels is None:
-                    by_labels = entry.windows[s.name] = {}
-                label_set = tuple(sorted(s.labels.items()))
-                window = by_labels.get(label_set)
+                key = (s.name, tuple(sorted(s.labels.items())) if s.labels else ())
+                window = entry.windows.get(key)
                 if window is None:
-                    window = by_labels[label_set] = MetricWindow(self._capacity)
+                    window = entry.windows[key] = MetricWindow(self._capacity)
                 ts = now if s.timestamp is None else s.timestamp
                 if window.add(ts, s.value):
                     stored += 1
@@ -95,7 +94,7 @@ class MetricStore:
             entry = self._pods.get(pod)
             if entry is None:
                 return []
-            return list(entry.windows.get(series, {}).items())
+            return [(k[1], w) for k, w in entry.windows.items() if k[0] == series]
 
     def memoized(self, pod: PodKey, key: Hashable, compute: Callable[[], object]) -> object:
         """Return ``compute()`` cached until the pod's next ingest."""
@@ -107,6 +106,27 @@ class MetricStore:
                 return entry.memo[key]
             value = entry.memo[key] = compute()
             return value
+
+    def memoized_batch(
+        self, pods: Sequence[PodKey], key: Hashable, compute: Callable[[PodKey], object]
+    ) -> list[object]:
+        """``memoized`` for many pods under one lock hold; None for pods without data."""
+        out: list[object] = []
+        append = out.append
+        with self._lock:
+            get = self._pods.get
+            for pod in pods:
+                entry = get(pod)
+                if entry is None:
+                    append(None)
+                    continue
+                memo = entry.memo
+                if key in memo:
+                    append(memo[key])
+                else:
+                    value = memo[key] = compute(pod)
+                    append(value)
+        return out
 
     def last_ingest(self, pod: PodKey) -> float | None:
         """When the pod's data last arrived (None when it has none)."""
@@ -138,11 +158,9 @@ class MetricStore:
         with self._lock:
             series = samples = nbytes = 0
             for entry in self._pods.values():
-                nbytes += 200
-                for by_labels in entry.windows.values():
-                    nbytes += 100
-                    for label_set, w in by_labels.items():
-                        series += 1
-                        samples += w.size
-                        nbytes += w.nbytes() + 64 + 100 * len(label_set)
+                nbytes += 300 + 40 * len(entry.windows)
+                for (_, label_set), w in entry.windows.items():
+                    series += 1
+                    samples += w.size
+                    nbytes += w.nbytes() + 56 + 100 * len(label_set)
             return StoreStats(len(self._pods), series, samples, nbytes)

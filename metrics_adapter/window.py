@@ -8,11 +8,12 @@ from array import array
 class MetricWindow:
     """The newest ``capacity`` samples of one series, oldest overwritten first.
 
-    Samples live in two ``array('d')`` rings (16 bytes a sample), so memory per series is fixed.
+    Samples live in one ``array('d')`` of interleaved (time, value) pairs (16 bytes a sample),
+    so memory per series is fixed.
     Out-of-order or duplicate timestamps are dropped.
     """
 
-    __slots__ = ("_start", "_times", "_values", "capacity", "size")
+    __slots__ = ("_data", "_start", "capacity", "size")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 2:
@@ -20,20 +21,19 @@ class MetricWindow:
         self.capacity = capacity
         self.size = 0
         self._start = 0
-        self._times = array("d")
-        self._values = array("d")
+        self._data = array("d")
 
     def add(self, timestamp: float, value: float) -> bool:
         """Append a sample; returns False when it is not newer than the last one."""
         if self.size and timestamp <= self.last_time:
             return False
         if self.size < self.capacity:
-            self._times.append(timestamp)
-            self._values.append(value)
+            self._data.append(timestamp)
+            self._data.append(value)
             self.size += 1
         else:
-            self._times[self._start] = timestamp
-            self._values[self._start] = value
+            self._data[2 * self._start] = timestamp
+            self._data[2 * self._start + 1] = value
             self._start = (self._start + 1) % self.capacity
         return True
 
@@ -42,20 +42,20 @@ class MetricWindow:
         """Timestamp of the newest sample (``-inf`` when empty)."""
         if not self.size:
             return float("-inf")
-        return self._times[(self._start + self.size - 1) % self.capacity]
+        return self._data[2 * ((self._start + self.size - 1) % self.capacity)]
 
     def latest(self) -> tuple[float, float] | None:
         """The newest ``(timestamp, value)``, or None when empty."""
         if not self.size:
             return None
-        i = (self._start + self.size - 1) % self.capacity
-        return self._times[i], self._values[i]
+        i = 2 * ((self._start + self.size - 1) % self.capacity)
+        return self._data[i], self._data[i + 1]
 
     def samples(self) -> list[tuple[float, float]]:
         """All samples, oldest first."""
-        cap, start = self.capacity, self._start
+        cap, start, data = self.capacity, self._start, self._data
         return [
-            (self._times[(start + k) % cap], self._values[(start + k) % cap])
+            (data[2 * ((start + k) % cap)], data[2 * ((start + k) % cap) + 1])
             for k in range(self.size)
         ]
 
@@ -69,20 +69,20 @@ class MetricWindow:
         """
         if self.size < 2:
             return None
-        cap, start = self.capacity, self._start
-        newest = (start + self.size - 1) % cap
-        t_last = self._times[newest]
+        cap, start, data = self.capacity, self._start, self._data
+        newest = 2 * ((start + self.size - 1) % cap)
+        t_last = data[newest]
         horizon = t_last - window_seconds
         increase = 0.0
         t_first = t_last
-        prev = self._values[newest]
+        prev = data[newest + 1]
         used = 1
         for k in range(self.size - 2, -1, -1):
-            i = (start + k) % cap
-            t = self._times[i]
+            i = 2 * ((start + k) % cap)
+            t = data[i]
             if t < horizon:
                 break
-            v = self._values[i]
+            v = data[i + 1]
             increase += prev - v if prev >= v else prev
             prev = v
             t_first = t
@@ -93,4 +93,4 @@ class MetricWindow:
 
     def nbytes(self) -> int:
         """Approximate memory held by this window."""
-        return 56 + 2 * (64 + self._times.itemsize * self.capacity)
+        return 56 + 64 + 16 * self.capacity

@@ -6,7 +6,9 @@ MetricValueList (v1beta1, v1beta2), ExternalMetricValueList, discovery documents
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from metrics_adapter.catalogue import MetricCatalogue
@@ -33,35 +35,81 @@ def _described(obj: DescribedObject) -> JSON:
     return out
 
 
+def metric_item(version: str, p: MetricPoint) -> JSON:
+    """One MetricValue in the shape of ``version``."""
+    value = format_quantity(p.value)
+    window = round(p.definition.window_seconds)
+    if version == "v1beta1":
+        return {
+            "describedObject": _described(p.described),
+            "metricName": p.definition.name,
+            "timestamp": rfc3339(p.timestamp),
+            "window": window,
+            "value": value,
+            "selector": None,
+        }
+    return {
+        "describedObject": _described(p.described),
+        "metric": {"name": p.definition.name, "selector": None},
+        "timestamp": rfc3339(p.timestamp),
+        "windowSeconds": window,
+        "value": value,
+    }
+
+
 def metric_value_list(version: str, points: list[MetricPoint]) -> JSON:
     """A custom.metrics.k8s.io MetricValueList in the shape of ``version``."""
-    items = []
-    for p in points:
-        value = format_quantity(p.value)
-        window = round(p.definition.window_seconds)
-        if version == "v1beta1":
-            items.append({
-                "describedObject": _described(p.described),
-                "metricName": p.definition.name,
-                "timestamp": rfc3339(p.timestamp),
-                "window": window,
-                "value": value,
-                "selector": None,
-            })  # fmt: skip
-        else:
-            items.append({
-                "describedObject": _described(p.described),
-                "metric": {"name": p.definition.name, "selector": None},
-                "timestamp": rfc3339(p.timestamp),
-                "windowSeconds": window,
-                "value": value,
-            })  # fmt: skip
     return {
         "kind": "MetricValueList",
         "apiVersion": f"{CUSTOM_GROUP}/{version}",
         "metadata": {},
-        "items": items,
+        "items": [metric_item(version, p) for p in points],
     }
+
+
+class MetricListRenderer:
+    """Serializes MetricValueLists, caching each item's JSON.
+
+    An item's text depends only on (version, metric, object, value, time, window), which
+    change once per scrape, while the HPA and dashboards re-read the same values many times.
+    The cache is bounded: it is emptied when it reaches ``max_entries``.
+    """
+
+    def __init__(self, max_entries: int = 32768) -> None:
+        self._cache: dict[tuple[object, ...], str] = {}
+        self._max = max_entries
+
+    def render(self, version: str, points: list[MetricPoint]) -> bytes:
+        """The list as JSON bytes (identical to ``json.dumps(metric_value_list(...))``)."""
+        return b"".join(self.render_chunks(version, points))
+
+    def render_chunks(
+        self, version: str, points: list[MetricPoint], chunk_items: int = 512
+    ) -> Iterator[bytes]:
+        """The list as JSON, in pieces of ``chunk_items`` items (bounded memory per request)."""
+        yield (
+            f'{{"kind":"MetricValueList","apiVersion":"{CUSTOM_GROUP}/{version}",'
+            '"metadata":{},"items":['
+        ).encode()
+        for start in range(0, len(points), chunk_items):
+            text = ",".join(self._items(version, points[start : start + chunk_items]))
+            yield (("," if start else "") + text).encode()
+        yield b"]}"
+
+    def _items(self, version: str, points: list[MetricPoint]) -> list[str]:
+        cache = self._cache
+        parts = []
+        for p in points:
+            key = (version, p.definition.name, p.described, p.value, p.timestamp,
+                   p.definition.window_seconds)  # fmt: skip
+            text = cache.get(key)
+            if text is None:
+                text = json.dumps(metric_item(version, p), separators=(",", ":"))
+                if len(cache) >= self._max:
+                    cache.clear()
+                cache[key] = text
+            parts.append(text)
+        return parts
 
 
 def external_value_list(points: list[ExternalPoint]) -> JSON:

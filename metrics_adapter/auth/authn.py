@@ -191,6 +191,11 @@ class DelegatingAuthenticator:
         self._chain = list(chain)
         self._allow_anonymous = allow_anonymous
 
+    @property
+    def needs_credentials(self) -> bool:
+        """False when no method is configured (``--authentication none``)."""
+        return bool(self._chain) or not self._allow_anonymous
+
     def authenticate(self, credentials: Credentials) -> UserInfo:
         """The request's user."""
         for authenticator in self._chain:

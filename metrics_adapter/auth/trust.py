@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client as k8s
-
 from metrics_adapter.errors import SourceError
 
 log = logging.getLogger(__name__)
@@ -55,6 +53,8 @@ def trust_from_configmap(api_client: Any, timeout: float = 10.0) -> ClientTrust:
     Raises:
         SourceError: when it cannot be read.
     """
+    from kubernetes import client as k8s
+
     try:
         cm = k8s.CoreV1Api(api_client).read_namespaced_config_map(
             AUTH_CONFIGMAP_NAME, AUTH_CONFIGMAP_NAMESPACE, _request_timeout=timeout

@@ -31,6 +31,9 @@ from metrics_adapter.selector import validate_key, validate_value
 from metrics_adapter.sources.scraper import scrape_url_for
 from metrics_adapter.store import MetricStore
 
+# libyaml's safe loader when present: 3x faster, a fraction of the memory on large files
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 log = logging.getLogger(__name__)
 
 _KEYS = {"namespace", "name", "labels", "deployment", "replicaset", "statefulset", "node",
@@ -44,7 +47,7 @@ def load_static_pods(path: Path) -> list[PodTarget]:
         ConfigError: naming the file and the bad entry.
     """
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(), Loader=_YAML_LOADER)
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot load static pods file {path}: {e}") from e
     entries = (doc or {}).get("pods") if isinstance(doc, dict | type(None)) else None

@@ -1,0 +1,404 @@
+"""Benchmark of the metrics adapter (printed, never asserted).
+
+For 100, 1,000 and 10,000 pods in the store it starts the real server (gunicorn, one worker,
+the production code path; plain HTTP and TLS), then measures over real HTTP:
+
+- latency p50/p99 and requests/s of the HPA's query
+  ``/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second?labelSelector=...``
+  (every pod matches, so the answer has one item per pod), one keep-alive client;
+- requests/s with 4 concurrent clients (the server is one process: one core at most);
+- the RSS of the serving process;
+- scrape-to-visible freshness: a real endpoint's gauge changes, how long until the API shows it.
+
+Goals (from the issue): p99 < 5 ms at 1,000 pods, >= 2,000 req/s on one core, < 150 MB RSS at
+10,000 pods. Run: ``.venv/bin/python bench/bench_adapter.py [--sizes 100,1000,10000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+CM = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml"
+QUERY = f"{CM}/pods/*/samples_per_second?labelSelector=app%3Dtrainer"
+QUERIES = {
+    "pods/*": QUERY,  # the HPA's Pods-metric read: one item per pod
+    "deploy": f"{CM}/deployments.apps/trainer/samples_per_second",  # Object: all pods, 1 item
+    "pod": f"{CM}/pods/trainer-0/samples_per_second",  # one named pod
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------- child: a filled adapter
+
+
+def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
+    """Run the real server with `pods` trainer pods' samples already in its store."""
+    from metrics_adapter.runtime import AdapterRuntime
+    from metrics_adapter.server import AdapterServer
+    from metrics_adapter.settings import AdapterSettings, AuthMode
+    from metrics_adapter.store import Sample
+    from metrics_adapter.tls import ensure_serving_cert, server_context
+
+    pods_file = workdir / f"pods-{pods}.yaml"
+    listed = [
+        {
+            "namespace": "ml",
+            "name": f"trainer-{i}",
+            "labels": {"app": "trainer"},
+            "deployment": "trainer",
+        }
+        for i in range(pods)
+    ]
+    pods_file.write_text(yaml.safe_dump({"pods": listed}))
+    settings = AdapterSettings(
+        host="127.0.0.1",
+        port=port,
+        tls=tls,
+        static_file=pods_file,
+        scrape_interval=5.0,
+        stale_after=3600.0,
+        expire_after=7200.0,
+        authentication=AuthMode.NONE,
+        authorization=AuthMode.NONE,
+        threads=8,
+        log_level="warning",
+    )
+
+    def app_factory() -> Any:
+        runtime = AdapterRuntime(settings)
+        now = time.time()
+        rounds = runtime.store._capacity  # steady state: every window full
+        for r in range(rounds):
+            t = now - (rounds - 1 - r) * settings.scrape_interval
+            for i in range(pods):
+                steps = 10.0 * t
+                samples = [
+                    Sample("edl_trainer_samples_total", {}, 320.0 * t + i, t),
+                    Sample("edl_trainer_steps_total", {}, steps, t),
+                    Sample("edl_trainer_step_duration_seconds_sum", {}, steps * 0.1, t),
+                    Sample("edl_trainer_step_duration_seconds_count", {}, steps, t),
+                    Sample("edl_trainer_comm_seconds_total", {}, steps * 0.02, t),
+                    Sample("edl_trainer_process_cpu_seconds_total", {}, t, t),
+                    Sample("edl_gpu_utilization_ratio", {"gpu": "0"}, 0.8, t),
+                ]
+                runtime.store.ingest(listed_key(runtime, i), samples)
+        runtime.start()
+        return runtime.app
+
+    def listed_key(runtime: Any, i: int) -> Any:
+        from metrics_adapter.pods import PodKey
+
+        return PodKey("ml", f"trainer-{i}")
+
+    cert = context_factory = None
+    if tls:
+        cert = ensure_serving_cert(None, None, workdir / "certs")
+        context_factory = lambda: server_context(cert, None)  # noqa: E731
+    AdapterServer(settings, app_factory, cert, context_factory).run()
+
+
+# ---------------------------------------------------------------- parent: measurements
+
+
+def connect(port: int, tls: bool) -> http.client.HTTPConnection:
+    if tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+
+def get(conn: http.client.HTTPConnection, path: str) -> bytes:
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: HTTP {resp.status}: {body[:200]!r}")
+    return body
+
+
+def wait_ready(port: int, tls: bool, pods: int, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = connect(port, tls)
+            items = json.loads(get(conn, QUERY))["items"]
+            conn.close()
+            if len(items) == pods:
+                return
+        except (OSError, RuntimeError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"adapter with {pods} pods not ready in {timeout}s")
+
+
+def latency(
+    port: int, tls: bool, seconds: float, max_requests: int, query: str = QUERY
+) -> tuple[list[float], float]:
+    conn = connect(port, tls)
+    get(conn, query)  # warm up the connection and the memo
+    times: list[float] = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds and len(times) < max_requests:
+        t0 = time.perf_counter()
+        get(conn, query)
+        times.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return times, len(times) / elapsed
+
+
+def concurrent_rate(
+    port: int, tls: bool, clients: int, seconds: float, query: str = QUERY
+) -> float:
+    counts = [0] * clients
+    stop = time.perf_counter() + seconds
+
+    def worker(k: int) -> None:
+        conn = connect(port, tls)
+        while time.perf_counter() < stop:
+            get(conn, query)
+            counts[k] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 60)
+    return sum(counts) / seconds
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def server_rss(master_pid: int) -> float:
+    proc = psutil.Process(master_pid)
+    workers = proc.children()
+    return sum(p.memory_info().rss for p in workers) / 2**20
+
+
+def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
+    port = free_port()
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--serve",
+            str(pods),
+            "--port",
+            str(port),
+            "--workdir",
+            str(workdir),
+            *(["--tls"] if tls else []),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_ready(port, tls, pods)
+        rss_ready = server_rss(child.pid)
+        seconds = 4.0 if pods <= 1000 else 8.0
+        rows = []
+        for name, query in QUERIES.items():
+            times, rate = latency(port, tls, seconds, 20000, query)
+            conc = concurrent_rate(port, tls, 4, seconds, query)
+            body = len(get(connect(port, tls), query))
+            rows.append(
+                {
+                    "pods": pods,
+                    "query": name,
+                    "p50_ms": percentile(times, 50) * 1000,
+                    "p99_ms": percentile(times, 99) * 1000,
+                    "req_s": rate,
+                    "req_s_4clients": conc,
+                    "body_kb": body / 1024,
+                }
+            )
+        rss_load = server_rss(child.pid)
+        for row in rows:
+            row.update(rss_ready_mb=rss_ready, rss_mb=rss_load)
+        return rows
+    finally:
+        child.terminate()
+        try:
+            child.wait(15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
+
+
+FRESHNESS_AGENT = r"""
+import sys, time
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+r = CollectorRegistry()
+g = Gauge("edl_gpu_utilization_ratio", "u", ["gpu"], registry=r)
+g.labels("0").set(0.0)
+start_http_server(int(sys.argv[1]), addr="127.0.0.1", registry=r)
+for line in sys.stdin:  # each line: a new value, acknowledged with the time it was set
+    g.labels("0").set(float(line))
+    print(time.time(), flush=True)
+"""
+
+
+def freshness(workdir: Path, interval: str, changes: int) -> list[float]:
+    agent_port, port = free_port(), free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-c", FRESHNESS_AGENT, str(agent_port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pods_file = workdir / "fresh-pods.yaml"
+    pods_file.write_text(
+        yaml.safe_dump(
+            {
+                "pods": [
+                    {
+                        "namespace": "ml",
+                        "name": "trainer-0",
+                        "labels": {"app": "trainer"},
+                        "address": f"127.0.0.1:{agent_port}",
+                    }
+                ]
+            }
+        )
+    )
+    adapter = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "edl-adapter"),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-tls",
+            "--static-file",
+            str(pods_file),
+            "--scrape-interval",
+            interval,
+            "--authentication",
+            "none",
+            "--authorization",
+            "none",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/trainer-0/gpu_utilization"
+    delays: list[float] = []
+    try:
+        time.sleep(1.0)
+        conn = None
+        for k in range(1, changes + 1):
+            target = k / (changes + 1)
+            time.sleep(random.uniform(0.0, 1.0))  # de-correlate changes from the scrape phase
+            assert agent.stdin is not None and agent.stdout is not None
+            agent.stdin.write(f"{target}\n")
+            agent.stdin.flush()
+            set_at = float(agent.stdout.readline())
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    conn = conn or connect(port, False)
+                    body = json.loads(get(conn, path))
+                    seen = body["items"][0]["value"]
+                    from metrics_adapter.quantity import parse_quantity
+
+                    if abs(parse_quantity(seen) - target) < 1e-3:
+                        delays.append(time.time() - set_at)
+                        break
+                except (
+                    OSError,
+                    RuntimeError,
+                    KeyError,
+                    IndexError,
+                    ValueError,
+                    http.client.HTTPException,
+                ):
+                    conn = None
+                time.sleep(0.005)
+    finally:
+        adapter.terminate()
+        agent.terminate()
+        adapter.wait(15)
+        agent.wait(15)
+    return delays
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--tls", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-tls-runs", action="store_true", help="skip the TLS measurements")
+    args = parser.parse_args()
+    if args.serve is not None:
+        serve_filled(args.serve, args.port, args.tls, Path(args.workdir))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"bench_adapter: {os.cpu_count()} CPUs visible; server = 1 gunicorn worker, 8 threads")
+    print(f"query: GET {QUERY}")
+    header = (
+        f"{'pods':>6} {'query':>7} {'mode':>5} {'p50 ms':>7} {'p99 ms':>7} {'req/s':>7} "
+        f"{'req/s x4':>8} {'RSS MB':>7} {'RSS@load':>8} {'body KB':>8}"
+    )
+    print(header)
+    with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
+        workdir = Path(tmp)
+        for pods in sizes:
+            for tls in [False] if args.no_tls_runs else [False, True]:
+                for r in bench_size(pods, tls, workdir):
+                    mode = "https" if tls else "http"
+                    print(
+                        f"{pods:>6} {r['query']:>7} {mode:>5} {r['p50_ms']:>7.2f} "
+                        f"{r['p99_ms']:>7.2f} {r['req_s']:>7.0f} {r['req_s_4clients']:>8.0f} "
+                        f"{r['rss_ready_mb']:>7.1f} {r['rss_mb']:>8.1f} {r['body_kb']:>8.1f}",
+                        flush=True,
+                    )
+        for interval in ("1s", "250ms"):
+            delays = freshness(workdir, interval, 10)
+            if delays:
+                mean, p50 = statistics.mean(delays) * 1000, statistics.median(delays) * 1000
+                print(
+                    f"freshness (scrape interval {interval}): gauge change -> visible in the API: "
+                    f"mean {mean:.0f} ms, p50 {p50:.0f} ms, max {max(delays) * 1000:.0f} ms "
+                    f"over {len(delays)} changes"
+                )
+            else:
+                print(f"freshness (scrape interval {interval}): no change became visible")
+
+
+if __name__ == "__main__":
+    main()
