@@ -72,6 +72,7 @@ class PodRegistry:
         self._by_ns: dict[str, dict[str, PodTarget]] = {}
         self._version = 0
         self._selections: dict[tuple[str, str], tuple[int, list[PodTarget]]] = {}
+        self._owned: dict[tuple[str, str], tuple[int, dict[OwnerRef, list[PodTarget]]]] = {}
         self.synced = False
 
     def replace_all(self, pods: Iterable[PodTarget]) -> list[PodKey]:
@@ -129,6 +130,30 @@ class PodRegistry:
                 self._selections.clear()
             self._selections[key] = (version, pods)
         return pods
+
+    def owned(self, namespace: str, resource: str) -> dict[OwnerRef, list[PodTarget]]:
+        """Pods of a namespace grouped by their owners of one resource.
+
+        ``resource`` is group-qualified (``deployments.apps``); cached until the registry
+        changes.
+        """
+        key = (namespace, "\x00owners:" + resource)
+        with self._lock:
+            hit = self._owned.get(key)
+            if hit is not None and hit[0] == self._version:
+                return hit[1]
+            version = self._version
+            pods = list(self._by_ns.get(namespace, {}).values())
+        groups: dict[OwnerRef, list[PodTarget]] = {}
+        for pod in pods:
+            for owner in pod.owners:
+                if owner.resource == resource:
+                    groups.setdefault(owner, []).append(pod)
+        with self._lock:
+            if len(self._owned) >= 1024:
+                self._owned.clear()
+            self._owned[key] = (version, groups)
+        return groups
 
     def all(self) -> list[PodTarget]:
         """Every pod (a snapshot)."""

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue, MetricDefinition
 from metrics_adapter.errors import NotFoundError
 from metrics_adapter.evaluator import MetricEvaluator, Point
-from metrics_adapter.pods import OwnerRef, PodKey, PodRegistry, PodTarget
+from metrics_adapter.pods import PodKey, PodRegistry, PodTarget
 from metrics_adapter.selector import LabelSelector
 
 ALL = "*"
@@ -118,11 +118,11 @@ class MetricsService:
         """
         catalogue = self._catalogue.current
         definition = self._custom(catalogue, metric, resource)
-        groups: dict[OwnerRef, list[PodTarget]] = {}
-        for pod in self._pods.in_namespace(namespace):
-            for owner in pod.owners:
-                if owner.resource == resource and (name == ALL or owner.name == name):
-                    groups.setdefault(owner, []).append(pod)
+        owned = self._pods.owned(namespace, resource)
+        if name == ALL:
+            groups = owned
+        else:
+            groups = {owner: pods for owner, pods in owned.items() if owner.name == name}
         items = []
         for owner, members in sorted(groups.items(), key=lambda kv: kv[0].name):
             if not any(selector.matches(p.labels) for p in members):

@@ -1,0 +1,59 @@
+"""Wire rendering: cached and streamed lists equal plain json.dumps; large lists stream."""
+
+from __future__ import annotations
+
+import json
+
+from metrics_adapter.catalogue import MetricCatalogue
+from metrics_adapter.service import DescribedObject, MetricPoint
+from metrics_adapter.wire import MetricListRenderer, metric_value_list, status
+from tests.unit.adapter.helpers import T0, agent_samples, build, trainer
+
+SPS = MetricCatalogue.default().custom["samples_per_second"]
+
+
+def points(n: int) -> list[MetricPoint]:
+    return [
+        MetricPoint(DescribedObject("Pod", "v1", f"p-{i}", "ml"), SPS, i * 1.5, T0 + i)
+        for i in range(n)
+    ]
+
+
+def test_renderer_matches_json_dumps_for_both_versions() -> None:
+    renderer = MetricListRenderer(max_entries=4)  # tiny: exercises the cache reset
+    for version in ("v1beta1", "v1beta2"):
+        for n in (0, 1, 7, 1200):
+            expected = json.loads(json.dumps(metric_value_list(version, points(n))))
+            assert json.loads(renderer.render(version, points(n))) == expected
+            streamed = b"".join(renderer.render_chunks(version, points(n), chunk_items=5))
+            assert json.loads(streamed) == expected
+
+
+def test_status_shape() -> None:
+    assert status(404, "NotFound", "x") == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "x",
+        "reason": "NotFound",
+        "code": 404,
+    }
+
+
+def test_large_pod_lists_stream_valid_json() -> None:
+    pods = [trainer(f"trainer-{i}") for i in range(2500)]
+    h = build(pods)
+    for p in pods:
+        h.feed(p, agent_samples(0, 0))
+    h.clock.t += 10
+    for p in pods:
+        h.feed(p, agent_samples(100, 10))
+    resp = h.app.test_client().get(
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second"
+    )
+    assert resp.status_code == 200
+    assert resp.is_streamed
+    items = json.loads(resp.get_data())["items"]
+    assert len(items) == 2500
+    assert {i["value"] for i in items} == {"10"}
