@@ -120,6 +120,45 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
     AdapterServer(settings, app_factory, cert, context_factory).run()
 
 
+def serve_hello(port: int) -> None:
+    """The same gunicorn set-up serving a one-line Flask app: the stack's own ceiling."""
+    from flask import Flask
+
+    from metrics_adapter.server import AdapterServer
+    from metrics_adapter.settings import AdapterSettings
+
+    def app_factory() -> Any:
+        app = Flask("hello")
+        app.add_url_rule("/", "hello", lambda: "ok")
+        return app
+
+    settings = AdapterSettings(host="127.0.0.1", port=port, tls=False, log_level="warning")
+    AdapterServer(settings, app_factory, None, None).run()
+
+
+def bench_hello(seconds: float) -> tuple[float, float, float]:
+    port = free_port()
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve-hello", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                RawClient(port, False).get("/")
+                break
+            except OSError:
+                time.sleep(0.2)
+        times, rate = latency(port, False, seconds, 50000, "/")
+        return percentile(times, 50) * 1000, percentile(times, 99) * 1000, rate
+    finally:
+        child.terminate()
+        child.wait(15)
+
+
 # ---------------------------------------------------------------- parent: measurements
 
 
@@ -130,6 +169,68 @@ def connect(port: int, tls: bool) -> http.client.HTTPConnection:
         ctx.verify_mode = ssl.CERT_NONE
         return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
     return http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+
+class RawClient:
+    """A minimal keep-alive HTTP/1.1 client on a raw socket (so the client's own CPU cost
+    does not cap the measured rate as much as http.client's does)."""
+
+    def __init__(self, port: int, tls: bool) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        if tls:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            sock = ctx.wrap_socket(sock)
+        self.sock = sock
+        self.buf = b""
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(262144)
+        if not chunk:
+            raise OSError("connection closed")
+        self.buf += chunk
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def get(self, path: str) -> bytes:
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1]
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")[1:])
+        }
+        if headers.get(b"transfer-encoding") == b"chunked":
+            parts = []
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    self._line()
+                    break
+                parts.append(self._take(size))
+                self._line()
+            body = b"".join(parts)
+        else:
+            body = self._take(int(headers.get(b"content-length", b"0")))
+        if status != b"200":
+            raise RuntimeError(f"{path}: HTTP {status!r}")
+        return body
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def get(conn: http.client.HTTPConnection, path: str) -> bytes:
@@ -159,13 +260,13 @@ def wait_ready(port: int, tls: bool, pods: int, timeout: float = 300.0) -> None:
 def latency(
     port: int, tls: bool, seconds: float, max_requests: int, query: str = QUERY
 ) -> tuple[list[float], float]:
-    conn = connect(port, tls)
-    get(conn, query)  # warm up the connection and the memo
+    conn = RawClient(port, tls)
+    conn.get(query)  # warm up the connection and the memo
     times: list[float] = []
     start = time.perf_counter()
     while time.perf_counter() - start < seconds and len(times) < max_requests:
         t0 = time.perf_counter()
-        get(conn, query)
+        conn.get(query)
         times.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - start
     conn.close()
@@ -179,9 +280,9 @@ def concurrent_rate(
     stop = time.perf_counter() + seconds
 
     def worker(k: int) -> None:
-        conn = connect(port, tls)
+        conn = RawClient(port, tls)
         while time.perf_counter() < stop:
-            get(conn, query)
+            conn.get(query)
             counts[k] += 1
         conn.close()
 
@@ -362,8 +463,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--tls", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-tls-runs", action="store_true", help="skip the TLS measurements")
     args = parser.parse_args()
+    if args.serve_hello:
+        serve_hello(args.port)
+        return
     if args.serve is not None:
         serve_filled(args.serve, args.port, args.tls, Path(args.workdir))
         return
@@ -375,6 +480,11 @@ def main() -> None:
         f"{'req/s x4':>8} {'RSS MB':>7} {'RSS@load':>8} {'body KB':>8}"
     )
     print(header)
+    p50, p99, rate = bench_hello(4.0)
+    print(
+        f"{'-':>6} {'hello':>7} {'http':>5} {p50:>7.2f} {p99:>7.2f} {rate:>7.0f}   "
+        "(same gunicorn + Flask serving 'ok': the stack's ceiling on this machine)"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
         workdir = Path(tmp)
         for pods in sizes:

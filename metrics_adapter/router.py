@@ -8,6 +8,7 @@ segment (it makes an invalid name instead). Every malformed path raises
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -102,8 +103,9 @@ def _metric(value: str) -> str:
     return _check(value, METRIC_NAME, "metric name", 253)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_path(raw_path: str) -> Route:
-    """Parse a raw (percent-encoded) path into a Route.
+    """Parse a raw (percent-encoded) path into a Route (cached: the HPA repeats its paths).
 
     Raises:
         InvalidPathError: a segment is malformed (bad encoding, bad name, empty segment).

@@ -16,6 +16,7 @@ characters of ``[A-Za-z0-9._-]`` starting and ending alphanumeric (or empty). Pa
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,8 +112,8 @@ class LabelSelector:
     def parse(cls, text: str | None) -> LabelSelector:
         """Parse a selector string (``None`` or blank means "everything")."""
         if text is None or not text.strip():
-            return cls()
-        return cls(_Parser(text).parse())
+            return _EVERYTHING
+        return _parse_cached(text)
 
     @property
     def empty(self) -> bool:
@@ -136,6 +137,15 @@ class LabelSelector:
 
     def __str__(self) -> str:
         return ",".join(str(r) for r in self.requirements)
+
+
+_EVERYTHING = LabelSelector()
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> LabelSelector:
+    # Selectors are immutable and the HPA sends the same ones every sync: parse each once.
+    return LabelSelector(_Parser(text).parse())
 
 
 def validate_key(key: str) -> str | None:
