@@ -352,6 +352,11 @@ def serve(settings: AdapterSettings) -> int:
         raise ConfigError("--source prometheus needs --prometheus-url")
     if settings.static_file is not None:
         load_static_pods(settings.static_file)
+    if settings.source is SourceKind.KUBERNETES:
+        try:
+            make_api_client(settings.kubeconfig)
+        except SourceError as e:
+            raise ConfigError(f"--source kubernetes needs a cluster: {e}") from e
     if settings.authorization is AuthMode.DELEGATED:
         try:
             make_api_client(settings.authorization_kubeconfig or settings.kubeconfig)

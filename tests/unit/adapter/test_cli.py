@@ -99,6 +99,7 @@ def test_env_vars_set_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--scrape-interval", "fast"], "invalid duration"),
         (["--source", "static"], "needs --static-file"),
         (["--source", "prometheus"], "needs --prometheus-url"),
+        (["--source", "kubernetes", "--kubeconfig", "/nonexistent"], "needs a cluster"),
         (["--source", "static", "--static-file", "/nonexistent.yaml"], "cannot load"),
         (["--metrics-config", "/nonexistent.yaml"], "cannot read"),
         (
