@@ -27,6 +27,7 @@ from agent.elastic.trainer import (
     DRAIN_FILE,
     PEER_LOST_EXIT,
     RESCALE_EXIT,
+    WORLD_FILE,
     timings_path,
 )
 from agent.elastic.world import World
@@ -84,6 +85,8 @@ class _Rescale:
     decided: float
     drained: float = 0.0
     spawned: float = 0.0
+    in_process: bool = False
+    """The live trainer moves itself into the new world (no new process)."""
 
 
 def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
@@ -132,6 +135,7 @@ class ElasticSupervisor:
         self._resets = 0
         self._stop_signal: int | None = None
         self._stopped_by_us = False
+        self._trainer_mode = "process"  # what the running trainer reported it can do
 
     def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
         """Signal handler: leave the job cleanly (pod deletion, Ctrl-C)."""
@@ -191,16 +195,32 @@ class ElasticSupervisor:
             # the next round sees the exit and regroups
 
     def _drain(self, world: World, now: float) -> None:
-        """A new generation while our trainer runs: stop it at a step boundary, within bounds."""
+        """A new generation while our trainer runs: stop it at a step boundary, within bounds.
+
+        A trainer that re-initialises in-process is handed the new world and keeps running;
+        any other is waited for (it exits 75) and restarted by the next round.
+        """
         running = self._running
         assert running is not None
-        self._rescale = _Rescale(world.generation, self._noticed or now, now)
+        member = world.rank_of(self._key) is not None
+        in_process = member and self._trainer_mode == "in-process"
         log.info(
-            "generation %d -> %d: asking the trainer to stop at a step boundary",
+            "generation %d -> %d: asking the trainer to stop at a step boundary%s",
             running.generation,
             world.generation,
+            " and re-initialise in-process" if in_process else "",
         )
-        (self._control / DRAIN_FILE).touch()
+        self._hand_over(world if member else None, world.generation)
+        if in_process:
+            self._rescale = _Rescale(world.generation, self._noticed or now, now, in_process=True)
+            self._trainer.update_world(trainer_world(world, self._key, self._backend))
+            self._running = world
+            self._started_gen = world.generation
+            self._spawned_at = now
+            self._initialised = False
+            self._noticed = None
+            return
+        self._rescale = _Rescale(world.generation, self._noticed or now, now)
         ended = self._wait_trainer(self._settings.drain_timeout)
         if ended is None:
             log.error(
@@ -209,6 +229,18 @@ class ElasticSupervisor:
             )
             self._stop_trainer()
         self._rescale.drained = self._wall()
+
+    def _hand_over(self, world: World | None, generation: int) -> None:
+        """Writes the next world (None: leave) for the trainer, then asks it to drain."""
+        body: dict[str, object] = {"generation": generation}
+        if world is None:
+            body["leave"] = True
+        else:
+            body["env"] = trainer_world(world, self._key, self._backend).to_env()
+        tmp = self._control / f".{WORLD_FILE}.tmp"
+        tmp.write_text(json.dumps(body))
+        os.replace(tmp, self._control / WORLD_FILE)
+        (self._control / DRAIN_FILE).write_text(str(generation))
 
     def _on_exit(self, ended: TrainerExit) -> int | None:
         running = self._running
@@ -255,7 +287,9 @@ class ElasticSupervisor:
         self._rescale = _Rescale(running.generation + 1, noticed, now, now)
 
     def _start(self, world: World) -> None:
+        self._trainer_mode = "process"  # until the new trainer reports what it can do
         (self._control / DRAIN_FILE).unlink(missing_ok=True)
+        (self._control / WORLD_FILE).unlink(missing_ok=True)
         if self._rescale is not None and self._rescale.drained == 0.0:
             self._rescale.drained = self._wall()
         self._trainer.start(trainer_world(world, self._key, self._backend))
@@ -297,18 +331,35 @@ class ElasticSupervisor:
         try:
             raw = json.loads(timings_path(self._control, running.generation).read_text())
         except (OSError, ValueError):
-            return
+            raw = {}
         times = {k: float(v) for k, v in raw.items() if isinstance(v, int | float)}
+        if "reinit" in raw:
+            self._trainer_mode = str(raw["reinit"])
+        rescale = self._rescale
+        if (
+            rescale is not None
+            and rescale.in_process
+            and "started" not in times
+            and self._wall() - rescale.decided > self._settings.drain_timeout
+        ):
+            log.error(
+                "trainer did not reach a step boundary within %.0f s; killing it",
+                self._settings.drain_timeout,
+            )
+            self._rescale = None
+            self._stop_trainer()
+            return
         if "initialised" in times:
             self._initialised = True
         if "first_step" in times:
             self._resets = 0
-            rescale = self._rescale
             if rescale is not None and rescale.generation == running.generation:
                 self._record(rescale, times)
                 self._rescale = None
 
     def _record(self, r: _Rescale, t: Mapping[str, float]) -> None:
+        if r.in_process:  # no new process: the trainer stopped and re-formed at "started"
+            r.drained = r.spawned = t["started"]
         spawned = r.spawned or t.get("started", r.drained)
         phases = {
             "detect": max(0.0, r.decided - r.noticed),
@@ -333,7 +384,8 @@ class ElasticSupervisor:
         self._membership.leave()
         if self._running is None:
             return 0
-        (self._control / DRAIN_FILE).touch()
+        known = self._membership.world
+        self._hand_over(None, max(self._running.generation, known.generation if known else 0) + 1)
         ended = self._wait_trainer(self._settings.drain_timeout)
         if ended is None:
             log.error(

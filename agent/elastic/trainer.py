@@ -38,10 +38,12 @@ import paddle.distributed as dist
 
 from agent.collective import GradientAllReduce
 from agent.elastic.errors import ElasticError, RendezvousTimeout, StateTransferError
+from agent.elastic.inprocess import FormedGroup, form_group, self_test
 from agent.elastic.ledger import ENV_LEDGER, SampleLedger
 from agent.elastic.sampler import ElasticSampler, StepPlan
 from agent.elastic.state import TrainingState, load_local, save_local, to_numpy
 from agent.training import TrainingSession, start_session
+from agent.world import TrainerWorld
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,11 @@ ENV_STATE_DIR = "EDL_STATE_DIR"
 ENV_MEMBER = "EDL_MEMBER"
 ENV_CHECKPOINT_SECONDS = "EDL_CHECKPOINT_SECONDS"
 ENV_MASTER_WAIT = "EDL_MASTER_WAIT_SECONDS"
+ENV_REINIT = "EDL_REINIT"
+ENV_REINIT_WAIT = "EDL_REINIT_WAIT_SECONDS"
 DRAIN_FILE = "drain"
+WORLD_FILE = "world.json"
+"""The agent writes the next world here for a trainer that re-initialises in-process."""
 
 
 def timings_path(control_dir: Path, generation: int) -> Path:
@@ -83,6 +89,11 @@ class ElasticTrainerSettings:
     """EDL_CHECKPOINT_SECONDS: also save the local copy this often (bounds loss on a hang)."""
     master_wait_seconds: float = 120.0
     """EDL_MASTER_WAIT_SECONDS: how long a non-zero rank waits for rank 0's store to listen."""
+    reinit: str = "auto"
+    """EDL_REINIT: ``auto`` (in-process when the self-test passes) or ``process`` (always
+    restart the trainer process on a rescale)."""
+    reinit_wait_seconds: float = 60.0
+    """EDL_REINIT_WAIT_SECONDS: how long a drained in-process trainer waits for its next world."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
@@ -99,6 +110,8 @@ class ElasticTrainerSettings:
             member=env.get(ENV_MEMBER, "local") or "local",
             checkpoint_seconds=float(env.get(ENV_CHECKPOINT_SECONDS) or cls.checkpoint_seconds),
             master_wait_seconds=float(env.get(ENV_MASTER_WAIT) or cls.master_wait_seconds),
+            reinit=(env.get(ENV_REINIT) or cls.reinit).strip().lower(),
+            reinit_wait_seconds=float(env.get(ENV_REINIT_WAIT) or cls.reinit_wait_seconds),
         )
 
 
@@ -148,11 +161,21 @@ class ElasticTrainer:
         self._last_save = time.monotonic()
         self._first_step_reported = False
         self._restored = False
-        self._ledger = (
-            SampleLedger(settings.ledger_dir, settings.member, self.generation, self.rank)
-            if settings.ledger_dir
-            else None
-        )
+        self._ledger = self._open_ledger()
+        self._inprocess = False
+        self._formed: list[FormedGroup] = []  # every generation's store must stay alive
+        self._group: Any = None  # None: Paddle's default group (process-restart mode)
+
+    def _open_ledger(self) -> SampleLedger | None:
+        directory = self.settings.ledger_dir
+        if directory is None:
+            return None
+        return SampleLedger(directory, self.settings.member, self.generation, self.rank)
+
+    @property
+    def reinit_mode(self) -> str:
+        """``in-process`` or ``process``: how this trainer lives through a rescale."""
+        return "in-process" if self._inprocess else "process"
 
     @classmethod
     def start(cls, env: Mapping[str, str] | None = None) -> ElasticTrainer:
@@ -160,6 +183,11 @@ class ElasticTrainer:
         env = os.environ if env is None else env
         trainer = cls(start_session(env), ElasticTrainerSettings.from_env(env))
         signal.signal(signal.SIGTERM, trainer._on_sigterm)
+        if trainer.settings.reinit == "auto":
+            why_not = self_test(trainer.session.world.backend or "gloo")
+            trainer._inprocess = why_not is None
+            if why_not:
+                log.info("in-process re-init off (%s): rescales restart the process", why_not)
         try:
             trainer._init_collective(env)
         except (RendezvousTimeout, PeerLost) as e:
@@ -175,15 +203,31 @@ class ElasticTrainer:
             if self.rank != 0 and master:
                 wait_for_listener(master, self.settings.master_wait_seconds)
             self._mark("master")
-            self._collective(dist.init_parallel_env)
+            if self._inprocess:
+                self._form_group()
+            else:
+                self._collective(dist.init_parallel_env)
             # Guard against a mixed rendezvous (a stale trainer of another generation).
             gens = paddle.to_tensor([self.generation, -self.generation], dtype="int64")
-            self._collective(dist.all_reduce, gens, op=dist.ReduceOp.MAX)
+            self._all_reduce(gens, dist.ReduceOp.MAX)
             if int(gens[0]) != self.generation or int(gens[1]) != -self.generation:
                 raise PeerLost(f"ranks disagree on the generation: {gens.numpy().tolist()}")
         else:
             self._mark("master")
         self._mark("initialised")
+
+    def _form_group(self) -> None:
+        formed = self._collective(
+            form_group, self.session.world, int(self.settings.master_wait_seconds)
+        )
+        self._formed.append(formed)
+        self._group = formed.group
+
+    def _all_reduce(self, tensor: Any, op: Any) -> None:
+        self._collective(dist.all_reduce, tensor, op=op, group=self._group)
+
+    def _broadcast(self, tensor: Any, src: int) -> None:
+        self._collective(dist.broadcast, tensor, src=src, group=self._group)
 
     def _collective(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         self._in_collective = True
@@ -200,7 +244,7 @@ class ElasticTrainer:
             if self._model is None:
                 raise ElasticError("register(model, optimizer, sampler) first")
             self._reducer = GradientAllReduce(
-                self._model.parameters(), self.session.recorder, self.world_size
+                self._model.parameters(), self.session.recorder, self.world_size, self._group
             )
         self._collective(self._reducer)
 
@@ -276,21 +320,21 @@ class ElasticTrainer:
     def _broadcast_state(self, local: TrainingState | None) -> None:
         mine = local.step if local is not None else -1
         steps = paddle.to_tensor([mine], dtype="int64")
-        self._collective(dist.all_reduce, steps, op=dist.ReduceOp.MAX)
+        self._all_reduce(steps, dist.ReduceOp.MAX)
         best = _scalar(steps)
         if best < 0:
             return  # nobody has state: a fresh start, every rank built the same model
         rank = paddle.to_tensor([self.rank if mine == best else self.world_size], dtype="int64")
-        self._collective(dist.all_reduce, rank, op=dist.ReduceOp.MIN)
+        self._all_reduce(rank, dist.ReduceOp.MIN)
         src = _scalar(rank)
         blob = local.to_bytes() if src == self.rank and local is not None else b""
         size = paddle.to_tensor([len(blob)], dtype="int64")
-        self._collective(dist.broadcast, size, src=src)
+        self._broadcast(size, src)
         buf = np.zeros(_scalar(size), dtype=np.uint8)
         if blob:
             buf[:] = np.frombuffer(blob, dtype=np.uint8)
         tensor = paddle.to_tensor(buf)
-        self._collective(dist.broadcast, tensor, src=src)
+        self._broadcast(tensor, src)
         try:
             self._apply(TrainingState.from_bytes(tensor.numpy().tobytes()))
         except StateTransferError:
@@ -318,23 +362,91 @@ class ElasticTrainer:
                 self._mark("first_step")
                 self._first_step_reported = True
             if self._stop_agreed():
-                self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
+                if not self._inprocess:
+                    self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
+                self._reinit()
             if time.monotonic() - self._last_save >= self.settings.checkpoint_seconds:
                 self.save()
+
+    def _reinit(self) -> None:
+        """Moves this live process into the next world (or exits when it is not in it)."""
+        self.save()  # insurance: if anything below fails, the process path resumes from here
+        world = self._await_world()
+        if world is None:
+            self._exit(RESCALE_EXIT, f"leaving at step {self.global_step}")
+            return
+        now = time.time()
+        self.session.world = world
+        self.rank, self.world_size, self.generation = world.rank, world.world_size, world.generation
+        self._times = {"started": now, "imported": now}
+        self._first_step_reported = False
+        self._reducer = None
+        self._group = None
+        if self._ledger is not None:
+            self._ledger.close()
+        self._ledger = self._open_ledger()
+        self._stop_signal = False
+        try:
+            self._init_collective({"PADDLE_MASTER": world.master})
+            self._restore_in_memory()
+        except (PeerLost, RendezvousTimeout, StateTransferError) as e:
+            self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
+
+    def _await_world(self) -> TrainerWorld | None:
+        control = self.settings.control_dir
+        if control is None:
+            return None
+        path = control / WORLD_FILE
+        deadline = time.monotonic() + self.settings.reinit_wait_seconds
+        while time.monotonic() < deadline:
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raw = {}
+            if int(raw.get("generation", -1)) > self.generation:
+                if raw.get("leave"):
+                    return None
+                return TrainerWorld.from_env({str(k): str(v) for k, v in raw["env"].items()})
+            time.sleep(0.02)
+        log.error("no next world within %.0f s", self.settings.reinit_wait_seconds)
+        return None
+
+    def _restore_in_memory(self) -> None:
+        state = self._snapshot()
+        if self.world_size > 1:
+            self._broadcast_state(state)
+        self._restored = True
+        self._mark("restored")
+        if self._ledger is not None and self.rank == 0:
+            self._ledger.restored(self.global_step)
+        log.info(
+            "generation %d rank %d/%d continues in-process at step %d",
+            self.generation,
+            self.rank,
+            self.world_size,
+            self.global_step,
+        )
 
     def drain_requested(self) -> bool:
         """True once the agent asked this trainer to stop (or it got SIGTERM)."""
         if self._stop_signal:
             return True
         control = self.settings.control_dir
-        return control is not None and (control / DRAIN_FILE).exists()
+        if control is None:
+            return False
+        try:
+            target = (control / DRAIN_FILE).read_text().strip()
+        except OSError:
+            return False
+        # The file names the generation it drains *to*: once we are there, it is stale.
+        return not target.isdigit() or int(target) > self.generation
 
     def _stop_agreed(self) -> bool:
         local = self.drain_requested()
         if self.world_size == 1:
             return local
         flag = paddle.to_tensor([1 if local else 0], dtype="int32")
-        self._collective(dist.all_reduce, flag, op=dist.ReduceOp.MAX)
+        self._all_reduce(flag, dist.ReduceOp.MAX)
         return _scalar(flag) > 0
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
@@ -350,7 +462,8 @@ class ElasticTrainer:
         path = timings_path(control, self.generation)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            tmp.write_text(json.dumps({"rank": self.rank, **self._times}), encoding="utf-8")
+            body = {"rank": self.rank, "reinit": self.reinit_mode, **self._times}
+            tmp.write_text(json.dumps(body), encoding="utf-8")
             os.replace(tmp, path)
         except OSError as e:
             log.warning("cannot report timings to %s: %s", control, e)

@@ -64,6 +64,8 @@ class Job:
         self.result = tmp / "result.json"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
+        self.extra_env: dict[str, str] = {}
+        """Set in every agent this job starts."""
 
     def start(self, name: str, **extra_env: str) -> None:
         port = free_port()
@@ -77,6 +79,7 @@ class Job:
             "EDL_DRAIN_TIMEOUT": "30",
             "EDL_INIT_TIMEOUT": "90",
             "PYTHONPATH": str(ROOT),
+            **self.extra_env,
             **extra_env,
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
@@ -159,7 +162,11 @@ def reference_accuracy(tmp: Path, train_args: list[str] = TRAIN_ARGS) -> float:
 
 
 @pytest.mark.timeout(420)
-def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(job: Job) -> None:
+@pytest.mark.parametrize("reinit", ["auto", "process"])
+def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
+    job: Job, reinit: str
+) -> None:
+    """`auto` re-initialises survivors in-process where Paddle allows; `process` is the fallback."""
     sizes: list[int] = []
 
     def at(size: int, steps: int, who: str) -> Callable[[], bool]:
@@ -171,6 +178,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(job: Job)
 
         return check
 
+    job.extra_env["EDL_REINIT"] = reinit
     job.start("a")
     wait_for("world of 1 training", at(1, 10, "a"), 120, job.procs)
     job.start("b")
@@ -198,5 +206,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(job: Job)
     assert abs(final["accuracy"] - reference_accuracy(job.tmp)) <= 0.01
 
     assert "edl_trainer_rescales_total 2.0" in metrics
+    modes = {json.loads(p.read_text()).get("reinit") for p in job.tmp.glob("*/control/timings-*")}
+    assert modes == ({"in-process"} if reinit == "auto" else {"process"})
     for phase in ("detect", "drain", "rendezvous", "init", "restore"):
         assert f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}' in metrics

@@ -1,0 +1,108 @@
+"""In-process re-initialisation of Paddle's gloo collective (private APIs, version-gated).
+
+Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (reference/elastic.md §2.4:
+the default group, the global TCPStore and the comm-context keys are all set once). This
+module side-steps every one of those singletons instead of resetting them: each generation
+gets its own `core.TCPStore` (on the generation's master port), its own `ProcessGroupGloo`
+with group id ``GID_BASE + generation`` and its own `Group`, passed explicitly to every
+collective. Only Paddle's cached `ParallelEnv` is refreshed. Every trainer of a job forms its
+groups this way once the self-test passes (the same image gives the same answer), so fresh
+joiners and in-process survivors meet in the same group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import paddle
+import paddle.distributed as dist
+
+from agent.elastic.errors import ElasticError
+from agent.world import TrainerWorld
+
+log = logging.getLogger(__name__)
+
+TESTED_PADDLE_VERSIONS = ("3.3.1",)
+"""Versions whose private APIs this module was written and tested against."""
+GID_BASE = 1000
+"""Group ids of elastic generations; far above the ids Paddle hands out itself."""
+
+
+class InProcessUnsupported(ElasticError):
+    """The installed Paddle cannot re-initialise its collective in-process."""
+
+
+@dataclass
+class FormedGroup:
+    """One generation's collective; the store must outlive the group, so both are kept."""
+
+    group: Any
+    store: Any
+    generation: int
+
+
+def _private_api() -> tuple[Any, Any, Any]:
+    try:
+        from paddle.base import core
+        from paddle.distributed import parallel
+        from paddle.distributed.communication.group import Group
+    except ImportError as e:
+        raise InProcessUnsupported(f"private API missing: {e}") from e
+    for owner, name in ((core, "TCPStore"), (core, "ProcessGroupGloo")):
+        if not hasattr(owner, name):
+            raise InProcessUnsupported(f"paddle.base.core.{name} is missing")
+    if not hasattr(parallel, "_global_parallel_env"):
+        raise InProcessUnsupported("paddle.distributed.parallel._global_parallel_env is missing")
+    return core, parallel, Group
+
+
+def self_test(backend: str) -> str | None:
+    """None when in-process re-init is supported here; else why not (one line).
+
+    Checks the version, the private names, and forms a real one-rank gloo group on a free
+    loopback port (tens of milliseconds), so a Paddle whose internals moved is caught before
+    the first rescale, not during it.
+    """
+    if backend != "gloo":
+        return f"backend {backend or 'auto'} (only gloo re-initialises in-process)"
+    version = str(vars(paddle).get("__version__", "unknown"))
+    if version not in TESTED_PADDLE_VERSIONS:
+        return f"paddle {version} is not one of the tested {TESTED_PADDLE_VERSIONS}"
+    try:
+        core, _, group_cls = _private_api()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        store = core.TCPStore("127.0.0.1", port, True, 1, 10)
+        pg = core.ProcessGroupGloo.create(store, 0, 1, GID_BASE - 1)
+        group = group_cls(0, GID_BASE - 1, [0], pg=pg, name="edl_self_test")
+        probe = paddle.to_tensor([2.0])
+        dist.all_reduce(probe, group=group)
+        if float(probe.numpy()[0]) != 2.0:
+            return "self-test all-reduce gave a wrong result"
+    except Exception as e:
+        return f"self-test failed: {e}"
+    return None
+
+
+def form_group(world: TrainerWorld, timeout_seconds: int) -> FormedGroup:
+    """Creates this generation's store and gloo group (rank 0 hosts the store).
+
+    The caller waits for rank 0's port first (non-zero ranks), so no client hits Paddle's
+    3 s connect retry.
+    """
+    core, parallel, group_cls = _private_api()
+    os.environ.update(world.to_env())
+    parallel._global_parallel_env = None  # dist.get_rank() must see the new rank
+    host, _, port = world.master.rpartition(":")
+    gid = GID_BASE + world.generation
+    store = core.TCPStore(host, int(port), world.rank == 0, world.world_size, timeout_seconds)
+    pg = core.ProcessGroupGloo.create(store, world.rank, world.world_size, gid)
+    group = group_cls(
+        world.rank, gid, list(range(world.world_size)), pg=pg, name=f"edl_g{world.generation}"
+    )
+    return FormedGroup(group, store, world.generation)
