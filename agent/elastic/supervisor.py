@@ -27,6 +27,7 @@ from agent.elastic.trainer import (
     DRAIN_FILE,
     PEER_LOST_EXIT,
     RESCALE_EXIT,
+    STANDBY_GENERATION,
     WORLD_FILE,
     timings_path,
 )
@@ -135,6 +136,7 @@ class ElasticSupervisor:
         self._resets = 0
         self._stop_signal: int | None = None
         self._stopped_by_us = False
+        self._standby = False  # a warm trainer waits for our first world
         self._trainer_mode = "process"  # what the running trainer reported it can do
 
     def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
@@ -144,6 +146,9 @@ class ElasticSupervisor:
     def run(self, max_seconds: float = float("inf")) -> int:
         """Blocks until the job ends (trainer exit 0), we leave, or a failure; returns a status."""
         self._control.mkdir(parents=True, exist_ok=True)
+        status = self._start_standby()
+        if status is not None:
+            return status
         self._membership.join()
         deadline = time.monotonic() + max_seconds
         poll = self._membership.settings.poll_interval
@@ -159,7 +164,47 @@ class ElasticSupervisor:
 
     # -- one round ------------------------------------------------------------------------------
 
+    def _start_standby(self) -> int | None:
+        """Starts the trainer warm and joins only once it has imported Paddle.
+
+        Survivors then never wait for our process start and import (seconds) during a
+        scale-up: the new generation is decided when we can train at once.
+        """
+        for name in (DRAIN_FILE, WORLD_FILE):
+            (self._control / name).unlink(missing_ok=True)
+        self._trainer.start(TrainerWorld(generation=STANDBY_GENERATION))
+        self._standby = True
+        deadline = time.monotonic() + self._settings.init_timeout
+        ready = timings_path(self._control, STANDBY_GENERATION)
+        while time.monotonic() < deadline and self._stop_signal is None:
+            if ready.exists():
+                return None
+            ended = self._trainer.wait(0.05)
+            if ended is not None:
+                log.error("%s before joining the job", ended.describe())
+                return ended.status or 1
+        log.error("the trainer was not ready within %.0f s", self._settings.init_timeout)
+        self._stop_trainer()
+        return 1
+
     def _step(self, world: World | None) -> int | None:
+        if self._standby:
+            ended = self._trainer.wait(0)
+            if ended is not None:
+                self._standby = False
+                log.error("%s while waiting for a world: leaving the job", ended.describe())
+                self._membership.leave()
+                return ended.status or 1
+            if world is None or world.paused or world.rank_of(self._key) is None:
+                return None
+            self._hand_over(world, world.generation)
+            self._standby = False
+            self._trainer.update_world(trainer_world(world, self._key, self._backend))
+            self._running = world
+            self._started_gen = world.generation
+            self._spawned_at = self._wall()
+            self._initialised = False
+            return None
         if self._running is not None:
             ended = self._trainer.wait(0)
             if ended is None:
@@ -382,6 +427,11 @@ class ElasticSupervisor:
     def _leave(self, why: str) -> int:
         log.info("%s: leaving the job", why)
         self._membership.leave()
+        if self._standby:
+            self._hand_over(None, STANDBY_GENERATION + 1)
+            if self._wait_trainer(self._settings.drain_timeout) is None:
+                self._stop_trainer()
+            return 0
         if self._running is None:
             return 0
         known = self._membership.world

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import paddle
@@ -60,6 +60,8 @@ ENV_MASTER_WAIT = "EDL_MASTER_WAIT_SECONDS"
 ENV_REINIT = "EDL_REINIT"
 ENV_REINIT_WAIT = "EDL_REINIT_WAIT_SECONDS"
 DRAIN_FILE = "drain"
+STANDBY_GENERATION = 0
+"""Generation of a trainer started warm, before its agent is in any world (real ones are >= 1)."""
 WORLD_FILE = "world.json"
 """The agent writes the next world here for a trainer that re-initialises in-process."""
 
@@ -188,6 +190,8 @@ class ElasticTrainer:
             trainer._inprocess = why_not is None
             if why_not:
                 log.info("in-process re-init off (%s): rescales restart the process", why_not)
+        if trainer.generation == STANDBY_GENERATION and trainer.settings.control_dir is not None:
+            env = trainer._wait_as_standby()
         try:
             trainer._init_collective(env)
         except (RendezvousTimeout, PeerLost) as e:
@@ -374,17 +378,9 @@ class ElasticTrainer:
         world = self._await_world()
         if world is None:
             self._exit(RESCALE_EXIT, f"leaving at step {self.global_step}")
-            return
         now = time.time()
-        self.session.world = world
-        self.rank, self.world_size, self.generation = world.rank, world.world_size, world.generation
+        self._adopt(world)
         self._times = {"started": now, "imported": now}
-        self._first_step_reported = False
-        self._reducer = None
-        self._group = None
-        if self._ledger is not None:
-            self._ledger.close()
-        self._ledger = self._open_ledger()
         self._stop_signal = False
         try:
             self._init_collective({"PADDLE_MASTER": world.master})
@@ -392,13 +388,38 @@ class ElasticTrainer:
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
 
-    def _await_world(self) -> TrainerWorld | None:
+    def _wait_as_standby(self) -> Mapping[str, str]:
+        """Started warm before our agent joined: wait (as long as the agent lives) for a world.
+
+        Paddle is already imported by now, so the survivors never wait for our import.
+        """
+        self._mark("imported")
+        world = self._await_world(wait=float("inf"))
+        if world is None:
+            self._exit(RESCALE_EXIT, "told to leave before joining a world")
+        self._adopt(world)
+        return os.environ
+
+    def _adopt(self, world: TrainerWorld) -> None:
+        os.environ.update(world.to_env())  # init_parallel_env reads the environment
+        self.session.world = world
+        self.rank, self.world_size, self.generation = world.rank, world.world_size, world.generation
+        self._first_step_reported = False
+        self._reducer = None
+        self._group = None
+        if self._ledger is not None:
+            self._ledger.close()
+        self._ledger = self._open_ledger()
+
+    def _await_world(self, wait: float | None = None) -> TrainerWorld | None:
         control = self.settings.control_dir
         if control is None:
             return None
         path = control / WORLD_FILE
-        deadline = time.monotonic() + self.settings.reinit_wait_seconds
-        while time.monotonic() < deadline:
+        wait = self.settings.reinit_wait_seconds if wait is None else wait
+        deadline = time.monotonic() + wait
+        parent = os.getppid()
+        while time.monotonic() < deadline and os.getppid() == parent:
             try:
                 raw = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -408,7 +429,7 @@ class ElasticTrainer:
                     return None
                 return TrainerWorld.from_env({str(k): str(v) for k, v in raw["env"].items()})
             time.sleep(0.02)
-        log.error("no next world within %.0f s", self.settings.reinit_wait_seconds)
+        log.error("no next world within %.0f s (or the agent is gone)", wait)
         return None
 
     def _restore_in_memory(self) -> None:
@@ -468,7 +489,7 @@ class ElasticTrainer:
         except OSError as e:
             log.warning("cannot report timings to %s: %s", control, e)
 
-    def _exit(self, status: int, why: str) -> None:
+    def _exit(self, status: int, why: str) -> NoReturn:
         try:
             self.save()
         except StateTransferError as e:

@@ -27,7 +27,7 @@ from agent.elastic.trainer import timings_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-EPOCHS = 8
+EPOCHS = 10
 TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", "64", "--seed", "3"]
 NUM_TRAIN = 1437  # 80 % of sklearn's 1797 digits
 
@@ -54,7 +54,7 @@ class Job:
     """Agents of one elastic job on a local membership store, started and stopped by a test."""
 
     def __init__(
-        self, tmp: Path, train_args: list[str] = TRAIN_ARGS, step_sleep: float = 0.04
+        self, tmp: Path, train_args: list[str] = TRAIN_ARGS, step_sleep: float = 0.1
     ) -> None:
         self.tmp = tmp
         self.train_args = train_args
