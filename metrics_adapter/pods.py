@@ -17,6 +17,16 @@ class PodKey(NamedTuple):
     name: str
 
 
+class DescribedObject(NamedTuple):
+    """A Kubernetes object reference as metric items describe it (``describedObject``)."""
+
+    kind: str
+    api_version: str
+    name: str
+    namespace: str | None = None
+    uid: str = ""
+
+
 @dataclass(frozen=True)
 class OwnerRef:
     """An object owning a pod, directly or through a chain (ReplicaSet -> Deployment)."""
@@ -55,9 +65,14 @@ class PodTarget:
     uid: str = ""
     key: PodKey = field(init=False, compare=False, repr=False)
     """This pod's :class:`PodKey` (computed once)."""
+    ref: DescribedObject = field(init=False, compare=False, repr=False)
+    """How metric items name this pod (computed once)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", PodKey(self.namespace, self.name))
+        object.__setattr__(
+            self, "ref", DescribedObject("Pod", "v1", self.name, self.namespace, self.uid)
+        )
 
     def owned_by(self, resource: str, name: str) -> bool:
         """Whether an owner with this group-qualified resource and name owns the pod."""

@@ -9,20 +9,10 @@ from typing import NamedTuple
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue, MetricDefinition
 from metrics_adapter.errors import NotFoundError
 from metrics_adapter.evaluator import MetricEvaluator, Point
-from metrics_adapter.pods import PodKey, PodRegistry, PodTarget
+from metrics_adapter.pods import DescribedObject, PodKey, PodRegistry, PodTarget
 from metrics_adapter.selector import LabelSelector
 
 ALL = "*"
-
-
-class DescribedObject(NamedTuple):
-    """The Kubernetes object a value describes (``describedObject``)."""
-
-    kind: str
-    api_version: str
-    name: str
-    namespace: str | None = None
-    uid: str = ""
 
 
 class MetricPoint(NamedTuple):
@@ -94,7 +84,7 @@ class MetricsService:
             raise NotFoundError(f"the server could not find the metric {metric} for pods {name}")
         return [
             MetricPoint(
-                DescribedObject("Pod", "v1", pod.name, pod.namespace, pod.uid),
+                pod.ref,
                 definition,
                 point.value,
                 point.timestamp,

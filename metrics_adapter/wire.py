@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from metrics_adapter.catalogue import MetricCatalogue
+from metrics_adapter.pods import DescribedObject
 from metrics_adapter.quantity import format_quantity
 from metrics_adapter.router import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
-from metrics_adapter.service import DescribedObject, ExternalPoint, MetricPoint
+from metrics_adapter.service import ExternalPoint, MetricPoint
 
 JSON = dict[str, Any]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from metrics_adapter.catalogue import MetricCatalogue
-from metrics_adapter.service import DescribedObject, MetricPoint
+from metrics_adapter.pods import DescribedObject
+from metrics_adapter.service import MetricPoint
 from metrics_adapter.wire import MetricListRenderer, metric_value_list, status
 from tests.unit.adapter.helpers import T0, agent_samples, build, trainer
 
