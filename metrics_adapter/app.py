@@ -76,20 +76,24 @@ def create_app(
         kind = route.kind
         if kind is RouteKind.HEALTH:
             if route.name == "readyz" and not ready():
-                return Response(b"" if head else b"not ready: pods not synced yet\n", 503,
-                                mimetype="text/plain")  # fmt: skip
+                return Response(
+                    b"" if head else b"not ready: pods not synced yet\n", 503, mimetype="text/plain"
+                )
             return Response(b"" if head else b"ok", 200, mimetype="text/plain")
         if kind is RouteKind.SELF_METRICS:
             refresh_gauges()
-            return Response(generate_latest(metrics.registry), 200,
-                            content_type=CONTENT_TYPE_LATEST)  # fmt: skip
+            return Response(
+                generate_latest(metrics.registry), 200, content_type=CONTENT_TYPE_LATEST
+            )
         if kind is RouteKind.ROOT:
             return _json(200, wire.root_paths(), head)
         if kind is RouteKind.VERSION:
             return _json(200, _VERSION, head)
         if kind is RouteKind.OPENAPI:
-            raise NotFoundError(f"the server could not find the requested resource {route.path!r} "
-                                "(this server publishes no OpenAPI document)")  # fmt: skip
+            raise NotFoundError(
+                f"the server could not find the requested resource {route.path!r} "
+                "(this server publishes no OpenAPI document)"
+            )
         if kind is RouteKind.API_GROUP_LIST:
             return _json(200, wire.api_group_list(), head)
         if kind is RouteKind.API_GROUP:
@@ -104,16 +108,19 @@ def create_app(
             _observe_age([p.timestamp for p in external])
             return _json(200, wire.external_value_list(external), head)
         if kind is RouteKind.CUSTOM_OBJECTS and route.resource == "pods":
-            points = service.pods(route.namespace, route.name, route.metric, selector,
-                                  metric_selector)  # fmt: skip
+            points = service.pods(
+                route.namespace, route.name, route.metric, selector, metric_selector
+            )
         elif kind is RouteKind.CUSTOM_OBJECTS:
-            points = service.objects(route.namespace, route.resource, route.name, route.metric,
-                                     selector, metric_selector)  # fmt: skip
+            points = service.objects(
+                route.namespace, route.resource, route.name, route.metric, selector, metric_selector
+            )
         elif kind is RouteKind.CUSTOM_NAMESPACE:
             points = service.namespace(route.namespace, route.metric, metric_selector)
         else:
-            points = service.root(route.resource, route.name, route.metric, selector,
-                                  metric_selector)  # fmt: skip
+            points = service.root(
+                route.resource, route.name, route.metric, selector, metric_selector
+            )
         _observe_age([p.timestamp for p in points])
         if head:
             return Response(b"", status=200, mimetype="application/json")
@@ -174,8 +181,11 @@ def create_app(
             resp = _json(e.code, wire.status(e.code, e.reason, e.message), request.method == "HEAD")
         except Exception:
             log.exception("internal error serving %s %s", request.method, raw)
-            resp = _json(500, wire.status(500, "InternalError", "an internal error occurred"),
-                         request.method == "HEAD")  # fmt: skip
+            resp = _json(
+                500,
+                wire.status(500, "InternalError", "an internal error occurred"),
+                request.method == "HEAD",
+            )
         code = resp.status_code
         metrics.request_duration.labels(label, str(code)).observe(time.perf_counter() - started)
         return resp

@@ -164,8 +164,18 @@ def _definitions(
     return out
 
 
-_ENTRY_KEYS = {"name", "description", "kind", "series", "labels", "series_reduce", "numerator",
-               "denominator", "aggregation", "window"}  # fmt: skip
+_ENTRY_KEYS = {
+    "name",
+    "description",
+    "kind",
+    "series",
+    "labels",
+    "series_reduce",
+    "numerator",
+    "denominator",
+    "aggregation",
+    "window",
+}
 
 
 def _definition(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from metrics_adapter.auth.trust import ClientTrust, trust_from_configmap
+from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.durations import parse_duration
 from metrics_adapter.errors import ConfigError, SourceError
 from metrics_adapter.kube_client import make_api_client
@@ -86,8 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add(net, "--access-log", "log every request to stderr", False, action="store_true")
 
     src = serve.add_argument_group("sources")
-    _add(src, "--source", "where pods and samples come from", d.source.value,
-         choices=[k.value for k in SourceKind])  # fmt: skip
+    _add(
+        src,
+        "--source",
+        "where pods and samples come from",
+        d.source.value,
+        choices=[k.value for k in SourceKind],
+    )
     _add(
         src,
         "--static-file",
@@ -233,6 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add(
         auth,
+        "--authentication-config-refresh",
+        "how often the auth ConfigMap is re-read (rotated CAs apply without a restart)",
+        "60s",
+    )
+    _add(
+        auth,
         "--auth-cache-ttl",
         "how long TokenReview/SubjectAccessReview answers are cached",
         "10s",
@@ -300,6 +311,7 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
             authorization_kubeconfig=_path(args.authorization_kubeconfig),
             authentication_skip_lookup=bool(args.authentication_skip_lookup),
             auth_cache_ttl=parse_duration(args.auth_cache_ttl),
+            auth_config_refresh=parse_duration(args.authentication_config_refresh),
             threads=int(args.threads),
             log_level=str(args.log_level).lower(),
             access_log=bool(args.access_log),
@@ -366,6 +378,7 @@ def serve(settings: AdapterSettings) -> int:
                 "(for a local demo or test use --authentication none --authorization none)"
             ) from e
     trust = resolve_trust(settings)
+    tls_trust = TlsClientTrust()
     cert = None
     context_factory = None
     if settings.tls:
@@ -378,14 +391,16 @@ def serve(settings: AdapterSettings) -> int:
         ca_bundle = trust.bundle_file(settings.cert_dir)
 
         def context_factory() -> Any:
-            return server_context(cert, ca_bundle)
+            context = server_context(cert, ca_bundle)
+            tls_trust.attach(context)
+            return context
 
         context_factory()  # fail fast on unreadable cert/key
     else:
         log.warning("serving plain HTTP: the Kubernetes aggregator cannot use this server")
 
     def app_factory() -> Any:
-        runtime = AdapterRuntime(settings, trust)
+        runtime = AdapterRuntime(settings, trust, tls_trust=tls_trust)
         runtime.start()
         return runtime.app
 

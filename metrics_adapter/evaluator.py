@@ -66,12 +66,14 @@ class MetricEvaluator:
     def _compute(
         self, definition: MetricDefinition, pod: PodKey, metric_selector: LabelSelector
     ) -> Point | None:
-        numerator = self._term(definition.numerator, definition.window_seconds, pod,
-                               metric_selector)  # fmt: skip
+        numerator = self._term(
+            definition.numerator, definition.window_seconds, pod, metric_selector
+        )
         if numerator is None or definition.denominator is None:
             return numerator
-        denominator = self._term(definition.denominator, definition.window_seconds, pod,
-                                 metric_selector)  # fmt: skip
+        denominator = self._term(
+            definition.denominator, definition.window_seconds, pod, metric_selector
+        )
         if denominator is None or denominator.value == 0:
             return None
         return Point(

@@ -48,8 +48,14 @@ class OwnerRef:
         return f"{self.group}/v1" if self.group else "v1"
 
 
-_PLURALS = {"Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
-            "Job": "jobs", "DaemonSet": "daemonsets", "PaddleJob": "paddlejobs"}  # fmt: skip
+_PLURALS = {
+    "Deployment": "deployments",
+    "ReplicaSet": "replicasets",
+    "StatefulSet": "statefulsets",
+    "Job": "jobs",
+    "DaemonSet": "daemonsets",
+    "PaddleJob": "paddlejobs",
+}
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,18 @@ from __future__ import annotations
 import math
 from decimal import ROUND_HALF_UP, Decimal
 
-_SUFFIXES = (("E", 27), ("P", 24), ("T", 21), ("G", 18), ("M", 15), ("k", 12), ("", 9),
-             ("m", 6), ("u", 3), ("n", 0))  # fmt: skip
+_SUFFIXES = (
+    ("E", 27),
+    ("P", 24),
+    ("T", 21),
+    ("G", 18),
+    ("M", 15),
+    ("k", 12),
+    ("", 9),
+    ("m", 6),
+    ("u", 3),
+    ("n", 0),
+)
 _MAX_NANO = (2**63 - 1) * 10**9
 
 
@@ -42,8 +52,18 @@ def format_quantity(value: float) -> str:
 
 def parse_quantity(text: str) -> float:
     """Parse a DecimalSI Quantity string back to a float (for tests and tools)."""
-    factors = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9,
-               "T": 1e12, "P": 1e15, "E": 1e18}  # fmt: skip
+    factors = {
+        "n": 1e-9,
+        "u": 1e-6,
+        "m": 1e-3,
+        "": 1.0,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "P": 1e15,
+        "E": 1e18,
+    }
     suffix = text[-1] if text and text[-1].isalpha() else ""
     number = text[: len(text) - len(suffix)]
     if suffix not in factors:

@@ -59,8 +59,12 @@ class Route:
     @property
     def is_metric_read(self) -> bool:
         """Whether this route reads metric values (vs discovery/health)."""
-        return self.kind in (RouteKind.CUSTOM_OBJECTS, RouteKind.CUSTOM_NAMESPACE,
-                             RouteKind.CUSTOM_ROOT, RouteKind.EXTERNAL)  # fmt: skip
+        return self.kind in (
+            RouteKind.CUSTOM_OBJECTS,
+            RouteKind.CUSTOM_NAMESPACE,
+            RouteKind.CUSTOM_ROOT,
+            RouteKind.EXTERNAL,
+        )
 
     @property
     def label(self) -> str:
@@ -156,9 +160,14 @@ def parse_path(raw_path: str) -> Route:
 
 def _external(base: Route, rest: list[str]) -> Route:
     if len(rest) == 3 and rest[0] == "namespaces":
-        return Route(RouteKind.EXTERNAL, base.path, base.group, base.version,
-                     namespace=_check(rest[1], NAMESPACE_RE, "namespace", 63),
-                     metric=_metric(rest[2]))  # fmt: skip
+        return Route(
+            RouteKind.EXTERNAL,
+            base.path,
+            base.group,
+            base.version,
+            namespace=_check(rest[1], NAMESPACE_RE, "namespace", 63),
+            metric=_metric(rest[2]),
+        )
     raise NotFoundError(
         f"the server could not find the requested resource {base.path!r} "
         "(external metrics are read at namespaces/{namespace}/{metric})"
@@ -174,16 +183,36 @@ def _custom(base: Route, rest: list[str]) -> Route:
                     f"the server could not find the requested resource {base.path!r} "
                     "(namespace metrics are read at namespaces/{namespace}/metrics/{metric})"
                 )
-            return Route(RouteKind.CUSTOM_NAMESPACE, base.path, base.group, base.version,
-                         namespace=namespace, resource="namespaces", name=namespace,
-                         metric=_metric(rest[3]))  # fmt: skip
-        return Route(RouteKind.CUSTOM_OBJECTS, base.path, base.group, base.version,
-                     namespace=namespace, resource=_check(rest[2], _RESOURCE, "resource", 253),
-                     name=_name(rest[3]), metric=_metric(rest[4]))  # fmt: skip
+            return Route(
+                RouteKind.CUSTOM_NAMESPACE,
+                base.path,
+                base.group,
+                base.version,
+                namespace=namespace,
+                resource="namespaces",
+                name=namespace,
+                metric=_metric(rest[3]),
+            )
+        return Route(
+            RouteKind.CUSTOM_OBJECTS,
+            base.path,
+            base.group,
+            base.version,
+            namespace=namespace,
+            resource=_check(rest[2], _RESOURCE, "resource", 253),
+            name=_name(rest[3]),
+            metric=_metric(rest[4]),
+        )
     if len(rest) == 3:
-        return Route(RouteKind.CUSTOM_ROOT, base.path, base.group, base.version,
-                     resource=_check(rest[0], _RESOURCE, "resource", 253),
-                     name=_name(rest[1]), metric=_metric(rest[2]))  # fmt: skip
+        return Route(
+            RouteKind.CUSTOM_ROOT,
+            base.path,
+            base.group,
+            base.version,
+            resource=_check(rest[0], _RESOURCE, "resource", 253),
+            name=_name(rest[1]),
+            metric=_metric(rest[2]),
+        )
     raise NotFoundError(
         f"the server could not find the requested resource {base.path!r} (expected "
         "{resource}/{name}/{metric}, namespaces/{ns}/{resource}/{name}/{metric} or "

@@ -26,7 +26,12 @@ from metrics_adapter.auth.authz import (
     Authorizer,
     SubjectAccessReviewAuthorizer,
 )
-from metrics_adapter.auth.trust import ClientTrust
+from metrics_adapter.auth.trust import (
+    ClientTrust,
+    TlsClientTrust,
+    TrustRefresher,
+    trust_from_configmap,
+)
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.errors import ConfigError, SourceError
 from metrics_adapter.evaluator import MetricEvaluator
@@ -107,10 +112,12 @@ class AdapterRuntime:
         trust: ClientTrust | None = None,
         clock: Callable[[], float] = time.time,
         api_client_factory: Callable[[Any], Any] = make_api_client,
+        tls_trust: TlsClientTrust | None = None,
     ) -> None:
         self.settings = settings
         self._api_client_factory = api_client_factory
         self._api_clients: dict[Any, Any] = {}
+        self._tls_trust = tls_trust
         self.metrics = AdapterMetrics(CollectorRegistry())
         self.catalogue = CatalogueHolder(load_catalogue(settings))
         interval = settings.scrape_interval
@@ -210,19 +217,34 @@ class AdapterRuntime:
         s = self.settings
         if s.authentication is AuthMode.NONE:
             return DelegatingAuthenticator([], allow_anonymous=True)
-        chain: list[Authenticator] = []
-        if trust.requestheader_ca_pem:
-            chain.append(
-                RequestHeaderAuthenticator(
-                    load_ca_bundle(trust.requestheader_ca_pem),
-                    trust.allowed_names,
-                    trust.username_headers,
-                    trust.group_headers,
-                    trust.extra_prefixes,
+        requestheader = RequestHeaderAuthenticator(
+            load_ca_bundle(trust.requestheader_ca_pem) if trust.requestheader_ca_pem else [],
+            trust.allowed_names,
+            trust.username_headers,
+            trust.group_headers,
+            trust.extra_prefixes,
+        )
+        client_cert = ClientCertAuthenticator(
+            load_ca_bundle(trust.client_ca_pem) if trust.client_ca_pem else []
+        )
+        chain: list[Authenticator] = [requestheader, client_cert]
+        from_cluster = not (
+            s.requestheader_client_ca_file or s.client_ca_file or s.authentication_skip_lookup
+        )
+        if from_cluster:
+            kubeconfig = s.authentication_kubeconfig or s.kubeconfig
+
+            def read() -> ClientTrust:
+                fresh = trust_from_configmap(self.api_client(kubeconfig))
+                if s.requestheader_allowed_names:
+                    fresh.allowed_names = s.requestheader_allowed_names
+                return fresh
+
+            self.components.append(
+                TrustRefresher(
+                    read, trust, requestheader, client_cert, self._tls_trust, s.auth_config_refresh
                 )
             )
-        if trust.client_ca_pem:
-            chain.append(ClientCertAuthenticator(load_ca_bundle(trust.client_ca_pem)))
         try:
             from metrics_adapter.auth.kube_reviews import KubernetesTokenReviewer
 
@@ -232,10 +254,6 @@ class AdapterRuntime:
             )
         except SourceError as e:
             log.warning("bearer tokens will not be accepted: %s", e)
-        if not chain:
-            log.warning(
-                "delegated authentication has no method configured: all requests are anonymous"
-            )
         return DelegatingAuthenticator(chain, allow_anonymous=True)
 
     def _authorizer(self, clock: Callable[[], float]) -> Authorizer:

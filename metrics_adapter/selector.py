@@ -187,8 +187,15 @@ def _lex(text: str) -> list[_Token]:
             tokens.append(_Token(_Tok.DEQ if two == "==" else _Tok.NEQ, two, i))
             i += 2
             continue
-        single = {"!": _Tok.BANG, "=": _Tok.EQ, ">": _Tok.GT, "<": _Tok.LT, "(": _Tok.LPAREN,
-                  ")": _Tok.RPAREN, ",": _Tok.COMMA}  # fmt: skip
+        single = {
+            "!": _Tok.BANG,
+            "=": _Tok.EQ,
+            ">": _Tok.GT,
+            "<": _Tok.LT,
+            "(": _Tok.LPAREN,
+            ")": _Tok.RPAREN,
+            ",": _Tok.COMMA,
+        }
         if c in single:
             tokens.append(_Token(single[c], c, i))
             i += 1

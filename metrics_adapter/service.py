@@ -120,8 +120,9 @@ class MetricsService:
             values = self._values(definition, members, metric_selector, catalogue.generation)
             if not values:
                 continue
-            described = DescribedObject(owner.kind, owner.api_version, owner.name, namespace,
-                                        owner.uid)  # fmt: skip
+            described = DescribedObject(
+                owner.kind, owner.api_version, owner.name, namespace, owner.uid
+            )
             items.append(_aggregate(described, definition, [v for _, v in values]))
         if name != ALL and not items:
             raise NotFoundError(
@@ -135,8 +136,9 @@ class MetricsService:
         """``namespaces/{ns}/metrics/{metric}``: all pods of the namespace, aggregated."""
         catalogue = self._catalogue.current
         definition = self._custom(catalogue, metric, "namespaces")
-        values = self._values(definition, self._pods.in_namespace(namespace), metric_selector,
-                              catalogue.generation)  # fmt: skip
+        values = self._values(
+            definition, self._pods.in_namespace(namespace), metric_selector, catalogue.generation
+        )
         if not values:
             raise NotFoundError(
                 f"the server could not find the metric {metric} for namespaces {namespace}"
@@ -171,8 +173,11 @@ class MetricsService:
         for group, members in sorted(groups.items()):
             values = self._values(definition, members, metric_selector, catalogue.generation)
             if values:
-                items.append(_aggregate(DescribedObject(kind, "v1", group), definition,
-                                        [v for _, v in values]))  # fmt: skip
+                items.append(
+                    _aggregate(
+                        DescribedObject(kind, "v1", group), definition, [v for _, v in values]
+                    )
+                )
         if name != ALL and not items:
             raise NotFoundError(
                 f"the server could not find the metric {metric} for {resource} {name}"

@@ -104,6 +104,8 @@ class AdapterSettings:
     """Kubeconfig for SubjectAccessReview (default: --kubeconfig/in-cluster)."""
     authentication_skip_lookup: bool = False
     """Do not read kube-system/extension-apiserver-authentication."""
+    auth_config_refresh: float = 60.0
+    """Seconds between re-reads of the auth ConfigMap (rotated CAs apply without restart)."""
     auth_cache_ttl: float = 10.0
     """Seconds TokenReview and SubjectAccessReview decisions are cached."""
     threads: int = 8

@@ -31,8 +31,10 @@ def generate_self_signed(directory: Path, hostnames: list[str], days: int = 365)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     names: list[x509.GeneralName] = [x509.DNSName(h) for h in dict.fromkeys(hostnames)]
-    names += [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-              x509.IPAddress(ipaddress.ip_address("::1"))]  # fmt: skip
+    names += [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("::1")),
+    ]
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostnames[0])])
     cert = (
         x509.CertificateBuilder()
@@ -52,9 +54,13 @@ def generate_self_signed(directory: Path, hostnames: list[str], days: int = 365)
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM,
-                                  serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))  # fmt: skip
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
     return ServingCert(cert_file, key_file, generated=True)
 
 
@@ -67,8 +73,9 @@ def ensure_serving_cert(
     if cert_file or key_file:
         raise ValueError("--tls-cert-file and --tls-private-key-file go together")
     directory = cert_dir or Path(tempfile.mkdtemp(prefix="edl-adapter-cert-"))
-    return generate_self_signed(directory, ["localhost", "edl-metrics-adapter",
-                                            "edl-metrics-adapter.edl-system.svc"])  # fmt: skip
+    return generate_self_signed(
+        directory, ["localhost", "edl-metrics-adapter", "edl-metrics-adapter.edl-system.svc"]
+    )
 
 
 def server_context(cert: ServingCert, client_ca_file: Path | None) -> ssl.SSLContext:

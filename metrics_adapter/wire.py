@@ -101,8 +101,14 @@ class MetricListRenderer:
         cache = self._cache
         parts = []
         for p in points:
-            key = (version, p.definition.name, p.described, p.value, p.timestamp,
-                   p.definition.window_seconds)  # fmt: skip
+            key = (
+                version,
+                p.definition.name,
+                p.described,
+                p.value,
+                p.timestamp,
+                p.definition.window_seconds,
+            )
             text = cache.get(key)
             if text is None:
                 text = json.dumps(metric_item(version, p), separators=(",", ":"))
@@ -169,8 +175,13 @@ def api_resource_list(group: str, version: str, catalogue: MetricCatalogue) -> J
 
 
 def _resource(name: str, namespaced: bool, kind: str) -> JSON:
-    return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
-            "verbs": ["get"]}  # fmt: skip
+    return {
+        "name": name,
+        "singularName": "",
+        "namespaced": namespaced,
+        "kind": kind,
+        "verbs": ["get"],
+    }
 
 
 def api_group(group: str) -> JSON:

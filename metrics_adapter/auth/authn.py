@@ -95,6 +95,11 @@ class RequestHeaderAuthenticator:
         self._extra_prefixes = [p.lower() for p in extra_prefixes]
         self._uid_headers = [h.lower() for h in uid_headers]
 
+    def update(self, cas: Sequence[x509.Certificate], allowed_names: Sequence[str]) -> None:
+        """Swap in a new CA bundle and allowed names (the cluster rotated them)."""
+        self._cas = list(cas)
+        self._allowed = frozenset(allowed_names)
+
     def authenticate(self, credentials: Credentials) -> UserInfo | None:
         """Authenticate a front-proxy request, or None when it is not one."""
         cert = _load_peer(credentials.peer_cert_der)
@@ -124,6 +129,10 @@ class ClientCertAuthenticator:
     """x509 client certificates of the client CA: user = CN, groups = O (kube-apiserver rule)."""
 
     def __init__(self, cas: Sequence[x509.Certificate]) -> None:
+        self._cas = list(cas)
+
+    def update(self, cas: Sequence[x509.Certificate]) -> None:
+        """Swap in a new CA bundle."""
         self._cas = list(cas)
 
     def authenticate(self, credentials: Credentials) -> UserInfo | None:
@@ -202,8 +211,9 @@ class DelegatingAuthenticator:
             user = authenticator.authenticate(credentials)
             if user is not None:
                 if "system:authenticated" not in user.groups:
-                    user = UserInfo(user.name, (*user.groups, "system:authenticated"),
-                                    user.extra, user.uid)  # fmt: skip
+                    user = UserInfo(
+                        user.name, (*user.groups, "system:authenticated"), user.extra, user.uid
+                    )
                 return user
         if not self._allow_anonymous:
             raise UnauthorizedError("no valid credentials in the request")

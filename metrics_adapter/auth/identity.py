@@ -40,8 +40,11 @@ class RequestAttributes:
 
     def cache_key(self) -> tuple[object, ...]:
         """A hashable form for the decision cache."""
-        what = (self.namespace, self.group, self.version, self.resource, self.subresource,
-                self.name) if self.is_resource else (self.path,)  # fmt: skip
+        what = (
+            (self.namespace, self.group, self.version, self.resource, self.subresource, self.name)
+            if self.is_resource
+            else (self.path,)
+        )
         return (self.user.cache_key(), self.verb, self.is_resource, what)
 
 

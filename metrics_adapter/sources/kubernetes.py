@@ -23,8 +23,14 @@ from metrics_adapter.store import MetricStore
 
 log = logging.getLogger(__name__)
 
-_GROUPS = {"ReplicaSet": "apps", "Deployment": "apps", "StatefulSet": "apps", "DaemonSet": "apps",
-           "Job": "batch", "CronJob": "batch"}  # fmt: skip
+_GROUPS = {
+    "ReplicaSet": "apps",
+    "Deployment": "apps",
+    "StatefulSet": "apps",
+    "DaemonSet": "apps",
+    "Job": "batch",
+    "CronJob": "batch",
+}
 
 
 def _group_of(api_version: str) -> str:
@@ -72,8 +78,12 @@ class OwnerResolver:
         controller = next((r for r in refs if r.controller), refs[0] if refs else None)
         if controller is None:
             return ()
-        first = OwnerRef(controller.kind, _group_of(controller.api_version), controller.name,
-                         controller.uid or "")  # fmt: skip
+        first = OwnerRef(
+            controller.kind,
+            _group_of(controller.api_version),
+            controller.name,
+            controller.uid or "",
+        )
         if controller.kind != "ReplicaSet":
             return (first,)
         parent = self._replicaset_owner(pod.metadata.namespace, controller.name)
@@ -169,10 +179,13 @@ class KubernetesPodDiscovery:
                 fn, kwargs = self._list_call()
                 self._watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]
                 for event in self._watch.stream(
-                    fn, label_selector=self._selector, resource_version=resource_version,
-                    timeout_seconds=self._watch_timeout, _request_timeout=self._watch_timeout + 10,
+                    fn,
+                    label_selector=self._selector,
+                    resource_version=resource_version,
+                    timeout_seconds=self._watch_timeout,
+                    _request_timeout=self._watch_timeout + 10,
                     **kwargs,
-                ):  # fmt: skip
+                ):
                     if self._stop.is_set():
                         break
                     kind = event.get("type")

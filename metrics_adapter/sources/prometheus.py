@@ -100,10 +100,14 @@ class PrometheusCollector:
             own = {k: v for k, v in labels.items() if k not in (self._ns_label, self._pod_label)}
             series_labels = {k: v for k, v in own.items() if k != "__name__"}
             by_pod.setdefault(key, []).append(Sample(labels["__name__"], series_labels, number, ts))
-            pod_labels.setdefault(key, {
-                k: v for k, v in own.items()
-                if k not in _SERIES_LABELS and not validate_key(k) and not validate_value(v)
-            })  # fmt: skip
+            pod_labels.setdefault(
+                key,
+                {
+                    k: v
+                    for k, v in own.items()
+                    if k not in _SERIES_LABELS and not validate_key(k) and not validate_value(v)
+                },
+            )
         if self._discover:
             targets = [self._target(key, pod_labels[key]) for key in by_pod]
             for gone in self._pods.replace_all(targets):

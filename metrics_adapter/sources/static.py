@@ -36,8 +36,18 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 log = logging.getLogger(__name__)
 
-_KEYS = {"namespace", "name", "labels", "deployment", "replicaset", "statefulset", "node",
-         "address", "url", "uid"}  # fmt: skip
+_KEYS = {
+    "namespace",
+    "name",
+    "labels",
+    "deployment",
+    "replicaset",
+    "statefulset",
+    "node",
+    "address",
+    "url",
+    "uid",
+}
 
 
 def load_static_pods(path: Path) -> list[PodTarget]:
