@@ -80,6 +80,10 @@ class ControlPlaneSettings:
     faster scale-down say so in `spec.behavior`)."""
     kcm_verbosity: int = 2
     """`--v` for kube-controller-manager (4 logs each HPA proposal)."""
+    kcm_vmodule: str = "horizontal=4"
+    """`--vmodule` for kube-controller-manager: the HPA controller's file at 4, so each sync
+    logs "Proposing desired replicas" and "Decided not to scale" (the differential test reads
+    them) without the rest of the controller manager's level-4 noise. Empty: not passed."""
     ready_timeout_s: float = 180.0
     """Bound on each component's wait for health."""
     extra_feature_gates: dict[str, bool] = field(default_factory=dict)
@@ -241,6 +245,7 @@ class ControlPlane:
             f"--horizontal-pod-autoscaler-sync-period={s.hpa_sync_period}",
             f"--horizontal-pod-autoscaler-downscale-stabilization={s.hpa_downscale_stabilization}",
             f"--v={s.kcm_verbosity}",
+            *([f"--vmodule={s.kcm_vmodule}"] if s.kcm_vmodule else []),
         ]
         gates = self._feature_gates()
         if gates:
