@@ -107,6 +107,11 @@ class AdapterServer(BaseApplication):  # type: ignore[misc]
             "loglevel": s.log_level,
             "errorlog": "-",
             "accesslog": "-" if s.access_log else None,
+            # Who asked, with what Accept header: the HPA sends protobuf first and gets JSON.
+            "access_log_format": (
+                '%(h)s "%(r)s" %(s)s %(b)s %(M)sms user="%({x-remote-user}i)s" '
+                'accept="%({accept}i)s" agent="%(a)s"'
+            ),
             "proc_name": "edl-adapter",
             "control_socket_disable": True,
         }

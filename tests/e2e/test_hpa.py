@@ -66,6 +66,19 @@ def _current_value(hpa: Any) -> float:
     return float(parse_quantity(current.average_value))
 
 
+def _assert_hpa_query_logged(adapter: MetricsAdapter, ns: str) -> None:
+    """The HPA's Pods query reached the adapter through the aggregator, protobuf-first."""
+    lines = adapter.process.log.read_text(errors="replace").splitlines()
+    queries = [line for line in lines if f"/namespaces/{ns}/pods/" in line and "GET" in line]
+    assert queries, "no pods query from the HPA in the adapter's access log"
+    from_hpa = [line for line in queries if "kube-controller-manager" in line]
+    assert from_hpa, queries[-3:]
+    assert all('accept="application/vnd.kubernetes.protobuf, */*"' in q for q in from_hpa), (
+        from_hpa[-1]
+    )
+    assert all('" 200 ' in q for q in from_hpa[-3:]), from_hpa[-3:]
+
+
 @pytest.mark.parametrize(
     ("kind", "reason_up"),
     [
@@ -101,6 +114,8 @@ def test_hpa_scales_trainers_up_and_down(
     assert conds["ScalingActive"][:2] == ("True", "ValidMetricFound"), conds
     assert hpa.status.current_metrics[0].type == kind
     assert _current_value(hpa) > float(TARGET)
+    if kind == "Pods":
+        _assert_hpa_query_logged(metrics_adapter, ns)
     ups = _rescale_messages(api, ns)
     assert ups and all("above target" in m and reason_up in m for m in ups), ups
     assert ups[-1].startswith(f"New size: {MAX};")
