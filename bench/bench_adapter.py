@@ -433,7 +433,7 @@ def freshness(workdir: Path, interval: str, changes: int) -> list[float]:
                     seen = body["items"][0]["value"]
                     from metrics_adapter.quantity import parse_quantity
 
-                    if abs(parse_quantity(seen) - target) < 1e-3:
+                    if abs(float(parse_quantity(seen)) - target) < 1e-3:
                         delays.append(time.time() - set_at)
                         break
                 except (

@@ -18,7 +18,6 @@ from typing import NoReturn, TextIO
 from metrics_adapter.hpa.controller import ControllerSettings
 from metrics_adapter.hpa.errors import HpaError, QuantityError
 from metrics_adapter.hpa.manifest import load_hpa, manifest_with_behavior
-from metrics_adapter.hpa.quantity import parse_quantity
 from metrics_adapter.hpa.report import comparison, summary_lines, timeline
 from metrics_adapter.hpa.simulate import LoadModel, Simulation, SimulationSettings
 from metrics_adapter.hpa.spec import (
@@ -28,6 +27,7 @@ from metrics_adapter.hpa.spec import (
 )
 from metrics_adapter.hpa.trace import MetricTrace, PrometheusQuery, load_prometheus, load_trace
 from metrics_adapter.hpa.tune import Objective, Tuner
+from metrics_adapter.quantity import parse_quantity
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

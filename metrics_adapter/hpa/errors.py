@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+from metrics_adapter.quantity import QuantityError
+
+__all__ = [
+    "HpaError",
+    "ManifestError",
+    "MetricUnavailable",
+    "QuantityError",
+    "TraceError",
+]
+
 
 class HpaError(Exception):
     """Base of every error the HPA simulator raises on purpose."""
@@ -18,10 +28,6 @@ class ManifestError(HpaError):
         super().__init__(f"{field}: {problem}" if field else problem)
         self.field = field
         self.problem = problem
-
-
-class QuantityError(HpaError):
-    """A string is not a Kubernetes resource.Quantity."""
 
 
 class TraceError(HpaError):

@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from metrics_adapter.hpa.errors import HpaError
-from metrics_adapter.hpa.quantity import milli_value
 from metrics_adapter.hpa.replicas import PodPhase, PodState
+from metrics_adapter.quantity import milli_value
 
 
 class PodDecodeError(HpaError):

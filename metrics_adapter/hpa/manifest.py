@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 
 from metrics_adapter.hpa.errors import ManifestError, QuantityError
-from metrics_adapter.hpa.quantity import milli_value, parse_quantity
 from metrics_adapter.hpa.spec import (
     Behavior,
     CrossVersionObjectReference,
@@ -37,6 +36,7 @@ from metrics_adapter.hpa.spec import (
     ScalingRules,
     SelectPolicy,
 )
+from metrics_adapter.quantity import milli_value, parse_quantity
 
 API_VERSION = "autoscaling/v2"
 KIND = "HorizontalPodAutoscaler"

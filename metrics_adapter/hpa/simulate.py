@@ -32,7 +32,6 @@ from metrics_adapter.hpa.controller import (
     MetricValues,
 )
 from metrics_adapter.hpa.errors import HpaError
-from metrics_adapter.hpa.quantity import milli_value
 from metrics_adapter.hpa.replicas import PodMetric, PodPhase, PodState
 from metrics_adapter.hpa.spec import (
     ExternalMetricSource,
@@ -44,6 +43,7 @@ from metrics_adapter.hpa.spec import (
     ResourceMetricSource,
 )
 from metrics_adapter.hpa.trace import MetricTrace
+from metrics_adapter.quantity import milli_value
 
 
 class LoadModel(StrEnum):

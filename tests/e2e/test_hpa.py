@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from metrics_adapter.quantity import parse_quantity
 from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
-from tests.e2e.harness.quantity import parse_quantity
 from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import (
     TrainerJob,

@@ -229,7 +229,7 @@ def start_adapter(workdir: Path, *args: str) -> Adapter:
 
 
 def value(item: dict[str, Any]) -> float:
-    return parse_quantity(item["value"])
+    return float(parse_quantity(item["value"]))
 
 
 @dataclass

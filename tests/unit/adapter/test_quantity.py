@@ -39,4 +39,4 @@ def test_non_finite_values_have_no_quantity(value: float) -> None:
 
 @given(st.floats(min_value=-1e12, max_value=1e12, allow_nan=False))
 def test_round_trip_within_milli(value: float) -> None:
-    assert parse_quantity(format_quantity(value)) == pytest.approx(value, abs=1e-3, rel=1e-9)
+    assert float(parse_quantity(format_quantity(value))) == pytest.approx(value, abs=1e-3, rel=1e-9)

@@ -191,9 +191,9 @@ def test_object_metric_aggregates_owned_pods(client) -> None:  # type: ignore[no
         "name": "trainer",
         "apiVersion": "apps/v1",
     }
-    assert parse_quantity(item["value"]) == pytest.approx(150.0)  # sum of 100 and 50
+    assert float(parse_quantity(item["value"])) == pytest.approx(150.0)  # sum of 100 and 50
     mean = client.get(f"{DEPLOY}/trainer/gpu_utilization").get_json()["items"][0]
-    assert parse_quantity(mean["value"]) == pytest.approx((0.7 + 0.3) / 2)
+    assert float(parse_quantity(mean["value"])) == pytest.approx((0.7 + 0.3) / 2)
 
 
 def test_external_item_shape(client) -> None:  # type: ignore[no-untyped-def]
@@ -204,7 +204,7 @@ def test_external_item_shape(client) -> None:  # type: ignore[no-untyped-def]
     (item,) = body["items"]
     assert item["metricName"] == "busy_accelerators"
     assert item["metricLabels"] == {"app": "trainer"}
-    assert parse_quantity(item["value"]) == pytest.approx(0.8 + 0.6 + 0.4 + 0.2)
+    assert float(parse_quantity(item["value"])) == pytest.approx(0.8 + 0.6 + 0.4 + 0.2)
     unlabelled = client.get(f"{EXT}/namespaces/ml/busy_cpus").get_json()["items"][0]
     assert unlabelled["metricLabels"] is None
 

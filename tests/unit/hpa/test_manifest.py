@@ -12,7 +12,6 @@ import yaml
 
 from metrics_adapter.hpa.errors import ManifestError, QuantityError
 from metrics_adapter.hpa.manifest import load_hpa, manifest_with_behavior, parse_hpa
-from metrics_adapter.hpa.quantity import format_milli, milli_value, parse_quantity
 from metrics_adapter.hpa.spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
@@ -22,6 +21,7 @@ from metrics_adapter.hpa.spec import (
     ScalingPolicy,
     SelectPolicy,
 )
+from metrics_adapter.quantity import format_milli, milli_value, parse_quantity
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hpa" / "hpa.yaml"
 
