@@ -134,12 +134,16 @@ class HorizontalController:
         metrics: MetricValues,
         pods: Sequence[PodState] | None = None,
         status_replicas: int | None = None,
+        scaled_at: float | None = None,
     ) -> Decision:
         """Reconcile once at `now` (seconds) and return the decision.
 
         `current_replicas` is the scale's spec.replicas, `status_replicas` its
         status.replicas (defaults to the same), `pods` what the selector lists (defaults to
-        `default_pods(current_replicas)`).
+        `default_pods(current_replicas)`). `scaled_at` is when a rescale took effect (defaults
+        to `now`): the real controller stamps its scale event after the scale update returns,
+        milliseconds after the sync began, and with periods equal to the sync period those
+        milliseconds decide whether an event is still inside a policy period.
         """
         pod_list = tuple(pods) if pods is not None else default_pods(current_replicas)
         status = current_replicas if status_replicas is None else status_replicas
@@ -222,8 +226,13 @@ class HorizontalController:
                     else spec.behavior.scale_down
                 )
                 assert rules is not None
-                self.history.store_event(now, current_replicas, decision.desired, rules)
-            self.last_scale_time = now
+                self.history.store_event(
+                    now if scaled_at is None else scaled_at,
+                    current_replicas,
+                    decision.desired,
+                    rules,
+                )
+            self.last_scale_time = now if scaled_at is None else scaled_at
         return self._finish(decision)
 
     def _set(self, condition: Condition) -> None:

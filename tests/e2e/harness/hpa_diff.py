@@ -43,7 +43,7 @@ import requests
 
 from metrics_adapter.hpa import HorizontalController, MetricValues, PodState
 from metrics_adapter.hpa.kube import pod_states
-from metrics_adapter.hpa.quantity import milli_value
+from metrics_adapter.quantity import milli_value
 
 BRACKET_S = 0.5
 """How long before its "Proposing" line the controller may have read metrics and pods."""
@@ -323,7 +323,7 @@ Outcome = tuple[int | None, int | None, bool]
 def _outcome(model: HorizontalController, sync: Sync, now: float, inputs: _Inputs) -> Outcome:
     current = sync.current if sync.current is not None else inputs.spec_replicas
     metrics = MetricValues(pods={inputs.metric: inputs.values} if inputs.values else {})
-    d = model.step(now, current, metrics, pods=inputs.pods)
+    d = model.step(now, current, metrics, pods=inputs.pods, scaled_at=sync.rescaled_at)
     frozen = d.error is not None and d.metric_replicas is None
     if frozen:
         return (None, None, True)
@@ -440,9 +440,4 @@ def replay(
         verdicts.append(Verdict(sync, real, tuple(dict.fromkeys(outcomes))))
         cand, now = next((t for t, o in zip(tries, outcomes, strict=True) if o == real), tries[0])
         _outcome(model, sync, now, cand)
-        if sync.rescaled_at is not None:
-            history = model.history
-            for event in (*history.scale_up_events, *history.scale_down_events):
-                if event.timestamp == now:
-                    event.timestamp = sync.rescaled_at
     return Report(verdicts, unmatched, CLOCK_EPSILON_S)

@@ -216,6 +216,23 @@ def test_pods_policy_with_period_memory() -> None:
     assert decisions[1].limiting_reason == "ScaleUpLimit"
 
 
+def test_scale_event_is_stamped_when_the_rescale_took_effect() -> None:
+    # Period 15 s = the sync period. An event stamped at the sync (15.000) is out of the period
+    # at 30.000 (strict cutoff), so the second sync may add 2 more; stamped when the scale
+    # update returned (15.020), as the real controller does, it still limits the second sync.
+    behavior = {"scaleUp": {"policies": [{"type": "Pods", "value": 2, "periodSeconds": 15}]}}
+    at_sync = behavior_model(behavior)
+    assert at_sync.step(15, 2, wanting(2, 10)).desired_replicas == 4
+    assert at_sync.step(30, 4, wanting(4, 10)).desired_replicas == 6
+    after_update = behavior_model(behavior)
+    first = after_update.step(15, 2, wanting(2, 10), scaled_at=15.02)
+    assert first.desired_replicas == 4
+    assert after_update.last_scale_time == 15.02
+    second = after_update.step(30, 4, wanting(4, 10))
+    assert second.desired_replicas == 4
+    assert second.limiting_reason == "ScaleUpLimit"
+
+
 def test_percent_scale_up_rounds_up() -> None:
     model = behavior_model(
         {"scaleUp": {"policies": [{"type": "Percent", "value": 50, "periodSeconds": 15}]}}
