@@ -1,0 +1,85 @@
+"""The example trainer job renders, and fits the adapter, the agent and the HPA schema."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.cli import parse_args
+from metrics_adapter.catalogue import MetricCatalogue
+from metrics_adapter.hpa.manifest import parse_hpa
+from metrics_adapter.selector import LabelSelector
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBECTL = shutil.which("kubectl")
+EXAMPLE = "manifests/examples/digits-trainer"
+
+
+def render(path: str) -> list[dict[str, Any]]:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+def test_hpa_is_valid_and_names_served_metrics_of_its_deployment() -> None:
+    docs = render(EXAMPLE)
+    deploy = one(docs, "Deployment")
+    hpa = parse_hpa(one(docs, "HorizontalPodAutoscaler"))
+    assert hpa.spec.scale_target_ref.kind == "Deployment"
+    assert hpa.spec.scale_target_ref.name == deploy["metadata"]["name"]
+    served = MetricCatalogue.default().custom
+    assert hpa.spec.metrics
+    for metric in hpa.spec.metrics:
+        assert metric.metric_name in served, metric.metric_name
+
+
+def test_adapter_base_discovers_the_trainer_pods() -> None:
+    adapter = one(render("manifests/base"), "Deployment")
+    args = adapter["spec"]["template"]["spec"]["containers"][0]["args"]
+    (flag,) = [a for a in args if a.startswith("--pod-selector=")]
+    selector = LabelSelector.parse(flag.split("=", 1)[1])
+    labels = one(render(EXAMPLE), "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selector.matches(labels)
+
+
+def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
+    deploy = one(render(EXAMPLE), "Deployment")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[0] == "edl-agent"
+    settings, trainer = parse_args(command[1:], env={})
+    assert trainer[:3] == ("python", "-m", "examples.train_digits_elastic")
+    assert (ROOT / "examples" / "train_digits_elastic.py").exists()
+    env = {e["name"] for e in container["env"]}
+    assert {"EDL_NAMESPACE", "POD_NAME", "POD_IP"} <= env  # what kubernetes membership reads
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"]
+    assert port == settings.port == 9400
+
+
+def test_membership_role_allows_what_the_kubernetes_store_calls() -> None:
+    role = one(render(EXAMPLE), "Role")
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    for verb in ("list", "create", "patch", "delete"):
+        assert ("leases", verb) in granted
+    for verb in ("get", "create", "update"):
+        assert ("configmaps", verb) in granted
+    binding = one(render(EXAMPLE), "RoleBinding")
+    sa = one(render(EXAMPLE), "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"][0]["name"] == sa
