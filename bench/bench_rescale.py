@@ -65,8 +65,9 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Agents:
-    def __init__(self, tmp: Path, debounce: float) -> None:
+    def __init__(self, tmp: Path, debounce: float, reinit: str) -> None:
         self.tmp = tmp
+        self.reinit = reinit
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -79,6 +80,7 @@ class Agents:
             "EDL_MEMBER_ID": name,
             "EDL_ELASTIC_DIR": str(self.tmp / name),
             "EDL_DEBOUNCE": str(self.debounce),
+            "EDL_REINIT": self.reinit,
             "EDL_AGENT_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(ROOT),
         }
@@ -148,8 +150,10 @@ def measure_event(
     return row
 
 
-def bench_edl(tmp: Path, debounce: float, rounds: int) -> list[tuple[str, dict[str, float]]]:
-    agents = Agents(tmp, debounce)
+def bench_edl(
+    tmp: Path, debounce: float, rounds: int, reinit: str
+) -> list[tuple[str, dict[str, float]]]:
+    agents = Agents(tmp, debounce, reinit)
     rows: list[tuple[str, dict[str, float]]] = []
     try:
         agents.start("a")
@@ -285,9 +289,11 @@ def main() -> int:
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-rescale-"))
-    try:
+    try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
-        show("EDL agent (process-restart path)", bench_edl(tmp / "edl", args.debounce, args.rounds))
+        for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
+            rows = bench_edl(tmp / f"edl-{reinit}", args.debounce, args.rounds, reinit)
+            show(f"EDL agent, EDL_REINIT={reinit} ({title})", rows)
         if args.paddle:
             etcds = sorted(glob.glob(os.path.expanduser("~/.cache/edl/controlplane/*/bin/etcd")))
             extra = os.environ.get("EDL_ETCD3_PYTHONPATH", "")
@@ -298,8 +304,10 @@ def main() -> int:
                     "Paddle launcher --elastic_level 1",
                     bench_paddle(tmp / "paddle", etcds[-1], extra),
                 )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except TimeoutError as e:
+        print(f"bench: {e}; logs kept in {tmp}")
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

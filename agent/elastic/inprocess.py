@@ -3,9 +3,12 @@
 Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (reference/elastic.md §2.4:
 the default group, the global TCPStore and the comm-context keys are all set once). This
 module side-steps every one of those singletons instead of resetting them: each generation
-gets its own `core.TCPStore` (on the generation's master port), its own `ProcessGroupGloo`
-with group id ``GID_BASE + generation`` and its own `Group`, passed explicitly to every
-collective. Only Paddle's cached `ParallelEnv` is refreshed. Every trainer of a job forms its
+gets its own `ProcessGroupGloo` with group id ``GID_BASE + generation`` and its own `Group`,
+passed explicitly to every collective, over a `core.TCPStore` for the generation's master
+endpoint. A store cannot be released (its port stays bound for the life of the process), so
+stores are cached per (endpoint, role) and reused by later generations with the same master:
+generations alternate between two ports, so a rank 0 holds at most two. Only Paddle's cached
+`ParallelEnv` is refreshed. Every trainer of a job forms its
 groups this way once the self-test passes (the same image gives the same answer), so fresh
 joiners and in-process survivors meet in the same group.
 """
@@ -38,11 +41,14 @@ class InProcessUnsupported(ElasticError):
 
 @dataclass
 class FormedGroup:
-    """One generation's collective; the store must outlive the group, so both are kept."""
+    """One generation's collective."""
 
     group: Any
-    store: Any
     generation: int
+
+
+StoreCache = dict[tuple[str, bool], Any]
+"""(master endpoint, is master) -> the TCPStore this process made for it (kept for life)."""
 
 
 def _private_api() -> tuple[Any, Any, Any]:
@@ -89,8 +95,8 @@ def self_test(backend: str) -> str | None:
     return None
 
 
-def form_group(world: TrainerWorld, timeout_seconds: int) -> FormedGroup:
-    """Creates this generation's store and gloo group (rank 0 hosts the store).
+def form_group(world: TrainerWorld, timeout_seconds: int, stores: StoreCache) -> FormedGroup:
+    """Creates this generation's gloo group (rank 0 hosts the store), reusing cached stores.
 
     The caller waits for rank 0's port first (non-zero ranks), so no client hits Paddle's
     3 s connect retry.
@@ -100,9 +106,13 @@ def form_group(world: TrainerWorld, timeout_seconds: int) -> FormedGroup:
     parallel._global_parallel_env = None  # dist.get_rank() must see the new rank
     host, _, port = world.master.rpartition(":")
     gid = GID_BASE + world.generation
-    store = core.TCPStore(host, int(port), world.rank == 0, world.world_size, timeout_seconds)
+    key = (world.master, world.rank == 0)
+    store = stores.get(key)
+    if store is None:
+        store = core.TCPStore(host, int(port), key[1], world.world_size, timeout_seconds)
+        stores[key] = store
     pg = core.ProcessGroupGloo.create(store, world.rank, world.world_size, gid)
     group = group_cls(
         world.rank, gid, list(range(world.world_size)), pg=pg, name=f"edl_g{world.generation}"
     )
-    return FormedGroup(group, store, world.generation)
+    return FormedGroup(group, world.generation)

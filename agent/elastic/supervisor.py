@@ -137,6 +137,7 @@ class ElasticSupervisor:
         self._stop_signal: int | None = None
         self._stopped_by_us = False
         self._standby = False  # a warm trainer waits for our first world
+        self._initialised_gen = -1  # newest generation our trainer joined the collective of
         self._trainer_mode = "process"  # what the running trainer reported it can do
 
     def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
@@ -248,6 +249,16 @@ class ElasticSupervisor:
         running = self._running
         assert running is not None
         member = world.rank_of(self._key) is not None
+        if not self._initialised:
+            # Still forming the old world (no step to stop at, no state to save): restart.
+            log.info(
+                "generation %d -> %d: the trainer never joined generation %d; restarting it",
+                running.generation,
+                world.generation,
+                running.generation,
+            )
+            self._stop_trainer()
+            return
         in_process = member and self._trainer_mode == "in-process"
         log.info(
             "generation %d -> %d: asking the trainer to stop at a step boundary%s",
@@ -290,8 +301,8 @@ class ElasticSupervisor:
     def _on_exit(self, ended: TrainerExit) -> int | None:
         running = self._running
         assert running is not None
-        self._running = None
         self._collect_timings()
+        self._running = None
         status = ended.status
         if status == 0:
             log.info("trainer finished: the job is done")
@@ -300,7 +311,12 @@ class ElasticSupervisor:
         requested = self._rescale is not None and self._rescale.generation > running.generation
         ours, self._stopped_by_us = self._stopped_by_us, False
         if status in (RESCALE_EXIT, PEER_LOST_EXIT) or requested or ours:
-            if not requested:
+            if self._initialised_gen < running.generation:
+                # It never joined its current world: start afresh in the newest one, without
+                # forcing a generation (the others may well be waiting for us in it).
+                self._started_gen = self._initialised_gen
+                self._rescale = None
+            elif not requested:
                 self._regroup(running, status)
             return None
         log.error("%s: leaving the job (a crash counts as a scale-down)", ended.describe())
@@ -396,6 +412,7 @@ class ElasticSupervisor:
             return
         if "initialised" in times:
             self._initialised = True
+            self._initialised_gen = running.generation
         if "first_step" in times:
             self._resets = 0
             if rescale is not None and rescale.generation == running.generation:

@@ -38,7 +38,7 @@ import paddle.distributed as dist
 
 from agent.collective import GradientAllReduce
 from agent.elastic.errors import ElasticError, RendezvousTimeout, StateTransferError
-from agent.elastic.inprocess import FormedGroup, form_group, self_test
+from agent.elastic.inprocess import StoreCache, form_group, self_test
 from agent.elastic.ledger import ENV_LEDGER, SampleLedger
 from agent.elastic.sampler import ElasticSampler, StepPlan
 from agent.elastic.state import TrainingState, load_local, save_local, to_numpy
@@ -165,7 +165,7 @@ class ElasticTrainer:
         self._restored = False
         self._ledger = self._open_ledger()
         self._inprocess = False
-        self._formed: list[FormedGroup] = []  # every generation's store must stay alive
+        self._stores: StoreCache = {}  # a store's port stays bound for the process's life
         self._group: Any = None  # None: Paddle's default group (process-restart mode)
 
     def _open_ledger(self) -> SampleLedger | None:
@@ -222,9 +222,8 @@ class ElasticTrainer:
 
     def _form_group(self) -> None:
         formed = self._collective(
-            form_group, self.session.world, int(self.settings.master_wait_seconds)
+            form_group, self.session.world, int(self.settings.master_wait_seconds), self._stores
         )
-        self._formed.append(formed)
         self._group = formed.group
 
     def _all_reduce(self, tensor: Any, op: Any) -> None:

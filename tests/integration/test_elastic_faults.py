@@ -86,12 +86,8 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
         hung.send_signal(signal.SIGSTOP)  # b's trainer will never reach a step boundary
 
         job.start("c", **bounds)
-        wait_for(
-            "c's trainer",
-            lambda: bool(psutil.Process(job.procs["c"].pid).children()),
-            90,
-            job.procs,
-        )
+        # c joins once its trainer is warm, and vanishes as soon as the new world is written
+        wait_for("c in the world", lambda: job.world()[1] == 3, 120, job.procs)
         trainer = job.trainer_of("c")
         job.procs["c"].kill()  # the whole pod vanishes while the world re-initialises
         os.killpg(trainer.pid, signal.SIGKILL)
