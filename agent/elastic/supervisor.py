@@ -23,7 +23,7 @@ from types import FrameType
 
 from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
-from agent.elastic.trainer import (
+from agent.elastic.protocol import (
     DRAIN_FILE,
     PEER_LOST_EXIT,
     RESCALE_EXIT,
@@ -173,7 +173,7 @@ class ElasticSupervisor:
         """
         for name in (DRAIN_FILE, WORLD_FILE):
             (self._control / name).unlink(missing_ok=True)
-        self._trainer.start(TrainerWorld(generation=STANDBY_GENERATION))
+        self._trainer.start(TrainerWorld(generation=STANDBY_GENERATION, backend=self._backend))
         self._standby = True
         deadline = time.monotonic() + self._settings.init_timeout
         ready = timings_path(self._control, STANDBY_GENERATION)
@@ -184,6 +184,8 @@ class ElasticSupervisor:
             if ended is not None:
                 log.error("%s before joining the job", ended.describe())
                 return ended.status or 1
+        if self._stop_signal is not None:
+            return self._leave(f"signal {signal.Signals(self._stop_signal).name}")
         log.error("the trainer was not ready within %.0f s", self._settings.init_timeout)
         self._stop_trainer()
         return 1

@@ -40,6 +40,14 @@ from agent.collective import GradientAllReduce
 from agent.elastic.errors import ElasticError, RendezvousTimeout, StateTransferError
 from agent.elastic.inprocess import StoreCache, form_group, self_test
 from agent.elastic.ledger import ENV_LEDGER, SampleLedger
+from agent.elastic.protocol import (
+    DRAIN_FILE,
+    PEER_LOST_EXIT,
+    RESCALE_EXIT,
+    STANDBY_GENERATION,
+    WORLD_FILE,
+    timings_path,
+)
 from agent.elastic.sampler import ElasticSampler, StepPlan
 from agent.elastic.state import TrainingState, load_local, save_local, to_numpy
 from agent.training import TrainingSession, start_session
@@ -47,10 +55,6 @@ from agent.world import TrainerWorld
 
 log = logging.getLogger(__name__)
 
-RESCALE_EXIT = 75
-"""Exit status of a trainer that stopped at an agreed step boundary with its state saved."""
-PEER_LOST_EXIT = 76
-"""Exit status of a trainer whose collective failed mid-step; its committed state is saved."""
 
 ENV_CONTROL_DIR = "EDL_CONTROL_DIR"
 ENV_STATE_DIR = "EDL_STATE_DIR"
@@ -59,16 +63,6 @@ ENV_CHECKPOINT_SECONDS = "EDL_CHECKPOINT_SECONDS"
 ENV_MASTER_WAIT = "EDL_MASTER_WAIT_SECONDS"
 ENV_REINIT = "EDL_REINIT"
 ENV_REINIT_WAIT = "EDL_REINIT_WAIT_SECONDS"
-DRAIN_FILE = "drain"
-STANDBY_GENERATION = 0
-"""Generation of a trainer started warm, before its agent is in any world (real ones are >= 1)."""
-WORLD_FILE = "world.json"
-"""The agent writes the next world here for a trainer that re-initialises in-process."""
-
-
-def timings_path(control_dir: Path, generation: int) -> Path:
-    """Where a trainer reports when it reached each milestone of generation `generation`."""
-    return control_dir / f"timings-g{generation}.json"
 
 
 class PeerLost(ElasticError):

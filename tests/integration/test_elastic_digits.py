@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from agent.elastic.ledger import verify
-from agent.elastic.trainer import timings_path
+from agent.elastic.protocol import timings_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable

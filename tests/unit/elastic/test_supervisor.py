@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.elastic.local_store import LocalStore
+from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.protocol import WORLD_FILE, timings_path
+from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
+from agent.elastic.world import Member, World
+from agent.rescales import RescaleLog
+from agent.supervisor import TrainerExit
+from agent.world import TrainerWorld
+
+
+class FakeTrainer:
+    """Stands in for TrainerSupervisor + a trainer that follows the control-dir protocol."""
+
+    def __init__(self, control: Path, exit_status: int) -> None:
+        self.control = control
+        self.exit_status = exit_status
+        self.worlds: list[TrainerWorld] = []
+        self.running = False
+        self.generation = -1
+        self.exit_at: float | None = None
+        self.status = 0
+        self.signals: list[int] = []
+
+    def start(self, world: TrainerWorld) -> int:
+        self.worlds.append(world)
+        self.running, self.generation = True, world.generation
+        self._mark({"imported": time.time(), "reinit": "process"})
+        return 4242
+
+    def update_world(self, world: TrainerWorld) -> None:
+        self.worlds.append(world)
+
+    def _mark(self, body: dict[str, Any]) -> None:
+        timings_path(self.control, self.generation).write_text(json.dumps(body))
+
+    def wait(self, timeout: float | None = None) -> TrainerExit | None:
+        time.sleep(min(timeout or 0.0, 0.02))
+        if not self.running:
+            return None
+        world_file = self.control / WORLD_FILE
+        if self.generation == 0 and world_file.exists():
+            raw = json.loads(world_file.read_text())
+            self.generation = raw["generation"]
+            now = time.time()
+            self._mark({k: now for k in ("imported", "master", "initialised", "first_step")})
+            self.exit_at = now + 0.3
+        if self.exit_at is not None and time.time() >= self.exit_at:
+            self.running = False
+            return TrainerExit(self.status or self.exit_status, 1.0, 1)
+        return None
+
+    def forward_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+        if self.running:
+            self.exit_at, self.status = time.time(), 128 + sig
+
+    def kill(self) -> None:
+        self.forward_signal(signal.SIGKILL)
+
+
+def agent(tmp_path: Path, exit_status: int) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
+    store = LocalStore.create(tmp_path / "store")
+    me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
+    settings = MembershipSettings(debounce=0.1, poll_interval=0.02)
+    membership = Membership(store, me, settings)
+    control = tmp_path / "control"
+    control.mkdir()
+    fake = FakeTrainer(control, exit_status)
+    sup = ElasticSupervisor(
+        membership,
+        fake,  # type: ignore[arg-type]
+        control,
+        RescaleLog(),
+        ElasticSettings(backend="gloo", init_timeout=10),
+    )
+    return sup, fake, tmp_path / "store" / "members" / "a.json"
+
+
+def test_warm_trainer_gets_the_world_and_the_job_ends_with_its_status(tmp_path: Path) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0)
+    assert sup.run(max_seconds=20) == 0
+    assert fake.worlds[0].generation == 0  # started warm, before joining
+    handed = json.loads((tmp_path / "control" / WORLD_FILE).read_text())
+    assert handed["generation"] == 1
+    assert handed["env"]["PADDLE_TRAINERS_NUM"] == "1"
+    assert handed["env"]["PADDLE_DISTRI_BACKEND"] == "gloo"
+    assert fake.worlds[-1].world_size == 1 and fake.worlds[-1].generation == 1
+    assert not heartbeat.exists()  # left the job once it was done
+
+
+def test_a_crashed_trainer_is_a_scale_down(tmp_path: Path) -> None:
+    sup, _, heartbeat = agent(tmp_path, exit_status=128 + signal.SIGKILL)
+    assert sup.run(max_seconds=20) == 137
+    assert not heartbeat.exists()
+
+
+def test_sigterm_leaves_cleanly(tmp_path: Path) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=75)
+    fake.exit_at = None
+    sup.request_stop(signal.SIGTERM)
+    assert sup.run(max_seconds=20) == 0
+    handed = json.loads((tmp_path / "control" / WORLD_FILE).read_text())
+    assert handed.get("leave") is True
+    assert not heartbeat.exists()
+
+
+def test_trainer_world_maps_ranks_and_endpoints() -> None:
+    a = Member(1.0, "a", "x", "10.0.0.1", (36543, 36544))
+    b = Member(2.0, "b", "y", "10.0.0.2", (36543, 36544))
+    tw = trainer_world(World(3, (a, b)), b.key, "gloo")
+    assert (tw.rank, tw.world_size, tw.generation) == (1, 2, 3)
+    assert tw.master == "10.0.0.1:36544" and tw.current_endpoint == "10.0.0.2:36544"
+    with pytest.raises(ValueError):
+        trainer_world(World(3, (a,)), b.key, "gloo")
