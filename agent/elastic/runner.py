@@ -56,7 +56,8 @@ class ElasticOptions:
     host: str
     """EDL_ADVERTISE_HOST, else POD_IP, else 127.0.0.1: where peers reach our trainer."""
     ports: tuple[int, int]
-    """EDL_TRAINER_PORTS (two, comma separated); local membership picks free ones by default."""
+    """EDL_TRAINER_PORTS: two, comma separated, or ``auto`` (free ones; the default with local
+    membership, needed when several members share one network namespace)."""
     work_dir: Path
     """EDL_ELASTIC_DIR: this member's control channel and local state copy."""
 
@@ -99,11 +100,11 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         min_size = int(pick("min_world", "EDL_MIN_WORLD", "1"))
         max_size = int(pick("max_world", "EDL_MAX_WORLD", "64"))
         raw_ports = env.get("EDL_TRAINER_PORTS", "").strip()
-        if raw_ports:
+        if raw_ports == "auto" or (not raw_ports and membership.startswith("local:")):
+            ports = (_free_port(), _free_port())  # pods sharing one network namespace
+        elif raw_ports:
             a, b = (int(p) for p in raw_ports.split(","))
             ports = (a, b)
-        elif membership.startswith("local:"):
-            ports = (_free_port(), _free_port())
         else:
             ports = DEFAULT_PORTS
     except ValueError as e:

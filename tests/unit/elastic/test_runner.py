@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from agent.cli import build_parser, parse_args
+from agent.elastic.runner import DEFAULT_PORTS, elastic_options, options_from
+from agent.errors import ConfigError
+
+BASE = {"elastic": True, "job": "digits", "membership": "kubernetes"}
+
+
+def test_no_elastic_flag_means_no_options() -> None:
+    assert options_from({"elastic": False}, {}) is None
+
+
+def test_flags_then_environment() -> None:
+    env = {"POD_NAME": "trainer-x", "POD_IP": "10.1.2.3", "EDL_MAX_WORLD": "6"}
+    opts = options_from({**BASE, "min_world": "2"}, env)
+    assert opts is not None
+    assert (opts.member_id, opts.host, opts.min_size, opts.max_size) == (
+        "trainer-x",
+        "10.1.2.3",
+        2,
+        6,
+    )
+    assert opts.ports == DEFAULT_PORTS
+
+
+def test_ports_auto_and_explicit() -> None:
+    auto = options_from(BASE, {"EDL_TRAINER_PORTS": "auto"})
+    assert auto is not None and auto.ports != DEFAULT_PORTS and auto.ports[0] != auto.ports[1]
+    fixed = options_from(BASE, {"EDL_TRAINER_PORTS": "7000,7001"})
+    assert fixed is not None and fixed.ports == (7000, 7001)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [
+        ({"elastic": True}, {}),
+        ({**BASE, "membership": "etcd://x"}, {}),
+        ({**BASE, "min_world": "many"}, {}),
+        (BASE, {"EDL_TRAINER_PORTS": "1"}),
+    ],
+)
+def test_bad_options_are_one_line_config_errors(
+    flags: dict[str, object], env: dict[str, str]
+) -> None:
+    with pytest.raises(ConfigError):
+        options_from(flags, env)
+
+
+def test_cli_parses_elastic_flags_apart_from_agent_settings() -> None:
+    argv = ["run", "--port", "0", "--elastic", "--job", "j", "--membership", "local:/tmp/x",
+            "--min", "1", "--max", "3", "--", "python", "train.py"]  # fmt: skip
+    settings, command = parse_args(argv, {})
+    assert settings.port == 0 and command == ("python", "train.py")
+    opts = elastic_options(build_parser(elastic=True), argv, {})
+    assert opts is not None and (opts.job, opts.max_size) == ("j", 3)
+    assert elastic_options(build_parser(elastic=True), ["run", "--", "python"], {}) is None
