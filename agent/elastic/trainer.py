@@ -295,22 +295,24 @@ class ElasticTrainer:
             save_local(self.settings.state_dir, self._snapshot())
             self._last_save = time.monotonic()
 
-    def _restore(self) -> None:
-        local = load_local(self.settings.state_dir) if self.settings.state_dir else None
-        if self.world_size == 1:
-            if local is not None:
-                self._apply(local)
-        else:
-            self._broadcast_state(local)
+    def _restore(self, state: TrainingState | None = None, how: str = "resumes") -> None:
+        """Everyone continues from the most advanced state: `state`, our local copy, or a peer's."""
+        if state is None and self.settings.state_dir is not None:
+            state = load_local(self.settings.state_dir)
+        if self.world_size > 1:
+            self._broadcast_state(state)
+        elif state is not None:
+            self._apply(state)
         self._restored = True
         self._mark("restored")
         if self._ledger is not None and self.rank == 0:
             self._ledger.restored(self.global_step)
         log.info(
-            "generation %d rank %d/%d resumes at step %d",
+            "generation %d rank %d/%d %s at step %d",
             self.generation,
             self.rank,
             self.world_size,
+            how,
             self.global_step,
         )
 
@@ -377,7 +379,7 @@ class ElasticTrainer:
         self._stop_signal = False
         try:
             self._init_collective({"PADDLE_MASTER": world.master})
-            self._restore_in_memory()
+            self._restore(self._snapshot(), how="continues in-process")
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
 
@@ -424,22 +426,6 @@ class ElasticTrainer:
             time.sleep(0.02)
         log.error("no next world within %.0f s (or the agent is gone)", wait)
         return None
-
-    def _restore_in_memory(self) -> None:
-        state = self._snapshot()
-        if self.world_size > 1:
-            self._broadcast_state(state)
-        self._restored = True
-        self._mark("restored")
-        if self._ledger is not None and self.rank == 0:
-            self._ledger.restored(self.global_step)
-        log.info(
-            "generation %d rank %d/%d continues in-process at step %d",
-            self.generation,
-            self.rank,
-            self.world_size,
-            self.global_step,
-        )
 
     def drain_requested(self) -> bool:
         """True once the agent asked this trainer to stop (or it got SIGTERM)."""
