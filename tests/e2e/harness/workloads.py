@@ -75,11 +75,13 @@ def create_trainer_job(
     replicas: int = 1,
     samples_per_second: float = 0.0,
     container: dict[str, Any] | None = None,
+    service_account: str | None = None,
 ) -> TrainerJob:
     """Creates the Deployment (labels `app=trainer`, `job=<name>`) at the given load.
 
     The pods run the load generator unless `container` says otherwise (then the load file is
-    written but nothing reads it).
+    written but nothing reads it). `service_account` sets the pods' `serviceAccountName` (the
+    pod runner gives processes no token; a test passes one, e.g. in a `KUBECONFIG` file).
     """
     apps = client.AppsV1Api(api)
     labels = {"app": "trainer", "job": name}
@@ -101,6 +103,8 @@ def create_trainer_job(
             },
         },
     }
+    if service_account:
+        body["spec"]["template"]["spec"]["serviceAccountName"] = service_account
     apps.create_namespaced_deployment(namespace, body)
     return job
 
