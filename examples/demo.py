@@ -3,7 +3,10 @@
 Everything runs on 127.0.0.1: each agent serves /metrics on a free port and runs one rank of
 `examples.train_digits`; the demo scrapes both agents every second, prints throughput, steps,
 step time and the communication ratio per rank, then the test accuracy each rank reports.
-Bounded in time (`--timeout`); exits 0 only if both ranks finished and reported accuracy.
+Meanwhile a real `edl-adapter` serves the agents' metrics through the custom metrics API and
+the HPA model says what the example HPA would decide on them (`examples/demo_adapter.py`).
+Bounded in time (`--timeout`); exits 0 only if both ranks finished and reported accuracy and
+the adapter served every rank.
 
 `start_agents`/`scrape` are reused by the integration tests.
 """
@@ -21,11 +24,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from examples.demo_adapter import PODS_PATH, DemoAdapter, HpaPreview, report
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SERVING = re.compile(r"serving /metrics on http://[^:]+:(\d+)")
@@ -192,7 +197,7 @@ def _format_row(rank: int, elapsed: float, prev: _Row | None, cur: _Row) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="EDL agent demo: 2 gloo ranks on 127.0.0.1")
-    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=180.0, help="give up after (s)")
     opts = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -206,14 +211,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush_seconds=0.5,
             linger_seconds=3.0,
         )
+        adapter: DemoAdapter | None = None
         try:
-            return _watch(agents, opts.timeout)
+            for a in agents:
+                a.wait_for_port(60.0)
+            adapter = DemoAdapter(workdir, [a.port for a in agents], free_port())
+            adapter.start()
+            print(f"  edl-adapter: https://127.0.0.1:{adapter.port}, e.g.")
+            print(
+                f"    kubectl get --raw '{PODS_PATH}' --server https://127.0.0.1:{adapter.port}"
+                " --insecure-skip-tls-verify --token x"
+            )
+            preview = HpaPreview(sync_period=5.0)
+            started = time.monotonic()
+            served: list[bool] = []
+
+            def every_5s(elapsed: float) -> None:
+                if adapter is not None:
+                    served.append(report(adapter, preview, elapsed))
+
+            rc = _watch(agents, opts.timeout, every_5s)
+            if rc == 0 and not any(served):
+                # A short run can end between two ticks: the window still holds its samples.
+                served.append(report(adapter, preview, time.monotonic() - started))
+            if rc == 0 and not any(served):
+                print("demo failed: the adapter never served the agents' metrics")
+                return 1
+            return rc
         finally:
+            if adapter is not None:
+                adapter.stop()
             stop_agents(agents)
 
 
-def _watch(agents: list[LocalAgent], timeout: float) -> int:
+def _watch(
+    agents: list[LocalAgent], timeout: float, tick: Callable[[float], None] | None = None
+) -> int:
     t0 = time.monotonic()
+    next_tick = 5.0
     for a in agents:
         a.wait_for_port(60.0)
         print(f"  rank {a.rank}: metrics at http://127.0.0.1:{a.port}/metrics")
@@ -238,6 +273,9 @@ def _watch(agents: list[LocalAgent], timeout: float) -> int:
             prev[a.rank] = row
             if m.get("edl_trainer_up", 1.0) == 0.0 and m.get("edl_trainer_steps_total", 0) > 0:
                 finished.add(a.rank)
+        if tick is not None and time.monotonic() - t0 >= next_tick:
+            tick(time.monotonic() - t0)
+            next_tick += 5.0
     ok = len(finished) == len(agents)
     print()
     accuracies = {}

@@ -1,0 +1,7 @@
+"""`python -m metrics_adapter` is `edl-adapter`."""
+
+import sys
+
+from metrics_adapter.cli import main
+
+sys.exit(main())
