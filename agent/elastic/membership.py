@@ -5,11 +5,13 @@ publishes a new generation with compare-and-swap, so racing proposals cannot spl
 one write wins, the others re-read. A debounce window turns a burst of joins or leaves (an HPA
 step, a rolling restart) into one generation. A record that does not parse, or whose
 generation went backwards, is logged once and replaced by a consistent world built from the
-last good world this agent saw.
+last good world this agent saw. Once the job is finished (`finish`), nothing proposes a new
+generation any more, and a repair writes the finished world again: a job is never un-finished.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -142,8 +144,8 @@ class Membership:
             self._note_unreachable(e)
             return
         current, _ = self._parse(record.text)
-        if current is None or current != self._known:
-            return  # the world already moved on (or is being repaired): nothing to force
+        if current is None or current != self._known or current.finished:
+            return  # the world moved on, is being repaired, or the job is done: nothing to force
         self._propose(current.members, record.version, reason=reason)
 
     def unreachable_for(self) -> float:
@@ -179,20 +181,14 @@ class Membership:
         self._note_reachable()
         live = self._observe(heartbeats, now)
         current, broken = self._parse(record.text)
-        known = self._known
-        if current is not None and (known is None or current.generation > known.generation):
-            if known is not None:
-                log.info(
-                    "world generation %d -> %d: %d members",
-                    known.generation,
-                    current.generation,
-                    current.size,
-                )
-            self._known = current
+        self._adopt(current)
         target = next_members(self._known, live, self._settings.min_size, self._settings.max_size)
         if broken:
             # Repair now: a broken record blocks everyone; no reason to wait for a debounce.
-            self._propose(target, record.version, reason=broken)
+            self._propose(target, record.version, broken, after=_generation_in(record.text))
+            return self._known
+        if self._known is not None and self._known.finished:
+            self._pending = None  # the job is done: membership changes make no new world
             return self._known
         if self._known is not None and target == self._known.members:
             self._pending = None
@@ -200,6 +196,55 @@ class Membership:
         if self._due(live, now):
             self._propose(target, record.version, reason="membership changed")
         return self._known
+
+    def peek(self) -> World | None:
+        """Reads the world record without announcing this agent; returns the current world."""
+        try:
+            record = self._store.read_world()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return self._known
+        self._adopt(self._parse(record.text)[0])
+        return self._known
+
+    def finish(self, step: int | None, attempts: int = 5) -> bool:
+        """Marks the job done in the world record (compare-and-swap, written once).
+
+        The current world (whatever its generation) gets the mark; a broken record is repaired
+        into the finished world. Returns True once the record says finished, False when the
+        store could not be written (the caller may try again).
+        """
+        for _ in range(attempts):
+            try:
+                record = self._store.read_world()
+            except StoreUnavailable as e:
+                self._note_unreachable(e)
+                return False
+            current, broken = self._parse(record.text)
+            self._adopt(current)
+            if current is not None and current.finished:
+                return True
+            base = self._known if broken or current is None else current
+            if base is None:
+                return False  # no world was ever agreed: nothing to finish
+            finished = base.finish(step)
+            if broken or current is None:
+                after = max(base.generation, _generation_in(record.text))
+                finished = World(after + 1, base.members).finish(finished.finished_at_step)
+            try:
+                won = self._store.write_world(finished.to_json(writer=self._me.key), record.version)
+            except StoreUnavailable as e:
+                self._note_unreachable(e)
+                return False
+            if won:
+                log.info(
+                    "job finished at step %s: marked generation %d finished",
+                    "?" if step is None else step,
+                    finished.generation,
+                )
+                self._known, self._pending = finished, None
+                return True
+        return False
 
     # -- heartbeats --------------------------------------------------------------------------
 
@@ -279,7 +324,37 @@ class Membership:
                 f"world record invalid (generation went back from {self._known.generation} "
                 f"to {world.generation})"
             )
+        if self._known is not None and self._known.finished and not world.finished:
+            return None, (
+                f"world record invalid (generation {world.generation} drops the finish of "
+                f"generation {self._known.generation})"
+            )
         return world, ""
+
+    def _adopt(self, current: World | None) -> None:
+        """Takes `current` as the known world when it is newer (and does not un-finish it)."""
+        known = self._known
+        if current is None or current == known:
+            return
+        if known is not None:
+            if current.generation < known.generation:
+                return
+            if current.generation == known.generation and (known.finished or not current.finished):
+                return
+            if current.generation > known.generation:
+                log.info(
+                    "world generation %d -> %d: %d members",
+                    known.generation,
+                    current.generation,
+                    current.size,
+                )
+        if current.finished and not (known is not None and known.finished):
+            log.info(
+                "generation %d is finished (step %s): the job is done",
+                current.generation,
+                "?" if current.finished_at_step is None else current.finished_at_step,
+            )
+        self._known = current
 
     def _due(self, live: list[Member], now: float) -> bool:
         keys = frozenset(m.key for m in live)
@@ -291,9 +366,15 @@ class Membership:
         overdue = now - self._pending.since >= self._settings.max_debounce
         return quiet or overdue
 
-    def _propose(self, members: tuple[Member, ...], version: str, reason: str) -> None:
-        generation = (self._known.generation if self._known else 0) + 1
+    def _propose(
+        self, members: tuple[Member, ...], version: str, reason: str, after: int = 0
+    ) -> None:
+        """Writes the next generation (above `after` too: a repaired record's generation)."""
+        known = self._known
+        generation = max(known.generation if known else 0, after) + 1
         world = World(generation=generation, members=members)
+        if known is not None and known.finished:
+            world = World(generation, known.members).finish(known.finished_at_step)
         try:
             won = self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:
@@ -312,3 +393,14 @@ class Membership:
         )
         self._known = world
         self._pending = None
+
+
+def _generation_in(text: str | None) -> int:
+    """The generation a record claims, however broken the rest of it is (0: none)."""
+    try:
+        raw = json.loads(text or "")
+        generation = raw["generation"]
+    except (TypeError, ValueError, KeyError):
+        return 0
+    ok = isinstance(generation, int) and not isinstance(generation, bool)
+    return generation if ok and generation > 0 else 0

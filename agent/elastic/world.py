@@ -4,7 +4,9 @@ A `World` is a pure value. `next_world` is the one rule that turns the previous 
 live members into the next one: survivors keep their relative order (so rank 0, the state
 holder and store host, moves as little as possible), joiners are appended in join order, and
 the size is clipped to ``[min_size, max_size]``. A world below `min_size` is *paused*: it has a
-generation but no members, which tells every trainer to stop.
+generation but no members, which tells every trainer to stop. A *finished* world records that
+the job is done (a trainer of it exited 0): no agent starts a trainer in it, and no later record
+of the job may drop the mark.
 """
 
 from __future__ import annotations
@@ -82,6 +84,16 @@ class World:
 
     generation: int
     members: tuple[Member, ...] = ()
+    finished: bool = False
+    """The job is done: nobody trains in this world or any later one."""
+    finished_at_step: int | None = None
+    """The global step the job finished at (None: the trainer did not say)."""
+
+    def finish(self, step: int | None) -> World:
+        """This world marked done at `step` (a world already marked keeps its step)."""
+        if self.finished:
+            return self
+        return World(self.generation, self.members, finished=True, finished_at_step=step)
 
     @property
     def size(self) -> int:
@@ -118,16 +130,17 @@ class World:
         return self.members[0].endpoint(self.generation)
 
     def to_json(self, writer: str = "") -> str:
-        """The stored record."""
-        return json.dumps(
-            {
-                "schema": RECORD_SCHEMA,
-                "generation": self.generation,
-                "members": [m.to_dict() for m in self.members],
-                "writer": writer,
-            },
-            sort_keys=True,
-        )
+        """The stored record (the finish mark only once set, so older readers see no change)."""
+        record: dict[str, Any] = {
+            "schema": RECORD_SCHEMA,
+            "generation": self.generation,
+            "members": [m.to_dict() for m in self.members],
+            "writer": writer,
+        }
+        if self.finished:
+            record["finished"] = True
+            record["finished_at_step"] = self.finished_at_step
+        return json.dumps(record, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> World:
@@ -153,7 +166,15 @@ class World:
             raise WorldRecordInvalid("duplicate member")
         if len({m.endpoint(generation) for m in members}) != len(members):
             raise WorldRecordInvalid("two members share an endpoint")
-        return cls(generation=generation, members=members)
+        finished = raw.get("finished", False)
+        step = raw.get("finished_at_step")
+        if not isinstance(finished, bool):
+            raise WorldRecordInvalid(f"bad finished {finished!r}")
+        if step is not None and (
+            not finished or not isinstance(step, int) or isinstance(step, bool) or step < 0
+        ):
+            raise WorldRecordInvalid(f"bad finished_at_step {step!r}")
+        return cls(generation, members, finished=finished, finished_at_step=step)
 
 
 def _is_mapping(value: object) -> bool:

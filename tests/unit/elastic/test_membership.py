@@ -164,3 +164,77 @@ def test_store_outage_keeps_the_world_and_recovers(
     assert sum("unreachable (" in line for line in lines) == 2  # one line per agent
     assert job.agents["a"].world == before  # nobody expired during the blind minute
     assert job.agents["a"].unreachable_for() == 0
+
+
+def finished_job(tmp_path: Path) -> Job:
+    job = Job(tmp_path)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    assert job.agents["a"].finish(42)
+    return job
+
+
+def test_finish_is_written_once_in_the_same_generation(tmp_path: Path) -> None:
+    job = finished_job(tmp_path)
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert world.finished and world.finished_at_step == 42 and world.generation == 1
+    assert [m.id for m in world.members] == ["a", "b"]
+    assert job.agents["b"].finish(99)  # a second finisher reads the mark and keeps it
+    job.run(0.4)
+    assert World.from_json((tmp_path / "world.json").read_text()) == world
+    assert all(job.agents[n].world == world for n in "ab")
+
+
+def test_a_finished_job_makes_no_new_generation(tmp_path: Path) -> None:
+    job = finished_job(tmp_path)
+    job.agents.pop("b").leave()
+    job.add("c")
+    job.run(8)  # well past debounce and max debounce
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert world.generation == 1 and world.finished
+    assert job.agents["c"].world == world  # a joiner reads the finished world
+    job.agents["a"].request_generation("collective broke")
+    assert World.from_json((tmp_path / "world.json").read_text()) == world
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["garbage{", World(0, ()).to_json(), World(1, ()).to_json(), World(9, ()).to_json()],
+)
+def test_repairs_and_edits_never_unfinish_the_job(
+    tmp_path: Path, edit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nonsense, a generation going back and a record without the mark (an older agent, a hand
+    edit) are each repaired, once, into the finished world above the generation it claims."""
+    job = finished_job(tmp_path)
+    job.run(0.4)
+    (tmp_path / "world.json").write_text(edit)
+    with caplog.at_level(logging.WARNING, logger="agent.elastic.membership"):
+        job.run(2)
+    assert sum("world record invalid" in r.getMessage() for r in caplog.records) == 1
+    stored = World.from_json((tmp_path / "world.json").read_text())
+    assert stored.finished and stored.finished_at_step == 42
+    assert [m.id for m in stored.members] == ["a", "b"]
+    assert stored.generation == (10 if '"generation": 9' in edit else 2)
+    assert all(job.agents[n].world == stored for n in "ab")
+
+
+def test_peek_reads_without_joining(tmp_path: Path) -> None:
+    job = finished_job(tmp_path)
+    me = Member(joined=1.0, id="late", incarnation="y", host="127.0.0.1", ports=(7100, 7101))
+    late = Membership(LocalStore(tmp_path), me, SETTINGS, clock=job.clock)
+    world = late.peek()
+    assert world is not None and world.finished and world.finished_at_step == 42
+    assert not (tmp_path / "members" / "late.json").exists()
+
+
+def test_finishing_over_a_broken_record_repairs_it_as_finished(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    job.add("a")
+    job.run(2)
+    (tmp_path / "world.json").write_text('{"generation": 7, "members": "x"}')
+    assert job.agents["a"].finish(5)
+    stored = World.from_json((tmp_path / "world.json").read_text())
+    assert (stored.generation, stored.finished, stored.finished_at_step) == (8, True, 5)
+    assert [m.id for m in stored.members] == ["a"]

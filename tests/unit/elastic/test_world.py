@@ -69,3 +69,32 @@ def test_duplicate_members_and_shared_endpoints_are_rejected() -> None:
 def test_paused_world_has_no_master() -> None:
     with pytest.raises(WorldRecordInvalid):
         _ = World(2).master
+
+
+def test_finished_mark_round_trips_and_old_records_are_not_finished() -> None:
+    world = World(5, (A, B))
+    assert not World.from_json(world.to_json()).finished  # records written before the mark
+    assert "finished" not in json.loads(world.to_json())
+    done = world.finish(184)
+    again = World.from_json(done.to_json(writer="x"))
+    assert again == done and again.finished and again.finished_at_step == 184
+    assert done.finish(7) is done  # written once: a second finish keeps the first step
+    unknown = World.from_json(World(2).finish(None).to_json())
+    assert unknown.finished and unknown.finished_at_step is None
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"finished": "yes"},
+        {"finished": 1},
+        {"finished": True, "finished_at_step": -1},
+        {"finished": True, "finished_at_step": "184"},
+        {"finished": True, "finished_at_step": True},
+        {"finished": False, "finished_at_step": 3},
+    ],
+)
+def test_nonsense_finish_marks_are_rejected(extra: dict[str, object]) -> None:
+    raw = {**json.loads(World(1, (A,)).to_json()), **extra}
+    with pytest.raises(WorldRecordInvalid, match="finished"):
+        World.from_json(json.dumps(raw))
