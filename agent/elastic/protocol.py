@@ -18,6 +18,8 @@ DRAIN_FILE = "drain"
 """Holds the generation the trainer should drain *to*; stale once the trainer is there."""
 WORLD_FILE = "world.json"
 """The next world (``{"generation", "env"}`` or ``{"generation", "leave": true}``)."""
+FINISHED_STEP = "finished_step"
+"""Key of the timings report holding the global step a trainer finished the job at (exit 0)."""
 
 
 def timings_path(control_dir: Path, generation: int) -> Path:

@@ -14,9 +14,12 @@ import signal
 import socket
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from agent.app import create_registry
 from agent.collectors.gpu import open_nvml
@@ -25,10 +28,16 @@ from agent.elastic.errors import ElasticError
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.store import MembershipStore
-from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, control_env
+from agent.elastic.supervisor import (
+    ON_FINISHED,
+    ElasticSettings,
+    ElasticSupervisor,
+    control_env,
+)
 from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
+from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerSupervisor
@@ -60,6 +69,9 @@ class ElasticOptions:
     membership, needed when several members share one network namespace)."""
     work_dir: Path
     """EDL_ELASTIC_DIR: this member's control channel and local state copy."""
+    on_finished: str = "idle"
+    """--on-finished / EDL_ON_FINISHED: once the job is finished, ``idle`` until SIGTERM (a
+    Deployment) or ``exit`` 0 (a Job, a local run)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,9 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--membership", help="local:/dir or kubernetes (EDL_MEMBERSHIP)")
     group.add_argument("--min", dest="min_world", help="smallest world (EDL_MIN_WORLD, 1)")
     group.add_argument("--max", dest="max_world", help="largest world (EDL_MAX_WORLD, 64)")
+    group.add_argument(
+        "--on-finished",
+        help="once the job is finished: idle until SIGTERM, or exit 0 (EDL_ON_FINISHED, idle)",
+    )
 
 
-ELASTIC_FLAGS = ("elastic", "job", "membership", "min_world", "max_world")
+ELASTIC_FLAGS = ("elastic", "job", "membership", "min_world", "max_world", "on_finished")
 
 
 def _free_port() -> int:
@@ -96,6 +112,9 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         raise ConfigError("--elastic needs --job NAME and --membership local:/dir|kubernetes")
     if not (membership.startswith("local:") or membership == "kubernetes"):
         raise ConfigError(f"--membership {membership!r}: expected local:/dir or kubernetes")
+    on_finished = pick("on_finished", "EDL_ON_FINISHED", "idle")
+    if on_finished not in ON_FINISHED:
+        raise ConfigError(f"--on-finished {on_finished!r}: expected idle or exit")
     try:
         min_size = int(pick("min_world", "EDL_MIN_WORLD", "1"))
         max_size = int(pick("max_world", "EDL_MAX_WORLD", "64"))
@@ -122,6 +141,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         host=env.get("EDL_ADVERTISE_HOST") or env.get("POD_IP") or "127.0.0.1",
         ports=ports,
         work_dir=Path(work) if work else Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
+        on_finished=on_finished,
     )
 
 
@@ -141,6 +161,31 @@ def build_store(options: ElasticOptions, env: Mapping[str, str]) -> MembershipSt
     from agent.elastic.kubernetes_store import KubernetesStore  # the client is heavy
 
     return KubernetesStore.from_environment(options.job, env)
+
+
+class JobFinishedCollector(Collector):
+    """`edl_trainer_job_finished`: 1 once the agent knows the job is done (it then idles)."""
+
+    def __init__(self, elastic: ElasticSupervisor) -> None:
+        self._elastic = elastic
+
+    def collect(self) -> Iterable[Metric]:
+        """Yields the one gauge."""
+        yield GaugeMetricFamily(
+            "edl_trainer_job_finished",
+            "1 once the elastic job is finished (no trainer is started any more).",
+            1 if self._elastic.job_finished else 0,
+        )
+
+
+def readiness_of(elastic: ElasticSupervisor, trainer: TrainerSupervisor, job: str) -> Readiness:
+    """Ready while a trainer runs, and when the job is finished (the pod idles by design)."""
+    if elastic.job_finished:
+        step = elastic.finished_at_step
+        return Readiness(
+            True, f"job {job} finished at step {'?' if step is None else step}; idling"
+        )
+    return trainer.readiness()
 
 
 def run_elastic(
@@ -172,17 +217,24 @@ def run_elastic(
         stop_grace_seconds=settings.stop_grace_seconds,
     )
     rescales = RescaleLog()
+    elastic = ElasticSupervisor(
+        membership,
+        trainer,
+        control_dir,
+        rescales,
+        ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished}),
+        job=options.job,
+    )
     nvml, nvml_note = open_nvml()
+    registry = create_registry(metrics_dir, trainer, nvml, rescales)
+    registry.register(JobFinishedCollector(elastic))
     server = MetricsServer(
-        create_registry(metrics_dir, trainer, nvml, rescales),
-        trainer.readiness,
+        registry,
+        lambda: readiness_of(elastic, trainer, options.job),
         settings.host,
         settings.port,
     )
     server.start()
-    elastic = ElasticSupervisor(
-        membership, trainer, control_dir, rescales, ElasticSettings.from_env(env)
-    )
     previous = {s: signal.signal(s, elastic.request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     log.info(
         "member %s of job %s (%s, world %d..%d); /metrics on port %d; %s",

@@ -7,6 +7,12 @@ incarnation with the new PADDLE_* environment; survivors then hand their state t
 Every path out of a phase has a deadline: a trainer that will not drain is stopped, a
 rendezvous that never completes is abandoned, a broken collective with no membership change
 forces a fresh generation, and a budget stops endless retries.
+
+When the trainer exits 0 the job is done: the agent marks the world record finished (once, by
+compare-and-swap), and from then on, like any agent that starts or waits as a stand-by and
+reads a finished world, starts no trainer. By default it idles (serving /metrics and a ready
+/readyz) until SIGTERM, then exits 0, so a Deployment neither restarts the job nor crash-loops;
+``on_finished="exit"`` exits 0 at once instead (Jobs, local runs).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
 from agent.elastic.protocol import (
     DRAIN_FILE,
+    FINISHED_STEP,
     PEER_LOST_EXIT,
     RESCALE_EXIT,
     STANDBY_GENERATION,
@@ -37,6 +44,11 @@ from agent.supervisor import TrainerExit, TrainerSupervisor
 from agent.world import TrainerWorld
 
 log = logging.getLogger(__name__)
+
+ON_FINISHED = ("idle", "exit")
+"""What an agent does once the job is finished: stay up until SIGTERM, or exit 0 at once."""
+IDLE_READ_SECONDS = 1.0
+"""How often an idle agent (job finished) reads the store: it only keeps the mark intact."""
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -64,6 +76,13 @@ class ElasticSettings:
     """EDL_MAX_RESETS: forced generations in a row without a completed step before giving up."""
     backend: str = ""
     """EDL_DISTRI_BACKEND: `gloo` or `nccl`; empty picks by the presence of a GPU."""
+    on_finished: str = "idle"
+    """EDL_ON_FINISHED (--on-finished): once the job is finished, `idle` until SIGTERM (a
+    Deployment must not restart the container) or `exit` 0 at once (a Job, a local run)."""
+
+    def __post_init__(self) -> None:
+        if self.on_finished not in ON_FINISHED:
+            raise ValueError(f"on_finished {self.on_finished!r}: expected idle or exit")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticSettings:
@@ -74,6 +93,7 @@ class ElasticSettings:
             regroup_timeout=_env_float(env, "EDL_REGROUP_TIMEOUT", cls.regroup_timeout),
             max_resets=int(_env_float(env, "EDL_MAX_RESETS", cls.max_resets)),
             backend=env.get("EDL_DISTRI_BACKEND", "").strip(),
+            on_finished=env.get("EDL_ON_FINISHED", "").strip() or cls.on_finished,
         )
 
 
@@ -118,8 +138,10 @@ class ElasticSupervisor:
         rescales: RescaleLog,
         settings: ElasticSettings,
         wall_clock: Callable[[], float] = time.time,
+        job: str = "",
     ) -> None:
         self._membership = membership
+        self._job = job or "(unnamed)"
         self._trainer = trainer
         self._control = control_dir
         self._rescales = rescales
@@ -139,6 +161,19 @@ class ElasticSupervisor:
         self._standby = False  # a warm trainer waits for our first world
         self._initialised_gen = -1  # newest generation our trainer joined the collective of
         self._trainer_mode = "process"  # what the running trainer reported it can do
+        self._deadline = float("inf")
+        self._job_finished = False
+        self._finished_at_step: int | None = None
+
+    @property
+    def job_finished(self) -> bool:
+        """True once this agent knows the job is done (it then never starts a trainer)."""
+        return self._job_finished
+
+    @property
+    def finished_at_step(self) -> int | None:
+        """The global step the job finished at, when known."""
+        return self._finished_at_step
 
     def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
         """Signal handler: leave the job cleanly (pod deletion, Ctrl-C)."""
@@ -147,11 +182,14 @@ class ElasticSupervisor:
     def run(self, max_seconds: float = float("inf")) -> int:
         """Blocks until the job ends (trainer exit 0), we leave, or a failure; returns a status."""
         self._control.mkdir(parents=True, exist_ok=True)
+        self._deadline = deadline = time.monotonic() + max_seconds
+        world = self._membership.peek()
+        if world is not None and world.finished:
+            return self._job_done(world.finished_at_step, late=True)
         status = self._start_standby()
         if status is not None:
             return status
         self._membership.join()
-        deadline = time.monotonic() + max_seconds
         poll = self._membership.settings.poll_interval
         while time.monotonic() < deadline:
             world = self._membership.tick()
@@ -198,6 +236,9 @@ class ElasticSupervisor:
                 log.error("%s while waiting for a world: leaving the job", ended.describe())
                 self._membership.leave()
                 return ended.status or 1
+            if world is not None and world.finished:
+                self._stop_standby()
+                return self._job_done(world.finished_at_step, late=True)
             if world is None or world.paused or world.rank_of(self._key) is None:
                 return None
             self._hand_over(world, world.generation)
@@ -210,6 +251,14 @@ class ElasticSupervisor:
             return None
         if self._running is not None:
             ended = self._trainer.wait(0)
+            if ended is None and world is not None and world.finished:
+                # Our trainer is most likely finishing too; give it the drain bound to say so.
+                ended = self._wait_trainer(self._settings.drain_timeout)
+                if ended is None:
+                    log.warning("the job is finished but the trainer still runs; stopping it")
+                    self._stop_trainer()
+                    self._running = None
+                    return self._job_done(world.finished_at_step, late=True)
             if ended is None:
                 self._watch_running(world)
                 return None
@@ -217,6 +266,8 @@ class ElasticSupervisor:
             if status is not None:
                 return status
             world = self._membership.world  # _on_exit may have waited for a newer one
+        if world is not None and world.finished:
+            return self._job_done(world.finished_at_step, late=True)
         if world is None or world.paused or world.rank_of(self._key) is None:
             return None
         if world.generation > self._started_gen:
@@ -308,8 +359,7 @@ class ElasticSupervisor:
         status = ended.status
         if status == 0:
             log.info("trainer finished: the job is done")
-            self._membership.leave()
-            return 0
+            return self._job_done(self._reported_step(running.generation))
         requested = self._rescale is not None and self._rescale.generation > running.generation
         ours, self._stopped_by_us = self._stopped_by_us, False
         if status in (RESCALE_EXIT, PEER_LOST_EXIT) or requested or ours:
@@ -385,6 +435,57 @@ class ElasticSupervisor:
             ended = self._wait_trainer(grace)
         return ended
 
+    # -- the job is done -------------------------------------------------------------------------
+
+    def _reported_step(self, generation: int) -> int | None:
+        """The step the trainer said it finished at (None when it did not say)."""
+        try:
+            raw = json.loads(timings_path(self._control, generation).read_text())
+            return int(raw[FINISHED_STEP])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _job_done(self, step: int | None, late: bool = False) -> int:
+        """Records the finish (ours, or one we read), leaves, then exits 0 or idles."""
+        known = self._membership.world
+        recorded = known is not None and known.finished
+        if not recorded:
+            recorded = self._membership.finish(step)
+            known = self._membership.world
+        if known is not None and known.finished and known.finished_at_step is not None:
+            step = known.finished_at_step  # the agreed step: the first writer's
+        self._membership.leave()
+        self._job_finished, self._finished_at_step = True, step
+        what = (
+            f"job {self._job} {'already ' if late else ''}finished at step "
+            f"{'?' if step is None else step}"
+        )
+        if self._settings.on_finished == "exit":
+            deadline = time.monotonic() + self._membership.settings.ttl
+            while not recorded and time.monotonic() < deadline and self._stop_signal is None:
+                time.sleep(self._membership.settings.poll_interval)
+                recorded = self._membership.finish(step)
+            if not recorded:
+                log.warning("could not mark the job finished in the membership store")
+            log.info("%s; exiting", what)
+            return 0
+        log.info("%s; idling (no trainer; /metrics and /readyz stay up until SIGTERM)", what)
+        poll = self._membership.settings.poll_interval
+        next_read = time.monotonic() + IDLE_READ_SECONDS
+        while self._stop_signal is None and time.monotonic() < self._deadline:
+            if time.monotonic() >= next_read:
+                next_read = time.monotonic() + IDLE_READ_SECONDS
+                if recorded:
+                    self._membership.tick()  # repairs a mangled record as a finished one
+                else:
+                    recorded = self._membership.finish(step)
+            time.sleep(poll)
+        why = "time limit reached"
+        if self._stop_signal is not None:
+            why = f"signal {signal.Signals(self._stop_signal).name}"
+        log.info("%s: exiting (the job was finished)", why)
+        return 0
+
     # -- measuring ------------------------------------------------------------------------------
 
     def _collect_timings(self) -> None:
@@ -443,13 +544,18 @@ class ElasticSupervisor:
 
     # -- leaving --------------------------------------------------------------------------------
 
+    def _stop_standby(self) -> None:
+        """Tells the warm trainer to go (it never joined a world), within the drain bound."""
+        self._hand_over(None, STANDBY_GENERATION + 1)
+        if self._wait_trainer(self._settings.drain_timeout) is None:
+            self._stop_trainer()
+        self._standby = False
+
     def _leave(self, why: str) -> int:
         log.info("%s: leaving the job", why)
         self._membership.leave()
         if self._standby:
-            self._hand_over(None, STANDBY_GENERATION + 1)
-            if self._wait_trainer(self._settings.drain_timeout) is None:
-                self._stop_trainer()
+            self._stop_standby()
             return 0
         if self._running is None:
             return 0

@@ -42,6 +42,7 @@ from agent.elastic.inprocess import StoreCache, form_group, self_test
 from agent.elastic.ledger import ENV_LEDGER, SampleLedger
 from agent.elastic.protocol import (
     DRAIN_FILE,
+    FINISHED_STEP,
     PEER_LOST_EXIT,
     RESCALE_EXIT,
     STANDBY_GENERATION,
@@ -454,8 +455,9 @@ class ElasticTrainer:
 
     # -- reporting and exit -------------------------------------------------------------------
 
-    def _mark(self, milestone: str) -> None:
+    def _mark(self, milestone: str, **values: float) -> None:
         self._times[milestone] = time.time()
+        self._times.update(values)
         control = self.settings.control_dir
         if control is None:
             return
@@ -500,6 +502,8 @@ class ElasticTrainer:
             # The failed collective came before optimizer.step(): the model is still the
             # committed one, so saving it loses nothing but the unfinished step.
             self._exit(PEER_LOST_EXIT, f"{exc}; saved step {self.global_step}")
+        if exc is None:  # the script is done: tell the agent at which step the job finished
+            self._mark("finished", **{FINISHED_STEP: self.global_step})
         self.close()
 
 

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,7 +68,8 @@ class Job:
         self.extra_env: dict[str, str] = {}
         """Set in every agent this job starts."""
 
-    def start(self, name: str, **extra_env: str) -> None:
+    def start(self, name: str, on_finished: str = "exit", **extra_env: str) -> None:
+        """Starts agent `name`; by default it exits 0 once the job is done (as a Job would)."""
         port = free_port()
         env = {
             **os.environ,
@@ -84,7 +86,7 @@ class Job:
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
-               "--min", "1", "--max", "4", "--",
+               "--min", "1", "--max", "4", "--on-finished", on_finished, "--",
                PY, "-m", "examples.train_digits_elastic", *self.train_args,
                "--step-sleep", str(self.step_sleep), "--result", str(self.result)]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
@@ -125,6 +127,19 @@ class Job:
         url = f"http://127.0.0.1:{self.ports[name]}/metrics"
         with urllib.request.urlopen(url, timeout=5) as resp:
             return resp.read().decode()
+
+    def readyz(self, name: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.ports[name]}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def ledger_lines(self) -> int:
+        return sum(len(p.read_text().splitlines()) for p in self.ledger.glob("ledger-*.jsonl"))
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -206,7 +221,36 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert abs(final["accuracy"] - reference_accuracy(job.tmp)) <= 0.01
 
     assert "edl_trainer_rescales_total 2.0" in metrics
+    assert "edl_trainer_job_finished 0.0" in metrics
+    late_agents_do_not_restart_the_finished_job(job, final["global_step"])
     modes = {json.loads(p.read_text()).get("reinit") for p in job.tmp.glob("*/control/timings-*")}
     assert modes == ({"in-process"} if reinit == "auto" else {"process"})
     for phase in ("detect", "drain", "rendezvous", "init", "restore"):
         assert f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}' in metrics
+
+
+def late_agents_do_not_restart_the_finished_job(job: Job, final_step: int) -> None:
+    """A pod that starts after the end (a Deployment's restart, an HPA scale-up) reads the
+    finished world: by default it idles ready without a trainer; with `exit` it exits 0."""
+    record = json.loads((job.store / "digits" / "world.json").read_text())
+    assert record["finished"] is True and record["finished_at_step"] == final_step
+    lines = job.ledger_lines()
+    job.start("late", on_finished="idle")  # the agent's default
+    wait_for("the late agent ready", lambda: job.readyz("late")[0] == 200, 60, job.procs)
+    assert f"job digits finished at step {final_step}; idling" in job.readyz("late")[1]
+    time.sleep(3)  # what a trainer would need to start (it imports Paddle)
+    assert job.procs["late"].poll() is None
+    assert psutil.Process(job.procs["late"].pid).children() == []
+    assert "edl_trainer_job_finished 1.0" in job.metrics("late")
+    assert "edl_trainer_up 0.0" in job.metrics("late")
+    assert job.ledger_lines() == lines
+    assert json.loads((job.store / "digits" / "world.json").read_text()) == record
+    job.procs["late"].send_signal(signal.SIGTERM)
+    assert job.procs["late"].wait(15) == 0
+
+    t0 = time.monotonic()
+    job.start("late-exit", on_finished="exit")
+    assert job.procs["late-exit"].wait(30) == 0
+    assert time.monotonic() - t0 < 30 and job.ledger_lines() == lines
+    log = (job.tmp / "late-exit.log").read_text()
+    assert f"job digits already finished at step {final_step}; exiting" in log

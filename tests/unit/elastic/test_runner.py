@@ -1,10 +1,18 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.registry import CollectorRegistry
 
 from agent.cli import build_parser, parse_args
-from agent.elastic.runner import DEFAULT_PORTS, elastic_options, options_from
+from agent.elastic.runner import (
+    DEFAULT_PORTS,
+    JobFinishedCollector,
+    elastic_options,
+    options_from,
+    readiness_of,
+)
 from agent.errors import ConfigError
+from agent.readiness import Readiness
 
 BASE = {"elastic": True, "job": "digits", "membership": "kubernetes"}
 
@@ -57,3 +65,43 @@ def test_cli_parses_elastic_flags_apart_from_agent_settings() -> None:
     opts = elastic_options(build_parser(elastic=True), argv, {})
     assert opts is not None and (opts.job, opts.max_size) == ("j", 3)
     assert elastic_options(build_parser(elastic=True), ["run", "--", "python"], {}) is None
+
+
+def test_on_finished_defaults_to_idle_and_takes_flag_then_environment() -> None:
+    opts = options_from(BASE, {})
+    assert opts is not None and opts.on_finished == "idle"
+    opts = options_from(BASE, {"EDL_ON_FINISHED": "exit"})
+    assert opts is not None and opts.on_finished == "exit"
+    opts = options_from({**BASE, "on_finished": "idle"}, {"EDL_ON_FINISHED": "exit"})
+    assert opts is not None and opts.on_finished == "idle"
+    with pytest.raises(ConfigError, match="on-finished"):
+        options_from({**BASE, "on_finished": "restart"}, {})
+    argv = ["run", "--elastic", "--job", "j", "--membership", "kubernetes",
+            "--on-finished", "exit", "--", "python", "train.py"]  # fmt: skip
+    assert parse_args(argv, {})[1] == ("python", "train.py")
+    opts = elastic_options(build_parser(elastic=True), argv, {})
+    assert opts is not None and opts.on_finished == "exit"
+
+
+class _Done:
+    def __init__(self, finished: bool) -> None:
+        self.job_finished = finished
+        self.finished_at_step = 184 if finished else None
+
+
+class _Trainer:
+    def readiness(self) -> Readiness:
+        return Readiness(False, "trainer not started")
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_finished_job_is_ready_and_exported(finished: bool) -> None:
+    done = _Done(finished)
+    verdict = readiness_of(done, _Trainer(), "digits")  # type: ignore[arg-type]
+    if finished:
+        assert verdict == Readiness(True, "job digits finished at step 184; idling")
+    else:
+        assert verdict == Readiness(False, "trainer not started")
+    registry = CollectorRegistry()
+    registry.register(JobFinishedCollector(done))  # type: ignore[arg-type]
+    assert registry.get_sample_value("edl_trainer_job_finished") == (1.0 if finished else 0.0)

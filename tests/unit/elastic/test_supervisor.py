@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ import pytest
 
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
-from agent.elastic.protocol import WORLD_FILE, timings_path
+from agent.elastic.protocol import FINISHED_STEP, WORLD_FILE, timings_path
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
 from agent.elastic.world import Member, World
 from agent.rescales import RescaleLog
@@ -56,7 +58,11 @@ class FakeTrainer:
             self.exit_at = now + 0.3
         if self.exit_at is not None and time.time() >= self.exit_at:
             self.running = False
-            return TrainerExit(self.status or self.exit_status, 1.0, 1)
+            status = self.status or self.exit_status
+            if status == 0:  # as ElasticTrainer does when the script ends
+                raw = json.loads(timings_path(self.control, self.generation).read_text())
+                self._mark({**raw, FINISHED_STEP: 184})
+            return TrainerExit(status, 1.0, 1)
         return None
 
     def forward_signal(self, sig: int) -> None:
@@ -68,7 +74,9 @@ class FakeTrainer:
         self.forward_signal(signal.SIGKILL)
 
 
-def agent(tmp_path: Path, exit_status: int) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
+def agent(
+    tmp_path: Path, exit_status: int, on_finished: str = "exit"
+) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
     store = LocalStore.create(tmp_path / "store")
     me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
     settings = MembershipSettings(debounce=0.1, poll_interval=0.02)
@@ -81,7 +89,8 @@ def agent(tmp_path: Path, exit_status: int) -> tuple[ElasticSupervisor, FakeTrai
         fake,  # type: ignore[arg-type]
         control,
         RescaleLog(),
-        ElasticSettings(backend="gloo", init_timeout=10),
+        ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),
+        job="digits",
     )
     return sup, fake, tmp_path / "store" / "members" / "a.json"
 
@@ -96,6 +105,75 @@ def test_warm_trainer_gets_the_world_and_the_job_ends_with_its_status(tmp_path: 
     assert handed["env"]["PADDLE_DISTRI_BACKEND"] == "gloo"
     assert fake.worlds[-1].world_size == 1 and fake.worlds[-1].generation == 1
     assert not heartbeat.exists()  # left the job once it was done
+    world = World.from_json((tmp_path / "store" / "world.json").read_text())
+    assert world.finished and world.finished_at_step == 184 and world.generation == 1
+    assert sup.job_finished and sup.finished_at_step == 184
+
+
+def stop_after(sup: ElasticSupervisor, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, sup.request_stop, args=(signal.SIGTERM,))
+    timer.start()
+    return timer
+
+
+def test_by_default_a_finished_member_idles_until_sigterm(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0, on_finished="idle")
+    stop_after(sup, 2.0)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="agent.elastic.supervisor"):
+        assert sup.run(max_seconds=20) == 0
+    assert 1.9 < time.monotonic() - t0 < 10  # stayed up until the signal, then exited 0
+    assert len(fake.worlds) == 2 and not fake.running  # no second trainer
+    assert not heartbeat.exists() and sup.job_finished
+    assert "job digits finished at step 184; idling" in caplog.text
+    assert World.from_json((tmp_path / "store" / "world.json").read_text()).finished
+
+
+def finished_store(tmp_path: Path) -> None:
+    other = Member(joined=0.5, id="z", incarnation="q", host="127.0.0.1", ports=(7100, 7101))
+    store = LocalStore.create(tmp_path / "store")
+    assert store.write_world(World(4, (other,)).finish(184).to_json(), "")
+
+
+@pytest.mark.parametrize("on_finished", ["idle", "exit"])
+def test_an_agent_reading_a_finished_world_starts_no_trainer(
+    tmp_path: Path, on_finished: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    finished_store(tmp_path)
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0, on_finished=on_finished)
+    if on_finished == "idle":
+        stop_after(sup, 1.0)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="agent.elastic.supervisor"):
+        assert sup.run(max_seconds=20) == 0
+    assert time.monotonic() - t0 < 10
+    assert fake.worlds == [] and not heartbeat.exists()  # never started, never joined
+    assert sup.job_finished and sup.finished_at_step == 184
+    verb = "idling" if on_finished == "idle" else "exiting"
+    assert f"job digits already finished at step 184; {verb}" in caplog.text
+    world = World.from_json((tmp_path / "store" / "world.json").read_text())
+    assert world.generation == 4 and world.finished
+
+
+def test_a_standby_that_reads_a_finished_world_stops_its_trainer(tmp_path: Path) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0)
+    fake.exit_at = None
+    # the job finishes while our trainer warms up: peek saw nothing, the first tick sees it
+    real_start = fake.start
+
+    def start_then_finish(world: TrainerWorld) -> int:
+        pid = real_start(world)
+        finished_store(tmp_path)
+        return pid
+
+    fake.start = start_then_finish  # type: ignore[method-assign]
+    assert sup.run(max_seconds=20) == 0
+    assert [w.generation for w in fake.worlds] == [0]  # only the warm stand-by
+    handed = json.loads((tmp_path / "control" / WORLD_FILE).read_text())
+    assert handed.get("leave") is True and not fake.running
+    assert sup.job_finished and not heartbeat.exists()
 
 
 def test_a_crashed_trainer_is_a_scale_down(tmp_path: Path) -> None:
