@@ -8,7 +8,10 @@ the ReplicaSet creates and deletes pods, the pod runner starts and SIGTERMs thei
 and after each step the test waits (bounded) for a new generation of the expected size to
 train. Then, as in tests/integration/test_elastic_digits.py: the sample ledger shows every
 sample of every epoch exactly once in the final lineage, the restored global step never went
-back, and the accuracy is within 1 point of a one-process run of the same seed.
+back, and the accuracy is within 1 point of a one-process run of the same seed. Once the job
+is done, the agents stay up idle (the default `--on-finished idle`: a Deployment restarts a
+container that exits, even with 0), the world record says finished, and a pod added after the
+end neither trains nor fails.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import re
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,24 +106,15 @@ def grant_agent_access(
 def elastic_container(tmp: Path, kubeconfig: Path, reinit: str) -> dict[str, Any]:
     """`edl-agent run --elastic --membership kubernetes` around the digits elastic example.
 
-    A Deployment restarts a container that exits, even with status 0, and a restarted agent
-    would start the finished job again from step 0; so after a successful finish the
-    container idles (`sleep`) until the pod is deleted. A SIGTERM (pod deletion) is trapped
-    only so that the shell waits for the agent's clean leave, then exits with its status.
+    The agent is the container command itself: once the job is finished it idles (ready, no
+    trainer) until the pod is deleted, so the Deployment never restarts the finished job.
     """
-    agent = (
-        f"edl-agent run --host=$(POD_IP) --port={METRICS_PORT} --elastic --job {JOB}"
-        " --membership kubernetes --min 1 --max 4 --"
-        f" python -m examples.train_digits_elastic {' '.join(TRAIN_ARGS)}"
-        f" --step-sleep {STEP_SLEEP} --result {tmp / 'result.json'}"
-    )
-    script = (
-        "trap 'leaving=1' TERM\n"
-        f"{agent}\n"
-        "rc=$?\n"
-        'if [ "$rc" = 0 ] && [ -z "$leaving" ]; then exec sleep 3600; fi\n'
-        'exit "$rc"\n'
-    )
+    command = [
+        "edl-agent", "run", "--host=$(POD_IP)", f"--port={METRICS_PORT}", "--elastic",
+        "--job", JOB, "--membership", "kubernetes", "--min", "1", "--max", "4", "--",
+        "python", "-m", "examples.train_digits_elastic", *TRAIN_ARGS,
+        "--step-sleep", str(STEP_SLEEP), "--result", str(tmp / "result.json"),
+    ]  # fmt: skip
 
     def field_env(name: str, path: str) -> dict[str, Any]:
         return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
@@ -142,7 +137,7 @@ def elastic_container(tmp: Path, kubeconfig: Path, reinit: str) -> dict[str, Any
     return {
         "name": "trainer",
         "image": "edl-e2e.invalid/edl-agent:local",
-        "command": ["sh", "-c", script],
+        "command": command,
         "env": env,
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": METRICS_PORT}},
@@ -161,15 +156,20 @@ class WorldWatch:
     """(seconds since start, generation, size) of every generation seen."""
     started: float = field(default_factory=time.monotonic)
 
-    def world(self) -> tuple[int, int]:
-        """(generation, number of members) of the current record; (0, 0) before there is one."""
+    def record(self) -> dict[str, Any]:
+        """The world record as stored ({} before there is one)."""
         try:
             cm = self.core.read_namespaced_config_map(f"edl-{JOB}-world", self.namespace)
         except client.ApiException as e:
             if e.status == 404:
-                return 0, 0
+                return {}
             raise
-        raw = json.loads((cm.data or {}).get("world") or "{}")
+        raw: dict[str, Any] = json.loads((cm.data or {}).get("world") or "{}")
+        return raw
+
+    def world(self) -> tuple[int, int]:
+        """(generation, number of members) of the current record; (0, 0) before there is one."""
+        raw = self.record()
         gen, size = int(raw.get("generation", 0)), len(raw.get("members") or [])
         if not self.history or self.history[-1][1] != gen:
             self.history.append((round(time.monotonic() - self.started, 1), gen, size))
@@ -294,6 +294,13 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
         result = tmp_path / "result.json"
         wait_for(result.exists, timeout_s=150, what="the job to finish", describe=logs)
         final = json.loads(result.read_text())
+        finished = wait_for(
+            lambda: watch.record() if watch.record().get("finished") else None,
+            timeout_s=30,
+            what="the world record marked finished",
+            describe=logs,
+        )
+        _finished_pods_idle(e2e_ns.runner.running, scale, watch, logs)
     finally:
         print(f"world history (s, generation, size): {watch.history}")
         try:
@@ -307,6 +314,7 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
     assert len(steps) == 3
     assert final["world_size"] == 1
     assert final["global_step"] == report.steps == EPOCHS * STEPS_PER_EPOCH
+    assert finished["finished_at_step"] == final["global_step"]
     restores = [report.restores[g] for g in report.generations]
     assert restores == sorted(restores)  # the global step never went back
     reference = reference_accuracy(tmp_path, TRAIN_ARGS)
@@ -323,6 +331,53 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
 
 
 _PAUSE = "edl_trainer_rescale_pause_seconds"
+
+
+def _finished_pods_idle(
+    running: Callable[[], dict[str, str]],
+    scale: Callable[[int], None],
+    watch: WorldWatch,
+    logs: Callable[[], str],
+) -> None:
+    """After the end the last pod idles (not restarted, no trainer, ready); one added after
+    the end (an HPA scale-up) reads the finished world and idles too, training nothing."""
+    (survivor,) = wait_for(
+        lambda: [ip for ip in running().values() if metrics(ip).get(_FINISHED) == 1] or None,
+        timeout_s=30,
+        what="the last agent exporting the finished job",
+        describe=logs,
+    )
+    step = watch.global_step()
+    scale(2)
+    late = wait_for(
+        lambda: (
+            [
+                ip
+                for ip in running().values()
+                if ip != survivor and metrics(ip).get(_FINISHED) == 1 and _ready(ip)
+            ]
+            or None
+        ),
+        timeout_s=60,
+        what="a pod added after the end idling ready",
+        describe=logs,
+    )
+    time.sleep(3)  # what its trainer would need to start and take a step
+    for ip in (survivor, *late):
+        assert metrics(ip).get("edl_trainer_up") == 0 and _ready(ip)
+    assert len(running()) == 2 and watch.global_step() == step
+
+
+def _ready(ip: str) -> bool:
+    url = f"http://{ip}:{METRICS_PORT}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200 and "finished at step" in resp.read().decode()
+    except OSError:
+        return False
+
+
+_FINISHED = "edl_trainer_job_finished"
 
 
 def _new_pauses(
