@@ -188,16 +188,19 @@ class ReplicaCalculator:
         """Resource metric with an AverageValue target (`GetRawResourceReplicas`)."""
         return self._plain(current_replicas, target_milli, values, pods, tolerances, resource, now)
 
-    def _plain(
+    def _counted_metrics(
         self,
-        current_replicas: int,
-        target: int,
-        values: Mapping[str, PodMetric],
         pods: Sequence[PodState],
-        tolerances: Tolerances,
+        values: Mapping[str, PodMetric],
         resource: str,
         now: float,
-    ) -> Proposal:
+    ) -> tuple[PodGroups, dict[str, int]]:
+        """Group the pods and keep the values that count (neither ignored nor unready).
+
+        Raises:
+            MetricUnavailable: no pods, or no pod with a value that counts; the messages are
+                the controller's own.
+        """
         if not pods:
             raise MetricUnavailable(
                 "", "no pods returned by selector while calculating replica count"
@@ -212,6 +215,19 @@ class ReplicaCalculator:
             raise MetricUnavailable(
                 "", "did not receive metrics for targeted pods (pods might be unready)"
             )
+        return groups, metrics
+
+    def _plain(
+        self,
+        current_replicas: int,
+        target: int,
+        values: Mapping[str, PodMetric],
+        pods: Sequence[PodState],
+        tolerances: Tolerances,
+        resource: str,
+        now: float,
+    ) -> Proposal:
+        groups, metrics = self._counted_metrics(pods, values, resource, now)
         usage = int_div(sum(metrics.values()), len(metrics))
         ratio = _ratio(usage, target)
         scale_up_with_unready = bool(groups.unready) and ratio > 1.0
@@ -266,20 +282,7 @@ class ReplicaCalculator:
         container: str = "",
     ) -> Proposal:
         """Resource metric with a Utilization target (`GetResourceReplicas`)."""
-        if not pods:
-            raise MetricUnavailable(
-                "", "no pods returned by selector while calculating replica count"
-            )
-        groups = self.group_pods(pods, values, resource, now)
-        metrics = {
-            name: m.value
-            for name, m in values.items()
-            if name not in groups.ignored and name not in groups.unready
-        }
-        if not metrics:
-            raise MetricUnavailable(
-                "", "did not receive metrics for targeted pods (pods might be unready)"
-            )
+        groups, metrics = self._counted_metrics(pods, values, resource, now)
         key = f"{container}/{resource}" if container else resource
         requests: dict[str, int] = {}
         for pod in pods:
