@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
-
-import pytest
-import yaml
 
 from agent.cli import parse_args
 from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.hpa.manifest import parse_hpa
 from metrics_adapter.selector import LabelSelector
+from tests.kustomize_support import ROOT, render
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = shutil.which("kubectl")
 EXAMPLE = "manifests/examples/digits-trainer"
-
-
-def render(path: str) -> list[dict[str, Any]]:
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed")
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:

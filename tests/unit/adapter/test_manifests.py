@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.cli import build_parser, settings_from_args
-
-ROOT = Path(__file__).resolve().parents[3]
-KUBECTL = shutil.which("kubectl")
-
-
-def render(path: str) -> list[dict[str, Any]]:
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed")
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+from tests.kustomize_support import render
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
