@@ -239,6 +239,7 @@ class StatePoller:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _written: float = -1.0
+    _split_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="hpa-diff-poller", daemon=True)
@@ -259,10 +260,12 @@ class StatePoller:
         return max(1, sum(1 for p in self.pods[-1].value if not p.deleting))
 
     def _split(self, live: int) -> None:
-        per_pod = self.demand / live
-        if per_pod != self._written:
-            self.write_load(per_pod)
-            self._written = per_pod
+        # Called from the test (set_demand) and from the poller thread.
+        with self._split_lock:
+            per_pod = self.demand / live
+            if per_pod != self._written:
+                self.write_load(per_pod)
+                self._written = per_pod
 
     def _run(self) -> None:
         sel = quote(self.selector, safe="")
@@ -276,7 +279,10 @@ class StatePoller:
                 if self._stop.is_set():
                     return
                 self.pods.append(self._read(session, pods_url, _pods))
-                self._split(self._live_pods())
+                try:
+                    self._split(self._live_pods())
+                except OSError as e:  # one failed write must not end the recording
+                    self.errors.append(f"load split: {e!r}")
                 self.metrics.append(self._read(session, metrics_url, _metric_values))
                 self._stop.wait(self.interval_s)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,12 @@ class TrainerJob:
     labels: dict[str, str]
 
     def set_load(self, samples_per_second: float) -> None:
-        """Every pod of the job reports this many samples/s from now on (atomic rewrite)."""
-        tmp = self.load_file.with_suffix(".tmp")
+        """Every pod of the job reports this many samples/s from now on (atomic rewrite).
+
+        The temporary file is per thread: a test and its poller may both set the load, and a
+        shared name let one writer's rename take the other's file away.
+        """
+        tmp = self.load_file.with_name(f".{self.load_file.name}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps({"samples_per_second": samples_per_second}))
         os.replace(tmp, self.load_file)
 
