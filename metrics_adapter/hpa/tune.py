@@ -91,26 +91,19 @@ def params_from_behavior(behavior: Behavior | None, downscale_window: int) -> Be
     params = BehaviorParams(down_window=downscale_window)
     if behavior is None:
         return params
-    up, down = behavior.scale_up, behavior.scale_down
     changes: dict[str, object] = {}
-    if up is not None:
-        if up.stabilization_window_seconds is not None:
-            changes["up_window"] = up.stabilization_window_seconds
-        if up.select_policy is not None and up.select_policy is not SelectPolicy.DISABLED:
-            changes["up_select"] = up.select_policy
-        changes["up_tolerance"] = up.tolerance
-        for p in up.policies or ():
-            changes["up_pods" if p.type is PolicyType.PODS else "up_percent"] = p.value
-            changes["up_period"] = p.period_seconds
-    if down is not None:
-        if down.stabilization_window_seconds is not None:
-            changes["down_window"] = down.stabilization_window_seconds
-        if down.select_policy is not None and down.select_policy is not SelectPolicy.DISABLED:
-            changes["down_select"] = down.select_policy
-        changes["down_tolerance"] = down.tolerance
-        for p in down.policies or ():
-            changes["down_pods" if p.type is PolicyType.PODS else "down_percent"] = p.value
-            changes["down_period"] = p.period_seconds
+    for side, rules in (("up", behavior.scale_up), ("down", behavior.scale_down)):
+        if rules is None:
+            continue
+        if rules.stabilization_window_seconds is not None:
+            changes[f"{side}_window"] = rules.stabilization_window_seconds
+        if rules.select_policy is not None and rules.select_policy is not SelectPolicy.DISABLED:
+            changes[f"{side}_select"] = rules.select_policy
+        changes[f"{side}_tolerance"] = rules.tolerance
+        for p in rules.policies or ():
+            kind = "pods" if p.type is PolicyType.PODS else "percent"
+            changes[f"{side}_{kind}"] = p.value
+            changes[f"{side}_period"] = p.period_seconds
     return replace(params, **changes)  # type: ignore[arg-type]
 
 
