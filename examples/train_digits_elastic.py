@@ -1,4 +1,4 @@
-"""The digits MLP of `examples.train_digits`, made elastic with `agent.elastic.ElasticTrainer`.
+"""The digits MLP of `examples.train_digits`, made elastic with `agent.trainer.elastic`.
 
 It survives any number of world changes without losing or repeating a sample: the global
 batch is fixed (`--global-batch`) and split over whoever trains this step, the loss is
@@ -27,9 +27,10 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from agent.elastic.sampler import ElasticSampler
-from agent.elastic.trainer import ElasticTrainer
-from examples.train_digits import build_model, load_data
+from agent.trainer.elastic import ElasticTrainer
+from agent.trainer.sampler import ElasticSampler
+from examples.digits_data import load_data
+from examples.train_digits import build_model
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

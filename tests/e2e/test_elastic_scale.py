@@ -28,9 +28,9 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from agent.elastic.ledger import verify
 from kubernetes import client
 
-from agent.elastic.ledger import verify
 from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.waiting import wait_for

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from agent.elastic.ledger import verify
 from agent.elastic.protocol import timings_path
 

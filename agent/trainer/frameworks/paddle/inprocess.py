@@ -24,8 +24,9 @@ from typing import Any
 import paddle
 import paddle.distributed as dist
 
-from agent.elastic.errors import ElasticError
-from agent.world import TrainerWorld
+from agent.protocol.errors import ElasticError
+from agent.protocol.world import TrainerWorld
+from agent.trainer.frameworks.paddle import FRAMEWORK
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def form_group(world: TrainerWorld, timeout_seconds: int, stores: StoreCache) ->
     3 s connect retry.
     """
     core, parallel, group_cls = _private_api()
-    os.environ.update(world.to_env())
+    os.environ.update(FRAMEWORK.launch_env(world))
     parallel._global_parallel_env = None  # dist.get_rank() must see the new rank
     host, _, port = world.master.rpartition(":")
     gid = GID_BASE + world.generation
