@@ -25,6 +25,8 @@ STATE_DIR = "EDL_STATE_DIR"
 """This member's local copy of the training state."""
 MEMBER = "EDL_MEMBER"
 """The agent's member id (names ledger files)."""
+AGENT_LEASE_FD = "EDL_AGENT_LEASE_FD"
+"""Read end of a pipe the agent holds open: end-of-file means the agent is gone."""
 
 # -- trainer settings a user may set on the agent ----------------------------------------------
 CHECKPOINT_SECONDS = "EDL_CHECKPOINT_SECONDS"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -39,6 +38,7 @@ from agent.protocol.control import (
     RESCALE_EXIT,
     STANDBY_GENERATION,
     ControlChannel,
+    NextWorld,
     Timings,
 )
 from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
@@ -46,6 +46,7 @@ from agent.protocol.world import TrainerWorld
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Collective, Framework, ReduceOp, Reducer
 from agent.trainer.ledger import SampleLedger
+from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
 from agent.trainer.sampler import ElasticSampler, StepPlan
 from agent.trainer.session import TrainingSession, start_session
 from agent.trainer.state import TrainingState, load_local, save_local
@@ -72,7 +73,8 @@ class ElasticTrainerSettings:
     checkpoint_seconds: float = 30.0
     """EDL_CHECKPOINT_SECONDS: also save the local copy this often (bounds loss on a hang)."""
     master_wait_seconds: float = 120.0
-    """EDL_MASTER_WAIT_SECONDS: how long a non-zero rank waits for rank 0's store to listen."""
+    """EDL_MASTER_WAIT_SECONDS: how long the ranks of a generation wait for each other
+    (`agent.trainer.rendezvous`) before giving up on it."""
     reinit: str = "auto"
     """EDL_REINIT: ``auto`` (in-process when the self-test passes) or ``process`` (always
     restart the trainer process on a rescale)."""
@@ -97,27 +99,6 @@ class ElasticTrainerSettings:
             reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
             reinit_wait_seconds=float(env.get(names.REINIT_WAIT) or cls.reinit_wait_seconds),
         )
-
-
-def wait_for_listener(endpoint: str, timeout: float, interval: float = 0.05) -> float:
-    """Polls until `endpoint` accepts TCP connections; returns the seconds waited.
-
-    Why: a framework's store client may retry slowly (Paddle's every 3 s), so dialling before
-    rank 0 listens can cost seconds per rescale; polling here costs at most `interval`.
-    """
-    host, _, port = endpoint.rpartition(":")
-    start = time.monotonic()
-    deadline = start + timeout
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=interval * 4):
-                return time.monotonic() - start
-        except OSError as e:
-            if time.monotonic() >= deadline:
-                raise RendezvousTimeout(
-                    f"rank 0's store {endpoint} not listening after {timeout:.0f} s"
-                ) from e
-            time.sleep(interval)
 
 
 class ElasticTrainer:
@@ -154,6 +135,8 @@ class ElasticTrainer:
         self._restored = False
         self._ledger = self._open_ledger()
         self._inprocess = False
+        self._hosts: dict[str, RendezvousHost] = {}  # master endpoint -> our rendezvous host
+        self._parent = os.getppid()  # read now: once the agent is gone it is too late
 
     def _open_ledger(self) -> SampleLedger | None:
         directory = self.settings.ledger_dir
@@ -200,13 +183,25 @@ class ElasticTrainer:
     # -- collective ---------------------------------------------------------------------------
 
     def _init_collective(self) -> None:
-        self._mark("imported")
-        world = self.session.world
-        if self.world_size > 1 and self.rank != 0 and world.master:
-            wait_for_listener(world.master, self.settings.master_wait_seconds)
+        """Joins the newest world handed to us: meets its ranks, then forms the group.
+
+        A newer world (or a stop, or the agent's death) that comes while the ranks are still
+        meeting is followed at once: the meeting is in Python and gives up, so a trainer
+        still starting or re-initialising never has to be killed for a rescale.
+        """
+        while True:
+            self._mark("imported")
+            world = self.session.world
+            try:
+                store = self._meet(world)
+                break
+            except Superseded as e:
+                log.info("%s", e)
+                self._follow_newer_world()
         self._mark("master")
+        formed = replace(world, master=store) if store else world
         self._collective(
-            self._collective_of.init, world, self._inprocess, self.settings.master_wait_seconds
+            self._collective_of.init, formed, self._inprocess, self.settings.master_wait_seconds
         )
         if self.world_size > 1:
             # Guard against a mixed rendezvous (a stale trainer of another generation).
@@ -214,6 +209,64 @@ class ElasticTrainer:
             if gens != [self.generation, -self.generation]:
                 raise PeerLost(f"ranks disagree on the generation: {gens}")
         self._mark("initialised")
+
+    def _meet(self, world: TrainerWorld) -> str:
+        """The fresh store endpoint of this generation's group ("" for a world of one)."""
+        if world.world_size == 1 or not world.master:
+            return ""
+        host = None
+        if world.rank == 0:
+            host = self._hosts.get(world.master)
+            if host is None:
+                host = self._hosts[world.master] = self._host(world.master)
+        return meet(
+            world.master,
+            world.generation,
+            world.rank,
+            world.world_size,
+            self.settings.master_wait_seconds,
+            self._superseded,
+            host,
+        )
+
+    def _host(self, endpoint: str) -> RendezvousHost:
+        """Listens on our master endpoint; the previous incarnation may still be releasing it."""
+        deadline = time.monotonic() + self.settings.master_wait_seconds
+        while True:
+            try:
+                return RendezvousHost(endpoint)
+            except OSError as e:
+                if time.monotonic() >= deadline or self._superseded():
+                    raise RendezvousTimeout(f"cannot listen on {endpoint}: {e}") from e
+                time.sleep(0.1)
+
+    def _superseded(self) -> bool:
+        """A stop, a newer world handed over, or the agent gone: stop waiting for this one."""
+        if self._stop_signal or not self._agent_alive():
+            return True
+        return self._newer_world() is not None
+
+    def _agent_alive(self) -> bool:
+        lease = self.session.lease
+        if lease is not None:
+            return lease.alive
+        return self._channel is None or os.getppid() == self._parent
+
+    def _newer_world(self) -> NextWorld | None:
+        """The world handed over for a later generation than ours, if any."""
+        handed = self._channel.next_world() if self._channel is not None else None
+        return handed if handed is not None and handed.generation > self.generation else None
+
+    def _follow_newer_world(self) -> None:
+        """Adopts the newer world (waiting for it if need be), or leaves when told to."""
+        if self._stop_signal:
+            self._exit(RESCALE_EXIT, f"stopped before joining generation {self.generation}")
+        world = self._await_world()
+        if world is None:
+            self._exit(RESCALE_EXIT, f"no world to join after generation {self.generation}")
+        now = time.time()
+        self._adopt(world)
+        self._timings = Timings(started=now, imported=now)
 
     def _all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
         result: list[int] = self._collective(self._collective_of.all_reduce_ints, values, op)
@@ -391,10 +444,9 @@ class ElasticTrainer:
             return None
         wait = self.settings.reinit_wait_seconds if wait is None else wait
         deadline = time.monotonic() + wait
-        parent = os.getppid()
-        while time.monotonic() < deadline and os.getppid() == parent:
-            handed = self._channel.next_world()
-            if handed is not None and handed.generation > self.generation:
+        while time.monotonic() < deadline and self._agent_alive():
+            handed = self._newer_world()
+            if handed is not None:
                 return handed.world  # None: leave
             time.sleep(0.02)
         log.error("no next world within %.0f s (or the agent is gone)", wait)

@@ -1,17 +1,20 @@
 """Per-sample ledger (test mode): proves every sample of every epoch was trained exactly once.
 
-With ``EDL_SAMPLE_LEDGER=<dir>`` each trainer appends, *before* a step's forward pass, the sample
-ids it is about to train, tagged with generation and global step; rank 0 also records the step
-each generation restored from. A step whose gradient reached any rank was logged by every rank
-first, and a step that was rolled back (a crash before the state holder committed it) is
-recognised because a later generation restored from an earlier step. `verify` replays that
-lineage: exactly the steps the final model went through, and their samples.
+With ``EDL_SAMPLE_LEDGER=<dir>`` each trainer appends, *before* a step's forward pass, the
+sample ids it is about to train, tagged with generation, global step and wall time; rank 0
+also records the step each generation restored from. A step whose gradient reached any rank
+was logged by every rank first, and a step that was rolled back (a crash before the state
+holder committed it) is recognised because a later generation restored from an earlier step.
+`verify` replays that lineage: exactly the steps the final model went through, and their
+samples. The times show whether two generations ever trained at once
+(`concurrent_generations`: a job running twice).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +37,8 @@ class SampleLedger:
 
     def intent(self, step: int, epoch: int, ids: list[int]) -> None:
         """This rank is about to train `ids` as global step `step`."""
-        self._write({"g": self._generation, "r": self._rank, "s": step, "e": epoch, "ids": ids})
+        record = {"g": self._generation, "r": self._rank, "s": step, "e": epoch, "ids": ids}
+        self._write({**record, "t": time.time()})
 
     def _write(self, record: dict[str, Any]) -> None:
         # One write per line, flushed: a SIGKILL right after still leaves it in the page cache.
@@ -107,3 +111,28 @@ def verify(directory: Path) -> LedgerReport:
             for epoch, ids in parts:
                 report.per_epoch.setdefault(epoch, Counter()).update(ids)
     return report
+
+
+def training_spans(directory: Path) -> dict[int, tuple[float, float]]:
+    """Per generation, the first and last wall time any of its ranks started a step."""
+    spans: dict[int, tuple[float, float]] = {}
+    for path in sorted(directory.glob("ledger-*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if "t" not in rec:
+                continue
+            g, t = int(rec["g"]), float(rec["t"])
+            first, last = spans.get(g, (t, t))
+            spans[g] = (min(first, t), max(last, t))
+    return spans
+
+
+def concurrent_generations(directory: Path) -> list[tuple[int, int]]:
+    """Pairs of generations that trained at the same time (a job running twice: must be [])."""
+    spans = sorted(training_spans(directory).items(), key=lambda item: item[1][0])
+    pairs: list[tuple[int, int]] = []
+    for i, (g, (_, end)) in enumerate(spans):
+        pairs.extend((g, h) for h, (start, _) in spans[i + 1 :] if start < end)
+    return pairs

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent.elastic.ledger import verify
-from agent.elastic.protocol import timings_path
+
+from agent.protocol.control import ControlChannel
+from agent.trainer.ledger import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -110,7 +111,7 @@ class Job:
 
     def stepped(self, name: str, generation: int, steps: int) -> bool:
         """`name`'s trainer finished `steps` steps in `generation` (its first step is marked)."""
-        path = timings_path(self.tmp / name / "control", generation)
+        path = ControlChannel(self.tmp / name / "control").timings_path(generation)
         try:
             first = json.loads(path.read_text()).get("first_step")
         except (OSError, ValueError):
