@@ -1,15 +1,23 @@
-"""Rescale pause of elastic training, per phase: scale-up, clean scale-down, crash scale-down.
+"""Rescale pause of elastic training over sequences of events, inside and outside views.
 
 Real agents (`edl-agent run --elastic`, local membership) and real Paddle gloo on 127.0.0.1,
-training the elastic digits example. For each event it prints the pause the agent measured
-(decision -> first step at the new size, `edl_trainer_rescale_pause_seconds`), its phases
-(`edl_trainer_rescale_phase_seconds_total{phase}`, scraped from the surviving agent), and the
-outside view: the test's action (start / SIGTERM / SIGKILL) -> first step at the new size.
+training the elastic digits example, in both re-init modes. Two sequences per mode:
+
+- *planned*: `--rounds` x (scale-up 2->3, SIGTERM 3->2), then a trainer SIGKILL; per event
+  kind the min / median / max of the pause the surviving agent recorded
+  (`edl_trainer_rescale_pause_seconds`: from when training stood still to the first step at
+  the new size), of its phases (`edl_trainer_rescale_phase_seconds_total{phase}`), and of the
+  outside view (the bench's action -> first step at the new size);
+- *faults*: the seeded soak of tests/integration/elastic_soak.py (joins, SIGTERMs, trainer,
+  agent and pod SIGKILLs, a SIGSTOPped trainer, some fired mid-rescale): min / median / p90 /
+  max of every recorded pause and of every action's outside view.
 
 With ``--paddle`` (needs an etcd binary under ~/.cache/edl/controlplane and the python
 `etcd3` package on EDL_ETCD3_PYTHONPATH) it also runs Paddle's own elastic launcher
-(``--master etcd://... --nnodes 2:3 --elastic_level 1``) through the same events, timed from
-the outside by a toy trainer that prints a line per step. Figures are printed, never asserted.
+(``--master etcd://... --nnodes 2:3 --elastic_level 1``) through scale-up 2->3 and SIGTERM
+3->2, `--paddle-rounds` times, timed from the outside by a toy trainer that prints a line per
+step, and says what happened when no step came (which launchers exited, with what).
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +43,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.integration.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
+
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
 
@@ -193,7 +205,10 @@ while True:
 """
 
 
-def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[str, float]]]:
+def bench_paddle(
+    tmp: Path, etcd: str, extra_path: str, rounds: int
+) -> tuple[list[tuple[str, dict[str, float]]], list[str]]:
+    """Paddle's launcher through `rounds` x (up 2->3, SIGTERM 3->2); rows and what happened."""
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     data = tmp / "etcd"
@@ -235,33 +250,52 @@ def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[
         times = [t for n, t in steps() if n == size and t > after]
         return min(times) if times else None
 
+    def outcome(event: str) -> str:
+        """Which launchers are gone, with their status and last telling log line."""
+        parts = []
+        for name, proc in sorted(launchers.items()):
+            if proc.poll() is None:
+                continue
+            log = (tmp / f"launcher-{name}.log").read_text(errors="replace").splitlines()
+            told = [x for x in log if re.search(r"not ready|Exit code|exit|[Ee]rror", x)]
+            last = told[-1].strip()[:120] if told else "(no message)"
+            parts.append(f"{name} exited {proc.returncode}: {last}")
+        return f"{event}: " + ("; ".join(parts) or "all launchers still running, no step")
+
     rows: list[tuple[str, dict[str, float]]] = []
+    notes: list[str] = []
     try:
         time.sleep(1)
         launch("a")
         launch("b")
         wait_for("paddle world of 2", lambda: first_at(2, 0) is not None, 180)
+        for r in range(rounds):
+            joiner = f"c{r}"
 
-        def leave_c() -> None:  # the launcher alone, as a pod's PID 1 would get it
-            os.kill(launchers["c"].pid, signal.SIGTERM)
+            def leave(name: str = joiner) -> None:  # the launcher alone, as a pod's PID 1 would
+                os.kill(launchers[name].pid, signal.SIGTERM)
 
-        def has_step(size: int, after: float) -> bool:
-            return first_at(size, after) is not None
-
-        events: list[tuple[str, Callable[[], None], int]] = [
-            ("up 2->3", functools.partial(launch, "c"), 3),
-            ("down 3->2 SIGTERM", leave_c, 2),
-        ]
-        for event, act, size in events:
-            time.sleep(2)
-            t0 = time.time()
-            act()
-            try:
-                wait_for(f"paddle world of {size}", functools.partial(has_step, size, t0), 150)
-                rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
-            except TimeoutError as e:
-                print(f"Paddle launcher, {event}: {e}")
-                rows.append((event, {"outside": float("nan")}))
+            events: list[tuple[str, Callable[[], None], int]] = [
+                ("up 2->3", functools.partial(launch, joiner), 3),
+                ("down 3->2 SIGTERM", leave, 2),
+            ]
+            for event, act, size in events:
+                time.sleep(2)
+                t0 = time.time()
+                act()
+                try:
+                    wait_for(
+                        f"paddle world of {size}",
+                        lambda size=size, t0=t0: first_at(size, t0) is not None,  # type: ignore[misc]
+                        150,
+                    )
+                    rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
+                except TimeoutError:
+                    notes.append(f"round {r + 1}, {outcome(event)}")
+                    rows.append((event, {"outside": float("nan")}))
+            if all(p.poll() is not None for n, p in launchers.items() if n in ("a", "b")):
+                notes.append(f"round {r + 1}: both original launchers are gone; stopping here")
+                break
     finally:
         for proc in launchers.values():
             try:
@@ -270,40 +304,60 @@ def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[
                 pass
         etcd_proc.kill()
         etcd_proc.wait(10)
-    return rows
+    return rows, notes
 
 
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
+    """Per event kind: n, then min / median / max of the outside view, the pause and phases."""
     print(f"\n{title}")
     cols = ("outside", "pause", *PHASES)
-    print(f"{'event':28s}" + "".join(f"{c:>11s}" for c in cols))
-    for event, row in rows:
-        cells = "".join(f"{row[c]:11.2f}" if c in row else f"{'-':>11s}" for c in cols)
-        print(f"{event:28s}{cells}")
+    print(f"{'event (min/median/max s)':28s} {'n':>2s}" + "".join(f"{c:>18s}" for c in cols))
+    for event in dict.fromkeys(e for e, _ in rows):
+        got = [row for e, row in rows if e == event]
+        cells = []
+        for c in cols:
+            values = sorted(row[c] for row in got if c in row and row[c] == row[c])
+            if not values:
+                cells.append(f"{'-':>18s}")
+                continue
+            med = statistics.median(values)
+            cells.append(f"{values[0]:6.2f}/{med:5.2f}/{values[-1]:5.2f}".rjust(18))
+        print(f"{event:28s} {len(got):2d}" + "".join(cells))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--debounce", type=float, default=1.0)
+    parser.add_argument("--soak-seed", type=int, default=1, help="seed of the fault sequence")
+    parser.add_argument("--soak-epochs", type=int, default=40)
+    parser.add_argument("--no-soak", action="store_true", help="skip the fault sequence")
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
+    parser.add_argument("--paddle-only", action="store_true", help="only Paddle's launcher")
+    parser.add_argument("--paddle-rounds", type=int, default=2)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-rescale-"))
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
         for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
+            if args.paddle_only:
+                break
             rows = bench_edl(tmp / f"edl-{reinit}", args.debounce, args.rounds, reinit)
-            show(f"EDL agent, EDL_REINIT={reinit} ({title})", rows)
-        if args.paddle:
+            show(f"EDL agent, EDL_REINIT={reinit} ({title}), planned events", rows)
+            if not args.no_soak:
+                settings = SoakSettings(args.soak_seed, reinit, epochs=args.soak_epochs)
+                print()
+                print(report(run_soak(tmp / f"soak-{reinit}", settings, log=lambda _: None)))
+        if args.paddle or args.paddle_only:
             etcds = sorted(glob.glob(os.path.expanduser("~/.cache/edl/controlplane/*/bin/etcd")))
             extra = os.environ.get("EDL_ETCD3_PYTHONPATH", "")
             if not etcds or not extra:
                 print("\nPaddle launcher: skipped (no etcd binary or EDL_ETCD3_PYTHONPATH)")
             else:
-                show(
-                    "Paddle launcher --elastic_level 1",
-                    bench_paddle(tmp / "paddle", etcds[-1], extra),
-                )
+                rows, notes = bench_paddle(tmp / "paddle", etcds[-1], extra, args.paddle_rounds)
+                show("Paddle launcher --elastic_level 1", rows)
+                for note in notes:
+                    print(f"  {note}")
     except TimeoutError as e:
         print(f"bench: {e}; logs kept in {tmp}")
         return 1

@@ -154,6 +154,7 @@ class ElasticSupervisor:
         self._open: OpenRescale | None = None  # the rescale this member is living through
         self._trained = False  # our trainer has stepped in some world: later changes are rescales
         self._handed: tuple[int, float] | None = None  # (generation, when) handed to a live trainer
+        self._forming: list[World] = []  # worlds a handed-over trainer may still be forming
         self._noticed: float | None = None
         self._spawned_at = 0.0
         self._initialised = False
@@ -278,8 +279,8 @@ class ElasticSupervisor:
         if self._running is None:
             return None  # it had to be stopped; the next round sees the exit
         now = self._wall()
-        frozen = self._watchdog.frozen_for(now)
-        if frozen and self._in_training_loop(running.generation):
+        frozen = self._watchdog.frozen_for(now, self._in_training_loop(running.generation))
+        if frozen:
             return self._exclude(frozen)
         if self._noticed is None and self._membership.pending_for() > 0:
             self._noticed = now - self._membership.pending_for()
@@ -337,6 +338,8 @@ class ElasticSupervisor:
 
     def _hand_to_live(self, world: World, now: float) -> None:
         """The running trainer (or warm stand-by) moves itself into `world`."""
+        if self._running is not None and not self._initialised:
+            self._forming.append(self._running)  # it may be inside its framework's formation
         self._hand_over(world, world.generation)
         self._trainer.update_world(trainer_world(world, self._key, self._backend))
         self._running = world
@@ -469,8 +472,8 @@ class ElasticSupervisor:
         self._observe()
         now, stall = self._wall(), self._watchdog.stall_seconds
         running = self._running
-        frozen = self._watchdog.frozen_for(now)
-        if frozen and running is not None and self._in_training_loop(running.generation):
+        in_loop = running is not None and self._in_training_loop(running.generation)
+        if self._watchdog.frozen_for(now, in_loop):
             return True
         stuck = self._watchdog.stood_still_since(decided) < decided
         return bool(stall) and stuck and now - decided > stall
@@ -493,8 +496,8 @@ class ElasticSupervisor:
         rejoins as a new member.
         """
         log.error(
-            "trainer made no progress and did not refresh its report for %.0f s (stopped or "
-            "frozen); killing it and leaving the job",
+            "trainer stood still for %.0f s (stopped, or frozen without refreshing its "
+            "report); killing it and leaving the job",
             frozen,
         )
         self._trainer.kill()
@@ -567,7 +570,23 @@ class ElasticSupervisor:
             stopped = pid is not None and psutil.Process(pid).status() == psutil.STATUS_STOPPED
         except psutil.Error:
             stopped = False
-        self._watchdog.observe_state(stopped)
+        self._watchdog.observe_state(stopped, self._wall())
+
+    def _cannot_form(self, handed: World) -> tuple[int, str] | None:
+        """(generation, who left) when the trainer forms a world that lost a member since.
+
+        That formation blocks in C++ until a timeout, so waiting for the trainer to take
+        `handed` is pointless; a world that only grew still forms, so it is waited for.
+        """
+        for world in self._forming:
+            t = self._channel.timings(world.generation)
+            if t is None or t.master is None or t.initialised is not None:
+                continue
+            left = {m.key for m in world.members} - {m.key for m in handed.members}
+            if left:
+                ids = sorted(m.id for m in world.members if m.key in left)
+                return world.generation, ", ".join(ids)
+        return None
 
     def _in_training_loop(self, generation: int) -> bool:
         """The trainer steps in `generation` (not starting, re-forming, or finishing).
@@ -592,15 +611,26 @@ class ElasticSupervisor:
             self._learn_framework(reported)
         handed = self._handed
         if handed is not None and (times.started or times.imported) is not None:
-            self._handed = None  # the trainer took the world it was handed
+            self._handed, self._forming = None, []  # the trainer took the world it was handed
+        elif handed is not None and (gone := self._cannot_form(running)):
+            log.warning(
+                "the trainer is forming generation %d, which cannot form any more (%s left); "
+                "restarting it in generation %d",
+                gone[0],
+                gone[1],
+                running.generation,
+            )
+            self._handed, self._forming = None, []
+            self._stop_trainer(grace=1.0)  # it saved its state before re-forming, if it had any
+            return
         elif handed is not None and self._wall() - handed[1] > self._settings.drain_timeout:
             log.error(
                 "trainer did not take generation %d within %.0f s; stopping it",
                 handed[0],
                 self._settings.drain_timeout,
             )
-            self._handed = None
-            self._stop_trainer()
+            self._handed, self._forming = None, []
+            self._stop_trainer(grace=1.0)  # it saved its state before re-forming, if it had any
             return
         if times.initialised is not None:
             self._initialised = True

@@ -3,11 +3,11 @@
 It is fed observations of the trainer's report (`agent.reports`), which the trainer's flusher
 thread rewrites every flush interval whatever its training loop is doing. So:
 
-- a report not rewritten for `stall_seconds` while the process is stopped (SIGSTOP), or for
-  three times that in any state (frozen holding the interpreter lock), means the trainer
-  stands still: it is *frozen*, will never reach a step boundary, answer a drain or release
-  its peers' collective, and its agent excludes it (the supervisor asks only while the
-  trainer is in its training loop: a framework may hold the lock while forming a group);
+- a process in the stopped state (SIGSTOP) for `stall_seconds`, whatever it was doing, or a
+  trainer in its training loop whose report has not been rewritten for three times that
+  (frozen holding the interpreter lock; outside the loop a framework may hold the lock
+  while it forms a group) stands still: it is *frozen*, will never reach a step boundary,
+  answer a drain or release its peers' collective, and its agent excludes it;
 - a report that is fresh but whose last step is old is a trainer that waits (in a collective,
   on a slow peer, or in a rescale): not its fault, and the pause bounds cover it.
 
@@ -18,7 +18,7 @@ agent decides on a new world. Pure: values in, answers out; the supervisor does 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,6 @@ class Progress:
     steps: int
     mean_step: float = 0.0
     """Mean step duration so far (seconds)."""
-    stopped: bool = False
-    """The process is in the stopped state (SIGSTOP, SIGTSTP) right now."""
 
 
 class StallWatchdog:
@@ -49,6 +47,7 @@ class StallWatchdog:
         """0 disables the frozen verdict."""
         self._flush = flush_seconds
         self._latest: Progress | None = None
+        self._stopped_since: float | None = None
 
     @property
     def latest(self) -> Progress | None:
@@ -58,25 +57,31 @@ class StallWatchdog:
     def reset(self) -> None:
         """A new trainer incarnation: forget the old one's reports."""
         self._latest = None
+        self._stopped_since = None
 
     def observe(self, progress: Progress | None) -> None:
         """Feeds one read (None: no report yet, or unreadable: keeps the previous one)."""
         if progress is not None:
             self._latest = progress
 
-    def observe_state(self, stopped: bool) -> None:
-        """Feeds the process state alone (a stopped process rewrites no report)."""
-        if self._latest is not None and self._latest.stopped != stopped:
-            self._latest = replace(self._latest, stopped=stopped)
+    def observe_state(self, stopped: bool, now: float) -> None:
+        """Feeds the process state: stopped (SIGSTOP, SIGTSTP) or not, as seen at `now`."""
+        if not stopped:
+            self._stopped_since = None
+        elif self._stopped_since is None:
+            self._stopped_since = now
 
-    def frozen_for(self, now: float) -> float:
-        """Seconds the report has gone unrefreshed, once past the stall bound; else 0."""
+    def frozen_for(self, now: float, in_training_loop: bool) -> float:
+        """Seconds the trainer has stood still, once past its bound; else 0."""
+        if not self.stall_seconds:
+            return 0.0
+        if self._stopped_since is not None and now - self._stopped_since > self.stall_seconds:
+            return now - self._stopped_since
         latest = self._latest
-        if not self.stall_seconds or latest is None:
+        if not in_training_loop or latest is None:
             return 0.0
         age = now - latest.updated
-        bound = self.stall_seconds if latest.stopped else 3 * self.stall_seconds
-        return age if age > bound else 0.0
+        return age if age > 3 * self.stall_seconds else 0.0
 
     def stood_still_since(self, decided: float) -> float:
         """When training stopped, as far as a pause is concerned: `decided`, or earlier.

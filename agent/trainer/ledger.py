@@ -65,13 +65,37 @@ class LedgerReport:
 
     def problems(self, num_samples: int, epochs: int) -> list[str]:
         """Everything that breaks exactly-once (empty when the ledger is clean)."""
+        out = [p for epoch in range(epochs) if (p := self._epoch_problem(epoch, num_samples))]
+        return out + self._other_problems(epochs)
+
+    def problems_so_far(self, num_samples: int, global_batch: int) -> list[str]:
+        """`problems` of a job stopped part-way (every member left at a step boundary).
+
+        The epochs the lineage completed hold each sample exactly once; the current one holds
+        no sample twice and exactly the samples of the steps it took.
+        """
+        done, steps = divmod(self.steps, -(-num_samples // global_batch))
+        out = [p for epoch in range(done) if (p := self._epoch_problem(epoch, num_samples))]
+        current = self.per_epoch.get(done, Counter())
+        twice = [i for i, c in current.items() if c > 1]
+        trained, expected = sum(current.values()), min(steps * global_batch, num_samples)
+        if twice or trained != expected:
+            out.append(
+                f"epoch {done} so far: {trained} samples in {steps} steps (expected "
+                f"{expected}), {len(twice)} repeated"
+            )
+        return out + self._other_problems(done + 1)
+
+    def _epoch_problem(self, epoch: int, num_samples: int) -> str:
+        counts = self.per_epoch.get(epoch, Counter())
+        missing = [i for i in range(num_samples) if counts[i] == 0]
+        twice = [i for i, c in counts.items() if c > 1]
+        if missing or twice:
+            return f"epoch {epoch}: {len(missing)} missing, {len(twice)} repeated"
+        return ""
+
+    def _other_problems(self, epochs: int) -> list[str]:
         out = []
-        for epoch in range(epochs):
-            counts = self.per_epoch.get(epoch, Counter())
-            missing = [i for i in range(num_samples) if counts[i] == 0]
-            twice = [i for i, c in counts.items() if c > 1]
-            if missing or twice:
-                out.append(f"epoch {epoch}: {len(missing)} missing, {len(twice)} repeated")
         extra = sorted(set(self.per_epoch) - set(range(epochs)))
         if extra:
             out.append(f"unexpected epochs {extra}")

@@ -5,7 +5,9 @@ the elastic digits example (the `Job` helpers of test_elastic_digits). A seeded 
 picks each event from what is legal at that moment (joins below the max; SIGTERMs, trainer
 SIGKILLs, agent SIGKILLs, whole-pod SIGKILLs and a SIGSTOPped trainer while at least one
 member that holds the training state survives), and fires it either once the world has
-settled and trained, or a moment after the previous event, while that rescale still runs.
+settled and trained, or (every few events, a removal) a moment after the previous event,
+while that rescale still runs. After the sequence the job is scaled to zero (every member
+SIGTERMed: one agreed step boundary), so a run lasts as long as its events, not its epochs.
 
 What it measures, per run:
 - *inside*: every pause the agents recorded (their `rescale to generation N (...): pause X s`
@@ -13,8 +15,9 @@ What it measures, per run:
 - *outside*: action -> first step of the first generation that reflects it (a join: the first
   trained generation containing the joiner; a removal: the first trained generation without
   it, after the action);
-- what must hold: the ledger's exactly-once lineage, a record for every survivor of every
-  world change, and no two generations training at the same time.
+- what must hold: the ledger's exactly-once lineage of the steps trained (complete epochs
+  once each, the current one without a repeat), a record for every survivor of every world
+  change, and no two generations training at the same time.
 
 Used by tests/integration/test_elastic_soak.py (asserts) and bench/bench_rescale.py (prints
 the distributions). Every wait is bounded; nothing here depends on how fast a machine is.
@@ -45,7 +48,11 @@ MAX_STOPPED = 1
 """SIGSTOPped trainers per run (each costs the stall bound)."""
 RECORD = re.compile(r"rescale to generation (\d+)(?: \(([^)]*)\))?: pause ([0-9.]+) s")
 LEDGER_NAME = re.compile(r"^ledger-(.+)-g(\d+)-r(\d+)-(\d+)\.jsonl$")
-STEPS_PER_EPOCH = -(-NUM_TRAIN // 64)
+GLOBAL_BATCH = 64
+STEPS_PER_EPOCH = -(-NUM_TRAIN // GLOBAL_BATCH)
+AGENT_RECORD_SECONDS = 5.0
+"""An agent logs a rescale within a poll of its trainer's first step; one SIGKILLed within
+this long after that step may not have (it is no survivor: it left the job)."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,17 @@ class SoakSettings:
     reinit: str = "auto"
     """EDL_REINIT of every agent: ``auto`` (in-process) or ``process`` (restarts)."""
     events: int = 22
-    epochs: int = 24
+    epochs: int = 200
+    """Long enough never to end first: the run scales the job to zero after the sequence."""
     step_sleep: float = 0.1
     initial: int = 3
     max_world: int = 4
-    during_rescale: float = 0.4
-    """Share of events fired 0.3-2 s after the previous one instead of after it settled."""
+    mid_every: int = 3
+    """Every this many events, the next one is a removal fired 0.3-2 s after it, while its
+    rescale runs (a kill during a rescale); the others wait for the world to settle."""
     settle_timeout: float = 90.0
     """Longest wait for a world to settle before the next event fires anyway."""
-    finish_timeout: float = 300.0
+    finish_timeout: float = 120.0
     env: dict[str, str] = field(default_factory=dict)
     """Extra agent environment (timeouts)."""
 
@@ -117,6 +126,8 @@ class SoakResult:
     """(generation, member) where a survivor of a world change recorded no pause."""
     concurrent: list[tuple[int, int]]
     ledger_problems: list[str]
+    steps: int
+    """Steps in the lineage of the model (the job stops part-way: scaled to zero)."""
     final: dict[str, float] | None
     statuses: dict[str, int | None]
     seconds: float
@@ -164,7 +175,7 @@ class Soak:
     def __init__(self, tmp: Path, settings: SoakSettings, log: Callable[[str], None] = print):
         self.settings = settings
         self.rng = random.Random(settings.seed)
-        args = ["--epochs", str(settings.epochs), "--global-batch", "64", "--seed", "5"]
+        args = ["--epochs", str(settings.epochs), "--global-batch", str(GLOBAL_BATCH)]
         self.job = Job(tmp, args, step_sleep=settings.step_sleep)
         self.job.extra_env.update({**SOAK_ENV, "EDL_REINIT": settings.reinit, **settings.env})
         self.log = log
@@ -248,8 +259,11 @@ class Soak:
             if kind == "kill_pod":
                 proc.kill()
 
-    def choose(self) -> tuple[str, str]:
-        """The next event, from what is legal now (a state holder must survive removals)."""
+    def choose(self, removal: bool = False) -> tuple[str, str]:
+        """The next event, from what is legal now (a state holder must survive removals).
+
+        `removal` asks for one (a kill mid-rescale) when any is legal.
+        """
         kinds = dict(WEIGHTS)
         if len(self.alive) >= self.settings.max_world:
             kinds.pop("join")
@@ -259,6 +273,8 @@ class Soak:
         removable = [n for n in self.alive if holders - {n} and self.trainer(n) is not None]
         if not removable:
             kinds = {"join": 1} if "join" in kinds else {}
+        elif removal:
+            kinds.pop("join", None)
         if not kinds:
             return "wait", ""
         names = sorted(kinds)
@@ -292,7 +308,7 @@ class Soak:
                 if not mid and not self.wait_settled(s.settle_timeout):
                     self.log(f"soak: world not settled after {s.settle_timeout:.0f} s")
                 self.reap()
-                kind, name = self.choose()
+                kind, name = self.choose(removal=mid)
                 if kind == "wait":
                     self.wait_settled(s.settle_timeout)
                     mid = False
@@ -309,7 +325,7 @@ class Soak:
                 self.log(
                     f"soak: event {len(self.actions)}: {kind} {name} (generation {generation})"
                 )
-                mid = self.rng.random() < s.during_rescale
+                mid = len(self.actions) % s.mid_every == 0
                 if mid:
                     time.sleep(self.rng.uniform(0.3, 2.0))
             self.finish()
@@ -324,14 +340,22 @@ class Soak:
         return self.collect(statuses, time.monotonic() - started)
 
     def finish(self) -> None:
-        """Lets the survivors train to the end of the job (bounded)."""
+        """Scales the job to zero once the last world trains: every member leaves cleanly.
+
+        The job would take as long again to train to its end; a clean stop of everyone at
+        one step boundary proves the same guarantees on the steps trained so far.
+        """
+        self.wait_settled(self.settings.settle_timeout)
+        self.reap()
+        for name in self.alive:
+            self.job.procs[name].send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.settings.finish_timeout
         while time.monotonic() < deadline:
             self.reap()
             if not self.alive:
                 return
             time.sleep(0.2)
-        self.log(f"soak: job not finished within {self.settings.finish_timeout:.0f} s")
+        self.log(f"soak: members still up {self.settings.finish_timeout:.0f} s after SIGTERM")
 
     # -- what it showed -------------------------------------------------------------------
 
@@ -357,15 +381,21 @@ class Soak:
         spans = training_spans(self.job.ledger)
         records = self.records()
         recorded = {(r.generation, r.member) for r in records}
-        missing = []
-        seen: set[str] = set()
-        for g in sorted(trained):
-            missing.extend((g, m) for m in sorted(trained[g] & seen) if (g, m) not in recorded)
-            seen |= trained[g]
 
         def first_step(g: int) -> float:
             firsts = [f for m in trained[g] if (f := self.first_step(m, g)) is not None]
             return min(firsts) if firsts else spans[g][0]
+
+        killed = {a.target: a.at for a in self.actions if a.kind in ("kill_agent", "kill_pod")}
+        missing = []
+        seen: set[str] = set()
+        for g in sorted(trained):
+            for m in sorted(trained[g] & seen):
+                # an agent SIGKILLed right after its trainer stepped had no time to record
+                dead = killed.get(m, float("inf")) < first_step(g) + AGENT_RECORD_SECONDS
+                if (g, m) not in recorded and not dead:
+                    missing.append((g, m))
+            seen |= trained[g]
 
         outside: list[tuple[Action, float | None]] = []
         for a in self.actions:
@@ -378,8 +408,11 @@ class Soak:
                 hit = [g for g in after if a.target not in trained[g]]
             outside.append((a, first_step(hit[0]) - a.at if hit else None))
         final = None
-        if self.job.result.exists():
+        ledger = verify(self.job.ledger)
+        problems = ledger.problems_so_far(NUM_TRAIN, GLOBAL_BATCH)
+        if self.job.result.exists():  # the job ended before the sequence did
             final = json.loads(self.job.result.read_text())
+            problems = ledger.problems(NUM_TRAIN, self.settings.epochs)
         return SoakResult(
             settings=self.settings,
             actions=self.actions,
@@ -387,7 +420,8 @@ class Soak:
             outside=outside,
             missing_records=missing,
             concurrent=concurrent_generations(self.job.ledger),
-            ledger_problems=verify(self.job.ledger).problems(NUM_TRAIN, self.settings.epochs),
+            ledger_problems=problems,
+            steps=ledger.steps,
             final=final,
             statuses=statuses,
             seconds=seconds,
@@ -411,7 +445,7 @@ def report(result: SoakResult) -> str:
     lines.append(
         f"  superseded actions {superseded}; survivors without a record "
         f"{len(result.missing_records)}; concurrent generations {result.concurrent}; "
-        f"ledger problems {result.ledger_problems}; final {result.final}"
+        f"ledger problems {result.ledger_problems}; {result.steps} steps trained"
     )
     return "\n".join(lines)
 
