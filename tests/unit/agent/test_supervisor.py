@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent.errors import TrainerStartError
+from agent.protocol.world import TrainerWorld
 from agent.supervisor import TrainerState, TrainerSupervisor
-from agent.world import TrainerWorld
 
 PY = sys.executable
 
