@@ -72,14 +72,19 @@ def test_every_query_reads_only_exported_series() -> None:
 
 
 def test_the_adapter_dashboard_shows_every_adapter_series() -> None:
-    shown = set().union(*(series_in(q.expr) for q in queries() if q.dashboard == "edl-adapter.json"))
+    adapter_queries = [q for q in queries() if q.dashboard == "edl-adapter.json"]
+    shown = set().union(*(series_in(q.expr) for q in adapter_queries))
     adapter_series = {n for n in contract_series() if n.startswith("edl_adapter_")}
-    missing = adapter_series - shown - {
-        # per-job figures are on the training-job dashboard
-        "edl_adapter_sizing_marginal_speedup",
-        "edl_adapter_sizing_min_replicas",
-        "edl_adapter_sizing_max_replicas",
-    }
+    missing = (
+        adapter_series
+        - shown
+        - {
+            # per-job figures are on the training-job dashboard
+            "edl_adapter_sizing_marginal_speedup",
+            "edl_adapter_sizing_min_replicas",
+            "edl_adapter_sizing_max_replicas",
+        }
+    )
     assert not missing, sorted(missing)
 
 
