@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tests.dashboards_support import MONITORING_DOC, ROOT
 from tests.kustomize_support import render
 
 
@@ -125,8 +126,6 @@ def test_the_example_overlay_sets_the_release_and_the_grafana_namespace() -> Non
 
 
 def test_the_docs_show_the_example_overlay_verbatim() -> None:
-    from tests.dashboards_support import MONITORING_DOC, ROOT
-
     overlay = (ROOT / "manifests/examples/monitoring-release/kustomization.yaml").read_text()
     body = "\n".join(line for line in overlay.splitlines() if not line.startswith("#"))
     assert body.strip() in MONITORING_DOC.read_text()
