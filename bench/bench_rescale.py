@@ -89,7 +89,7 @@ class Agents:
             "EDL_ELASTIC_DIR": str(self.tmp / name),
             "EDL_DEBOUNCE": str(self.debounce),
             "EDL_REINIT": self.reinit,
-            "EDL_AGENT_LOG_LEVEL": "WARNING",
+            "EDL_AGENT_LOG_LEVEL": os.environ.get("EDL_AGENT_LOG_LEVEL", "WARNING"),
             "PYTHONPATH": str(ROOT),
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
@@ -328,7 +328,15 @@ def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
     worker = tmp / "worker.py"
     worker.write_text(TORCHRUN_WORKER)
     endpoint = f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "EDL_BENCH_ROOT": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    # With torch 2.15's default (the rendezvous store shared with the workers) the 2->3
+    # re-rendezvous of three torchruns on one host deadlocked here (rank assignment waiting
+    # 60 s for a MASTER_ADDR key, then every agent exiting); the legacy store works.
+    env = {
+        **os.environ,
+        "EDL_BENCH_ROOT": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
     nodes: dict[str, subprocess.Popen[bytes]] = {}
 
     def launch(name: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="trainer: %(message)s")  # ElasticTrainer's lines
     torch.set_num_threads(1)  # one trainer per pod shares the node's cores with its peers
     with ElasticTrainer.start() as et:
         torch.manual_seed(args.seed)  # every incarnation builds the same model
