@@ -192,14 +192,22 @@ def has_step(first_at: Callable[[int, float], float | None], size: int, after: f
 
 def launcher_events(
     who: str,
-    join: Callable[[], None],
-    leave: Callable[[], None],
+    launch: Callable[[str], None],
+    nodes: dict[str, subprocess.Popen[bytes]],
     first_at: Callable[[int, float], float | None],
 ) -> list[tuple[str, dict[str, float]]]:
-    """A launcher's scale-up 2->3 (`join`) and SIGTERM scale-down 3->2 (`leave`: the launcher
-    alone, as a pod's PID 1 would get it), each timed from the action to the first step at the
-    new size (`first_at(size, after)`)."""
+    """Another launcher's nodes a, b training, then c's scale-up 2->3 and its SIGTERM
+    scale-down 3->2 (to the launcher alone, as a pod's PID 1 would get it), each timed from the
+    action to the first step at the new size (`first_at(size, after)`)."""
+    launch("a")
+    launch("b")
+    wait_for(f"{who} world of 2", lambda: first_at(2, 0) is not None, 180)
+
+    def leave() -> None:  # c exists once the scale-up has started it
+        os.kill(nodes["c"].pid, signal.SIGTERM)
+
     rows: list[tuple[str, dict[str, float]]] = []
+    join = functools.partial(launch, "c")
     for event, act, size in (("up 2->3", join, 3), ("down 3->2 SIGTERM", leave, 2)):
         time.sleep(2)
         t0 = time.time()
@@ -212,6 +220,16 @@ def launcher_events(
             print(f"{who}, {event}: {e}")
             rows.append((event, {"outside": float("nan")}))
     return rows
+
+
+def kill_groups(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGKILL to each launcher's process group (it runs in its own session)."""
+    for proc in procs.values():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
 
 
 # -- Paddle's own elastic launcher --------------------------------------------------------------
@@ -271,26 +289,13 @@ def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[
         times = [t for n, t in steps() if n == size and t > after]
         return min(times) if times else None
 
-    rows: list[tuple[str, dict[str, float]]] = []
     try:
         time.sleep(1)
-        launch("a")
-        launch("b")
-        wait_for("paddle world of 2", lambda: first_at(2, 0) is not None, 180)
-
-        def leave() -> None:  # c exists once the scale-up has started it
-            os.kill(launchers["c"].pid, signal.SIGTERM)
-
-        rows = launcher_events("Paddle launcher", functools.partial(launch, "c"), leave, first_at)
+        return launcher_events("Paddle launcher", launch, launchers, first_at)
     finally:
-        for proc in launchers.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_groups(launchers)
         etcd_proc.kill()
         etcd_proc.wait(10)
-    return rows
 
 
 # -- torchrun's own elastic restart -----------------------------------------------------------
@@ -358,24 +363,10 @@ def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
                         times.append(t)
         return min(times) if times else None
 
-    rows: list[tuple[str, dict[str, float]]] = []
     try:
-        launch("a")
-        launch("b")
-        wait_for("torchrun world of 2", lambda: first_at(2, 0) is not None, 180)
-
-        def leave() -> None:  # c exists once the scale-up has started it
-            os.kill(nodes["c"].pid, signal.SIGTERM)
-
-        rows = launcher_events("torchrun", functools.partial(launch, "c"), leave, first_at)
+        return launcher_events("torchrun", launch, nodes, first_at)
     finally:
-        for proc in nodes.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(10)
-    return rows
+        kill_groups(nodes)
 
 
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
