@@ -42,12 +42,13 @@ from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, reference_
 pytestmark = pytest.mark.timeout(300)
 
 JOB = "digits"
-EPOCHS = 8
+EPOCHS = 10
 GLOBAL_BATCH = 64
 STEPS_PER_EPOCH = -(-NUM_TRAIN // GLOBAL_BATCH)
 TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--seed", "3"]
 STEP_SLEEP = 0.25
-"""Simulated compute per step, so the job's ~184 steps outlast the three rescales."""
+"""Simulated compute per step, so the job's 230 steps outlast the three rescales (each costs
+the debounce and a joiner's warm-up in steps of the old world)."""
 SERVICE_ACCOUNT = "edl-trainer"
 AGENT_RULES = [
     {

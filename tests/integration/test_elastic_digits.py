@@ -87,7 +87,7 @@ class Job:
             "EDL_MEMBER_ID": name,
             "EDL_ELASTIC_DIR": str(self.tmp / name),
             "EDL_SAMPLE_LEDGER": str(self.ledger),
-            "EDL_DEBOUNCE": "4",  # covers the warm-up spread of two joiners started together
+            "EDL_DEBOUNCE": "2",
             "EDL_MEMBER_TTL": "8",
             "EDL_DRAIN_TIMEOUT": "30",
             "EDL_INIT_TIMEOUT": "90",
