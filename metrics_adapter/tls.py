@@ -135,30 +135,39 @@ class CertReloader:
     def __init__(self, cert: ServingCert, context: ssl.SSLContext) -> None:
         self._cert = cert
         self._context = context
-        self._seen = self._digest()
+        pair = self._read()
+        self._seen = hashlib.sha256(pair).hexdigest() if pair else None
         self.reloads = 0
 
-    def _digest(self) -> str | None:
-        h = hashlib.sha256()
+    def _read(self) -> bytes | None:
         try:
-            h.update(self._cert.cert_file.read_bytes())
-            h.update(b"\x00")
-            h.update(self._cert.key_file.read_bytes())
+            cert = self._cert.cert_file.read_bytes()
+            key = self._cert.key_file.read_bytes()
         except OSError:
             return None
-        return h.hexdigest()
+        return cert.rstrip() + b"\n" + key
 
     def check(self) -> bool:
         """Reload when the files changed; returns whether a new pair is now served."""
-        digest = self._digest()
-        if digest is None or digest == self._seen:
+        pair = self._read()
+        digest = hashlib.sha256(pair).hexdigest() if pair else None
+        if pair is None or digest == self._seen:
             return False
         self._seen = digest
-        try:
-            self._context.load_cert_chain(str(self._cert.cert_file), str(self._cert.key_file))
-        except (ssl.SSLError, OSError, ValueError) as e:
-            log.error("keeping the current serving certificate: the new pair does not load: %s", e)
-            return False
+        # The pair is read once and loaded from one private copy: first into a scratch
+        # context, because a failed load leaves an OpenSSL context half-changed (new cert, old
+        # key: every handshake fails), then into the live one.
+        with tempfile.TemporaryDirectory(prefix="edl-adapter-reload-") as tmp:
+            combined = Path(tmp) / "pair.pem"
+            _write_private(combined, pair, 0o600)
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(combined))
+                self._context.load_cert_chain(str(combined))
+            except (ssl.SSLError, OSError, ValueError) as e:
+                log.error(
+                    "keeping the current serving certificate: the new pair does not load: %s", e
+                )
+                return False
         self.reloads += 1
         log.info("serving certificate reloaded from %s", self._cert.cert_file)
         return True
