@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import http.server
 import json
@@ -42,6 +41,7 @@ from tests.integration.test_adapter_static import (
     spawn,
     wait_until,
 )
+from tests.slow_clients_support import HalfOpenConnections
 from tests.unit.adapter.pki import Issued, issue, make_ca
 
 pytestmark = pytest.mark.timeout(300)
@@ -266,64 +266,8 @@ def test_a_fuzz_of_10000_malformed_requests_gets_only_matching_status_errors(
     assert "Traceback" not in guarded.proc.tail(200_000)
 
 
-class _Holder:
-    """Keeps `partial` connections that sent a ClientHello minus its last byte and `idle`
-    that sent nothing open, re-opening each one the server drops."""
-
-    def __init__(self, port: int, partial: int, idle: int) -> None:
-        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        obj = client_context().wrap_bio(inc, out)
-        with contextlib.suppress(ssl.SSLWantReadError):
-            obj.do_handshake()
-        self.hello = out.read()[:-1]
-        self.port = port
-        self.kinds = [True] * partial + [False] * idle
-        self.dropped = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _open(self, partial: bool) -> socket.socket | None:
-        try:
-            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
-            if partial:
-                s.sendall(self.hello)
-            s.setblocking(False)
-            return s
-        except OSError:
-            return None
-
-    def _run(self) -> None:
-        socks = [self._open(p) for p in self.kinds]
-        for _ in range(100_000):
-            if self._stop.wait(0.2):
-                break
-            for i, s in enumerate(socks):
-                try:
-                    alive = s is not None and s.recv(1) != b""
-                except BlockingIOError:
-                    alive = True
-                except OSError:
-                    alive = False
-                if not alive:
-                    if s is not None:
-                        s.close()
-                        self.dropped += 1
-                    socks[i] = self._open(self.kinds[i])
-        for s in socks:
-            if s is not None:
-                s.close()
-
-    def __enter__(self) -> _Holder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
 def test_slow_handshakes_and_idle_connects_do_not_starve_it(guarded: Adapter) -> None:
-    with _Holder(guarded.port, partial=100, idle=100) as holder:
+    with HalfOpenConnections(guarded.port, partial=100, idle=100) as holder:
         times, failures = [], []
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
@@ -443,7 +387,9 @@ def test_a_rotated_serving_certificate_is_used_by_new_connections(
 
 
 def _rss_mb(proc: Proc) -> float:
-    return float(psutil.Process(proc.popen.pid).memory_info().rss) / 1e6
+    """RSS of the adapter and any children (a pre-fork server keeps the app in a child)."""
+    root = psutil.Process(proc.popen.pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 1e6
 
 
 def test_a_target_inventing_label_sets_is_capped_and_others_stay_right(
