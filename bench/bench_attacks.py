@@ -181,7 +181,7 @@ class Adapter:
 
 
 def tree_rss_mb(pid: int) -> float:
-    """RSS of a process and its children (a pre-fork server, like the old gunicorn one, keeps the app in a child)."""
+    """RSS of a process and its children (a pre-fork server keeps the app in a child)."""
     root = psutil.Process(pid)
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 1e6
 
