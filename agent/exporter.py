@@ -142,7 +142,10 @@ class MetricsServer:
             try:
                 if self._open <= self.limits.max_connections:
                     await self._connection(reader, writer)
-            except (OSError, asyncio.CancelledError, asyncio.IncompleteReadError):
+                    writer.close()  # after what is still buffered is sent, bounded
+                    async with asyncio.timeout(2.0):
+                        await writer.wait_closed()
+            except (OSError, TimeoutError, asyncio.CancelledError, asyncio.IncompleteReadError):
                 pass  # the client went away: nothing to report
             finally:
                 self._open -= 1

@@ -15,6 +15,7 @@ lines verbatim (``edl.header_lines``) for requestheader authentication.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import email.utils
@@ -130,15 +131,8 @@ class _Outcome:
     close: bool = False
 
 
-_date_cache: list[Any] = [0, ""]
-
-
 def _http_date() -> str:
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache[0] = now
-        _date_cache[1] = email.utils.formatdate(now, usegmt=True)
-    return str(_date_cache[1])
+    return email.utils.formatdate(usegmt=True)
 
 
 def _head_bytes(status: str, headers: list[tuple[str, str]], extra: list[tuple[str, str]]) -> bytes:
@@ -151,7 +145,10 @@ def _head_bytes(status: str, headers: list[tuple[str, str]], extra: list[tuple[s
 
 def _error_outcome(code: int, reason: str, message: str, head_only: bool, close: bool) -> _Outcome:
     body = status_body(code, reason, message)
-    phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else reason
+    try:
+        phrase = HTTPStatus(code).phrase
+    except ValueError:
+        phrase = reason
     extra = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     extra.append(("Date", _http_date()))
     if close:
@@ -184,7 +181,7 @@ class HttpFront:
         self._context = context
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="http")
         self._log_access = log_access
-        self._scheme = "https" if context is not None else "http"
+        self.scheme = "https" if context is not None else "http"
         self._server_name = "localhost"
         self._server_port = "0"
         self.open_connections = 0
@@ -232,6 +229,7 @@ class HttpFront:
                 ssl_object = writer.get_extra_info("ssl_object")
                 der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
             await self._serve(reader, writer, der)
+            await _close(writer)  # flushes what is still buffered (drain stops at high water)
         except (OSError, ssl.SSLError, EOFError, asyncio.IncompleteReadError, _Closed):
             pass
         except asyncio.CancelledError:
@@ -239,7 +237,7 @@ class HttpFront:
         finally:
             self.open_connections -= 1
             self._tasks.discard(task)
-            writer.transport.abort()
+            writer.transport.abort()  # a no-op after a clean close
 
     def _refuse_connection(self) -> None:
         self.refused_connections += 1
@@ -263,6 +261,7 @@ class HttpFront:
             started = time.perf_counter()
             try:
                 head = await self._read_head(reader, buf, first)
+                started = time.perf_counter()  # the access log times the request, not the idle
                 body = await self._read_body(reader, buf, head)
             except HttpError as e:
                 outcome = _error_outcome(e.code, e.reason, e.message, False, True)
@@ -384,7 +383,7 @@ class HttpFront:
             "REMOTE_ADDR": str(peer[0]),
             "REMOTE_PORT": str(peer[1]) if len(peer) > 1 else "",
             "wsgi.version": (1, 0),
-            "wsgi.url_scheme": self._scheme,
+            "wsgi.url_scheme": self.scheme,
             "wsgi.input": io.BytesIO(body),
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": True,
@@ -451,6 +450,11 @@ class HttpFront:
             closer = getattr(result, "close", None)
             if closer is not None:
                 closer()
+        if not started:
+            log.error("the app answered %s %s without start_response", head.method, head.target)
+            return _error_outcome(
+                500, "InternalError", "an internal error occurred", head_only, True
+            )
         status, headers = started
         extra = [("Date", _http_date())]
         if not any(k.lower() == "content-length" for k, _ in headers):
@@ -559,6 +563,14 @@ class HttpFront:
         )
 
 
+async def _close(writer: asyncio.StreamWriter, timeout: float = 2.0) -> None:
+    """Close after the buffered answer is sent (TLS: with close_notify), bounded in time."""
+    writer.close()
+    with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
+        async with asyncio.timeout(timeout):
+            await writer.wait_closed()
+
+
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -645,7 +657,7 @@ class AdapterServer:
                 if self._cert is not None and context is not None
                 else None
             )
-            log.info("serving on %s:%d (%s)", s.host, sock.getsockname()[1], front._scheme)
+            log.info("serving on %s:%d (%s)", s.host, sock.getsockname()[1], front.scheme)
             asyncio.run(self._main(front, sock, reloader))
         finally:
             if self._cert is not None:

@@ -448,11 +448,24 @@ def test_3000_distinct_metric_selectors_at_1000_pods_keep_memory_bounded(
     )
     try:
         path = QUERY.replace("samples_per_second", "gpu_utilization")
+        # (`Connection: close`: a 200 KB answer must arrive whole before the server closes)
+        close = {"Connection": "close"}
         wait_until(
             "1,000 pods with a value",
-            lambda: len(json.loads(tls_get(adapter.port, path)[1])["items"]) == 1000,
+            lambda: len(json.loads(tls_get(adapter.port, path, headers=close)[1])["items"]) == 1000,
             120,
         )
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow, small reader
+        raw.settimeout(60)
+        raw.connect(("127.0.0.1", adapter.port))
+        with client_context().wrap_socket(raw) as slow:
+            slow.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            time.sleep(1.0)  # the answer waits in the server's buffers, then the server closes
+            data = b""
+            while chunk := slow.recv(65536):
+                data += chunk
+        assert len(json.loads(data.partition(b"\r\n\r\n")[2])["items"]) == 1000
         before = peak = _rss_mb(adapter.proc)
         raw = socket.create_connection(("127.0.0.1", adapter.port), timeout=60)
         with client_context().wrap_socket(raw) as sock:
