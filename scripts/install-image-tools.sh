@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Finds a container image builder (podman, buildah, or docker with a running daemon) and, when
+# there is none, installs podman + buildah + runc from Debian. With EDL_NEED_MMDEBSTRAP=1 it also
+# makes sure mmdebstrap is there (for the local Debian base image). Prints the builder's name on
+# the last line of stdout. Without a builder and without apt-get, it says in one line what to
+# install and exits 1.
+set -euo pipefail
+
+usable() {
+  case "$1" in
+    podman | buildah) command -v "$1" >/dev/null 2>&1 ;;
+    docker) command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1 ;;
+  esac
+}
+
+pick() {
+  local preferred="${EDL_IMAGE_BUILDER:-}"
+  if [[ -n "$preferred" ]]; then
+    usable "$preferred" && { echo "$preferred"; return 0; }
+    return 1
+  fi
+  for b in podman buildah docker; do
+    usable "$b" && { echo "$b"; return 0; }
+  done
+  return 1
+}
+
+need=()
+builder="$(pick || true)"
+if [[ -z "$builder" ]]; then
+  if [[ -n "${EDL_IMAGE_BUILDER:-}" && "${EDL_IMAGE_BUILDER}" != podman && "${EDL_IMAGE_BUILDER}" != buildah ]]; then
+    echo "edl images: EDL_IMAGE_BUILDER=${EDL_IMAGE_BUILDER} is not usable here (for docker: is the daemon running?)" >&2
+    exit 1
+  fi
+  need+=(podman buildah runc)
+fi
+if [[ "${EDL_NEED_MMDEBSTRAP:-0}" == 1 ]] && ! command -v mmdebstrap >/dev/null 2>&1; then
+  need+=(mmdebstrap)
+fi
+if ((${#need[@]} > 0)); then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "edl images: no container builder found: install podman (or buildah, or docker with a running daemon)${EDL_NEED_MMDEBSTRAP:+ and mmdebstrap}, or set BASE_IMAGE to an image you can pull" >&2
+    exit 1
+  fi
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  echo "edl images: installing ${need[*]} from Debian" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  builder="${builder:-$(pick)}"
+fi
+echo "$builder"
