@@ -39,7 +39,11 @@ if [[ "${EDL_NEED_MMDEBSTRAP:-0}" == 1 ]] && ! command -v mmdebstrap >/dev/null 
 fi
 if ((${#need[@]} > 0)); then
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "edl images: no container builder found: install podman (or buildah, or docker with a running daemon)${EDL_NEED_MMDEBSTRAP:+ and mmdebstrap}, or set BASE_IMAGE to an image you can pull" >&2
+    if [[ -z "$builder" ]]; then
+      echo "edl images: no container builder found and no apt-get to install one: install podman (or buildah, or docker with a running daemon)$( [[ "${EDL_NEED_MMDEBSTRAP:-0}" == 1 ]] && echo " and mmdebstrap")" >&2
+    else
+      echo "edl images: mmdebstrap (for the local Debian base image) is missing and there is no apt-get: install mmdebstrap, or set BASE_IMAGE to an image you can pull" >&2
+    fi
     exit 1
   fi
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
