@@ -27,19 +27,19 @@ label_of() {  # the edl.build-key label of image $1, or nothing
   esac || true
 }
 
-base_id() {
+image_id() {  # the id of image $1, or nothing
   case "$builder" in
-    podman) podman image inspect --format '{{.Id}}' "$base" 2>/dev/null ;;
-    buildah) buildah inspect --type image --format '{{.FromImageID}}' "$base" 2>/dev/null ;;
-    docker) docker image inspect --format '{{.Id}}' "$base" 2>/dev/null ;;
-  esac || echo "$base"
+    podman) podman image inspect --format '{{.Id}}' "$1" 2>/dev/null ;;
+    buildah) buildah inspect --type image --format '{{.FromImageID}}' "$1" 2>/dev/null ;;
+    docker) docker image inspect --format '{{.Id}}' "$1" 2>/dev/null ;;
+  esac || true
 }
 
 # Everything that goes into an image: the Containerfile, the files it copies, the base image.
 CONTEXT=(images/Containerfile .dockerignore pyproject.toml README.md LICENSE images/constraints.txt
   images/pyproject-deps.py agent metrics_adapter examples)
 inputs_key() {
-  { echo "$1 $2 $(base_id)"
+  { echo "$1 $2 $(image_id "$base")"
     { git ls-files -co --exclude-standard -- "${CONTEXT[@]}" 2>/dev/null \
         || find "${CONTEXT[@]}" -type f; } | grep -v -e '__pycache__' -e '\.pyc$' | sort \
       | while read -r f; do if [[ -f "$f" ]]; then sha1sum "$f"; fi; done
@@ -61,7 +61,8 @@ build() {  # NAME TARGET TAG [build args...]
   # pip in the build uses the host's CA bundle (a proxy's CA, say) as a secret, never a layer.
   local ca="${EDL_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
   [[ -s "$ca" ]] && args+=(--secret "id=ca,src=$ca")
-  local start; start=$(date +%s)
+  local start previous; start=$(date +%s)
+  previous="$(image_id "$ref")"
   echo "images: building $ref (target $target, base $base) with $builder" >&2
   case "$builder" in
     podman) podman build --isolation "${EDL_BUILD_ISOLATION:-chroot}" --network host "${args[@]}" . >&2 ;;
@@ -69,6 +70,10 @@ build() {  # NAME TARGET TAG [build args...]
     docker) DOCKER_BUILDKIT=1 docker build --network host "${args[@]}" . >&2 ;;
   esac
   echo "images: built $ref in $(( $(date +%s) - start )) s" >&2
+  # The image this one replaces holds a full copy of the venv: drop it (the stage cache stays).
+  if [[ -n "$previous" && "$previous" != "$(image_id "$ref")" ]]; then
+    "$builder" rmi "$previous" >/dev/null 2>&1 || true
+  fi
   echo "$name $ref"
 }
 
