@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Finds a container image builder (podman, buildah, or docker with a running daemon) and, when
-# there is none, installs podman + buildah + runc from Debian. With EDL_NEED_MMDEBSTRAP=1 it also
-# makes sure mmdebstrap is there (for the local Debian base image). Prints the builder's name on
-# the last line of stdout. Without a builder and without apt-get, it says in one line what to
-# install and exits 1.
+# there is none, installs podman + buildah + runc from Debian. EDL_NEED_MMDEBSTRAP=1 also makes
+# sure of mmdebstrap (for the local Debian base image), EDL_NEED_RUNC=1 of runc. Prints the
+# builder's name on the last line of stdout. Without a builder and without apt-get, it says in
+# one line what to install and exits 1.
 set -euo pipefail
 
 usable() {
@@ -36,6 +36,10 @@ if [[ -z "$builder" ]]; then
 fi
 if [[ "${EDL_NEED_MMDEBSTRAP:-0}" == 1 ]] && ! command -v mmdebstrap >/dev/null 2>&1; then
   need+=(mmdebstrap)
+fi
+# The e2e runs containers with runc (crun fails on hybrid cgroups here): EDL_NEED_RUNC=1.
+if [[ "${EDL_NEED_RUNC:-0}" == 1 ]] && ! command -v runc >/dev/null 2>&1 && [[ ! " ${need[*]} " == *" runc "* ]]; then
+  need+=(runc)
 fi
 if ((${#need[@]} > 0)); then
   if ! command -v apt-get >/dev/null 2>&1; then

@@ -48,7 +48,7 @@ def ensure_images(timeout_s: float = 3600.0) -> dict[str, str]:
         try:
             done = subprocess.run(
                 ["bash", str(BUILD_IMAGES)],
-                env={**os.environ, "EDL_IMAGE_BUILDER": "podman"},
+                env={**os.environ, "EDL_IMAGE_BUILDER": "podman", "EDL_NEED_RUNC": "1"},
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
