@@ -19,7 +19,6 @@ import base64
 import json
 import os
 import resource
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,16 +33,6 @@ from tests.e2e.harness.processes import HarnessError, ManagedProcess
 
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 RUN_LABEL = "edl.e2e/run"
-
-
-def podman_available() -> str | None:
-    """Why container mode cannot run here, or None when podman and runc are installed."""
-    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
-    if missing:
-        return (
-            f"{' and '.join(missing)} not installed (scripts/install-image-tools.sh installs them)"
-        )
-    return None
 
 
 @dataclass
