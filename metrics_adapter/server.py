@@ -674,7 +674,10 @@ class AdapterServer:
             interval = max(0.5, self._settings.reload_interval)
 
             def check() -> None:
-                reloader.check()
+                try:
+                    reloader.check()
+                except Exception:  # never stop checking over one bad round
+                    log.exception("serving certificate check failed")
                 loop.call_later(interval, check)
 
             loop.call_later(interval, check)

@@ -157,17 +157,15 @@ class CertReloader:
         # The pair is read once and loaded from one private copy: first into a scratch
         # context, because a failed load leaves an OpenSSL context half-changed (new cert, old
         # key: every handshake fails), then into the live one.
-        with tempfile.TemporaryDirectory(prefix="edl-adapter-reload-") as tmp:
-            combined = Path(tmp) / "pair.pem"
-            _write_private(combined, pair, 0o600)
-            try:
+        try:
+            with tempfile.TemporaryDirectory(prefix="edl-adapter-reload-") as tmp:
+                combined = Path(tmp) / "pair.pem"
+                _write_private(combined, pair, 0o600)
                 ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(combined))
                 self._context.load_cert_chain(str(combined))
-            except (ssl.SSLError, OSError, ValueError) as e:
-                log.error(
-                    "keeping the current serving certificate: the new pair does not load: %s", e
-                )
-                return False
+        except (ssl.SSLError, OSError, ValueError) as e:
+            log.error("keeping the current serving certificate: the new pair does not load: %s", e)
+            return False
         self.reloads += 1
         log.info("serving certificate reloaded from %s", self._cert.cert_file)
         return True
