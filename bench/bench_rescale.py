@@ -1,23 +1,27 @@
 """Rescale pause of elastic training over sequences of events, inside and outside views.
 
-Real agents (`edl-agent run --elastic`, local membership) and real Paddle gloo on 127.0.0.1,
-training the elastic digits example, in both re-init modes. Two sequences per mode:
+Real agents (`edl-agent run --elastic`, local membership) and a real gloo collective on
+127.0.0.1, training the elastic digits example of each framework (Paddle and PyTorch, the same
+MLP), in both re-init modes. Per event kind, over `--rounds` rounds of scale-up 2->3 and
+SIGTERM 3->2 plus a trainer SIGKILL, it prints min / median / max of the pause the surviving
+agent recorded (`edl_trainer_rescale_pause_seconds`: from when training stood still to the
+first step at the new size), of its phases (`edl_trainer_rescale_phase_seconds_total{phase}`),
+and of the outside view: the bench's action (start / SIGTERM / SIGKILL) -> first step at the
+new size. Then, per mode, the seeded fault sequence of tests/integration/elastic_soak.py
+(joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped trainer, kills mid-rescale):
+min / median / p90 / max of every recorded pause and of every action's outside view.
 
-- *planned*: `--rounds` x (scale-up 2->3, SIGTERM 3->2), then a trainer SIGKILL; per event
-  kind the min / median / max of the pause the surviving agent recorded
-  (`edl_trainer_rescale_pause_seconds`: from when training stood still to the first step at
-  the new size), of its phases (`edl_trainer_rescale_phase_seconds_total{phase}`), and of the
-  outside view (the bench's action -> first step at the new size);
-- *faults*: the seeded soak of tests/integration/elastic_soak.py (joins, SIGTERMs, trainer,
-  agent and pod SIGKILLs, a SIGSTOPped trainer, some fired mid-rescale): min / median / p90 /
-  max of every recorded pause and of every action's outside view.
+Beside them, PyTorch's own elastic launcher (``torchrun --nnodes 2:3 --rdzv-backend c10d``)
+runs the same digits MLP through the same scale-up and SIGTERM scale-down, timed from outside
+by the workers' per-step lines (torchrun restarts every worker on a membership change; the
+worker would have to checkpoint and reload itself to keep its progress, this one does not).
 
 With ``--paddle`` (needs an etcd binary under ~/.cache/edl/controlplane and the python
 `etcd3` package on EDL_ETCD3_PYTHONPATH) it also runs Paddle's own elastic launcher
-(``--master etcd://... --nnodes 2:3 --elastic_level 1``) through scale-up 2->3 and SIGTERM
-3->2, `--paddle-rounds` times, timed from the outside by a toy trainer that prints a line per
-step, and says what happened when no step came (which launchers exited, with what).
-Figures are printed, never asserted.
+(``--master etcd://... --nnodes 2:3 --elastic_level 1``) through the same events, timed from
+the outside by a toy trainer that prints a line per step, `--paddle-rounds` times; when no
+step at the new size comes, it says which launchers exited, with what. Figures are printed,
+never asserted.
 """
 
 from __future__ import annotations
@@ -77,9 +81,10 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Agents:
-    def __init__(self, tmp: Path, debounce: float, reinit: str) -> None:
+    def __init__(self, tmp: Path, debounce: float, reinit: str, script: str) -> None:
         self.tmp = tmp
         self.reinit = reinit
+        self.script = script
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -93,13 +98,13 @@ class Agents:
             "EDL_ELASTIC_DIR": str(self.tmp / name),
             "EDL_DEBOUNCE": str(self.debounce),
             "EDL_REINIT": self.reinit,
-            "EDL_AGENT_LOG_LEVEL": "WARNING",
+            "EDL_AGENT_LOG_LEVEL": os.environ.get("EDL_AGENT_LOG_LEVEL", "WARNING"),
             "PYTHONPATH": str(ROOT),
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
                "--min", "1", "--max", "8", "--",
-               PY, "-m", "examples.train_digits_elastic", "--epochs", "400",
+               PY, "-m", self.script, "--epochs", "400",
                "--step-sleep", "0.02"]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -163,9 +168,9 @@ def measure_event(
 
 
 def bench_edl(
-    tmp: Path, debounce: float, rounds: int, reinit: str
+    tmp: Path, debounce: float, rounds: int, reinit: str, script: str
 ) -> list[tuple[str, dict[str, float]]]:
-    agents = Agents(tmp, debounce, reinit)
+    agents = Agents(tmp, debounce, reinit, script)
     rows: list[tuple[str, dict[str, float]]] = []
     try:
         agents.start("a")
@@ -190,6 +195,75 @@ def bench_edl(
     return rows
 
 
+def has_step(first_at: Callable[[int, float], float | None], size: int, after: float) -> bool:
+    return first_at(size, after) is not None
+
+
+def launcher_events(
+    who: str,
+    launch: Callable[[str], None],
+    nodes: dict[str, subprocess.Popen[bytes]],
+    first_at: Callable[[int, float], float | None],
+    rounds: int = 1,
+    log_of: Callable[[str], Path] | None = None,
+) -> list[tuple[str, dict[str, float]]]:
+    """Another launcher's nodes a, b training, then `rounds` x (c's scale-up 2->3 and its
+    SIGTERM scale-down 3->2, to the launcher alone, as a pod's PID 1 would get it), each timed
+    from the action to the first step at the new size (`first_at(size, after)`); when none
+    comes, which nodes exited and their last telling log line (`log_of(name)`)."""
+    launch("a")
+    launch("b")
+    wait_for(f"{who} world of 2", lambda: first_at(2, 0) is not None, 180)
+    rows: list[tuple[str, dict[str, float]]] = []
+    for r in range(rounds):
+        joiner = f"c{r}" if rounds > 1 else "c"
+
+        def leave(name: str = joiner) -> None:  # it exists once the scale-up has started it
+            os.kill(nodes[name].pid, signal.SIGTERM)
+
+        join = functools.partial(launch, joiner)
+        for event, act, size in (("up 2->3", join, 3), ("down 3->2 SIGTERM", leave, 2)):
+            time.sleep(2)
+            t0 = time.time()
+            act()
+            try:
+                stepped = functools.partial(has_step, first_at, size, t0)
+                wait_for(f"{who} world of {size}", stepped, 150)
+                rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
+            except TimeoutError as e:
+                print(f"{who}, round {r + 1}, {event}: {e}; {exits(nodes, log_of)}")
+                rows.append((event, {"outside": float("nan")}))
+        if all(nodes[n].poll() is not None for n in ("a", "b")):
+            print(f"{who}: both first nodes are gone after round {r + 1}; stopping there")
+            break
+    return rows
+
+
+def exits(nodes: dict[str, subprocess.Popen[bytes]], log_of: Callable[[str], Path] | None) -> str:
+    """Which nodes exited, with their status and last line saying why (if a log is known)."""
+    parts = []
+    for name, proc in sorted(nodes.items()):
+        if proc.poll() is None:
+            continue
+        why = ""
+        if log_of is not None:
+            lines = log_of(name).read_text(errors="replace").splitlines()
+            told = [x.strip() for x in lines if re.search(r"not ready|[Ee]xit|[Ee]rror", x)]
+            why = f" ({told[-1][:140]})" if told else ""
+        parts.append(f"{name} exited {proc.returncode}{why}")
+    return "; ".join(parts) or "every node still runs"
+
+
+def kill_groups(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGKILL to each launcher's process group (it runs in its own session)."""
+    for proc in procs.values():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
 # -- Paddle's own elastic launcher --------------------------------------------------------------
 
 TOY = """
@@ -207,8 +281,7 @@ while True:
 
 def bench_paddle(
     tmp: Path, etcd: str, extra_path: str, rounds: int
-) -> tuple[list[tuple[str, dict[str, float]]], list[str]]:
-    """Paddle's launcher through `rounds` x (up 2->3, SIGTERM 3->2); rows and what happened."""
+) -> list[tuple[str, dict[str, float]]]:
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     data = tmp / "etcd"
@@ -250,65 +323,95 @@ def bench_paddle(
         times = [t for n, t in steps() if n == size and t > after]
         return min(times) if times else None
 
-    def outcome(event: str) -> str:
-        """Which launchers are gone, with their status and last telling log line."""
-        parts = []
-        for name, proc in sorted(launchers.items()):
-            if proc.poll() is None:
-                continue
-            log = (tmp / f"launcher-{name}.log").read_text(errors="replace").splitlines()
-            told = [x for x in log if re.search(r"not ready|Exit code|exit|[Ee]rror", x)]
-            last = told[-1].strip()[:120] if told else "(no message)"
-            parts.append(f"{name} exited {proc.returncode}: {last}")
-        return f"{event}: " + ("; ".join(parts) or "all launchers still running, no step")
-
-    rows: list[tuple[str, dict[str, float]]] = []
-    notes: list[str] = []
     try:
         time.sleep(1)
-        launch("a")
-        launch("b")
-        wait_for("paddle world of 2", lambda: first_at(2, 0) is not None, 180)
-        for r in range(rounds):
-            joiner = f"c{r}"
-
-            def leave(name: str = joiner) -> None:  # the launcher alone, as a pod's PID 1 would
-                os.kill(launchers[name].pid, signal.SIGTERM)
-
-            events: list[tuple[str, Callable[[], None], int]] = [
-                ("up 2->3", functools.partial(launch, joiner), 3),
-                ("down 3->2 SIGTERM", leave, 2),
-            ]
-            for event, act, size in events:
-                time.sleep(2)
-                t0 = time.time()
-                act()
-                try:
-                    wait_for(
-                        f"paddle world of {size}",
-                        lambda size=size, t0=t0: first_at(size, t0) is not None,  # type: ignore[misc]
-                        150,
-                    )
-                    rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
-                except TimeoutError:
-                    notes.append(f"round {r + 1}, {outcome(event)}")
-                    rows.append((event, {"outside": float("nan")}))
-            if all(p.poll() is not None for n, p in launchers.items() if n in ("a", "b")):
-                notes.append(f"round {r + 1}: both original launchers are gone; stopping here")
-                break
+        return launcher_events(
+            "Paddle launcher",
+            launch,
+            launchers,
+            first_at,
+            rounds,
+            lambda name: tmp / f"launcher-{name}.log",
+        )
     finally:
-        for proc in launchers.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_groups(launchers)
         etcd_proc.kill()
         etcd_proc.wait(10)
-    return rows, notes
+
+
+# -- torchrun's own elastic restart -----------------------------------------------------------
+
+TORCHRUN_WORKER = """
+import os, sys, time
+import numpy as np, torch, torch.distributed as dist
+sys.path.insert(0, os.environ["EDL_BENCH_ROOT"])
+from examples.digits_data import load_data
+from examples.train_digits_torch import build_model
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, n = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+x, y, _, _ = load_data(0)
+model = build_model(64)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+rng = np.random.default_rng(rank)
+while True:
+    idx = rng.integers(0, len(x), 64 // n)
+    loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x[idx])),
+                                             torch.from_numpy(y[idx]))
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= n
+    opt.step(); opt.zero_grad()
+    print(f"STEP {n} {time.time():.3f}", flush=True)
+    time.sleep(0.02)
+"""
+
+
+def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    worker = tmp / "worker.py"
+    worker.write_text(TORCHRUN_WORKER)
+    endpoint = f"127.0.0.1:{free_port()}"
+    # With torch 2.15's default (the rendezvous store shared with the workers) the 2->3
+    # re-rendezvous of three torchruns on one host deadlocked here (rank assignment waiting
+    # 60 s for a MASTER_ADDR key, then every agent exiting); the legacy store works.
+    env = {
+        **os.environ,
+        "EDL_BENCH_ROOT": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    nodes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def launch(name: str) -> None:
+        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "bench",
+               "--max-restarts", "10", "--monitor-interval", "1", str(worker)]  # fmt: skip
+        out = open(tmp / f"torchrun-{name}.log", "wb")
+        nodes[name] = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+
+    def first_at(size: int, after: float) -> float | None:
+        times = []
+        for path in tmp.glob("torchrun-*.log"):
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("STEP ") and line.split()[1] == str(size):
+                    t = float(line.split()[2])
+                    if t > after:
+                        times.append(t)
+        return min(times) if times else None
+
+    try:
+        return launcher_events("torchrun", launch, nodes, first_at)
+    finally:
+        kill_groups(nodes)
 
 
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
-    """Per event kind: n, then min / median / max of the outside view, the pause and phases."""
+    """Per event kind: how many, then min / median / max of the outside view, pause and phases."""
     print(f"\n{title}")
     cols = ("outside", "pause", *PHASES)
     print(f"{'event (min/median/max s)':28s} {'n':>2s}" + "".join(f"{c:>18s}" for c in cols))
@@ -316,48 +419,84 @@ def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
         got = [row for e, row in rows if e == event]
         cells = []
         for c in cols:
-            values = sorted(row[c] for row in got if c in row and row[c] == row[c])
+            values = sorted(row[c] for row in got if c in row and row[c] == row[c])  # no NaN
             if not values:
                 cells.append(f"{'-':>18s}")
                 continue
             med = statistics.median(values)
-            cells.append(f"{values[0]:6.2f}/{med:5.2f}/{values[-1]:5.2f}".rjust(18))
+            cells.append(f"{values[0]:.2f}/{med:.2f}/{values[-1]:.2f}".rjust(18))
         print(f"{event:28s} {len(got):2d}" + "".join(cells))
+
+
+SCRIPTS = {
+    "paddle": "examples.train_digits_elastic",
+    "torch": "examples.train_digits_torch_elastic",
+}
+
+
+def summary(results: dict[str, list[tuple[str, dict[str, float]]]]) -> None:
+    """One line per event, one column per setup: median outside (and pause) seconds."""
+    events = list(dict.fromkeys(e for rows in results.values() for e, _ in rows))
+    print("\nside by side, median seconds: outside (pause)")
+    print(f"{'event':28s}" + "".join(f"{name:>22s}" for name in results))
+    for event in events:
+        cells = []
+        for rows in results.values():
+            got = [r for e, r in rows if e == event]
+            if not got:
+                cells.append(f"{'-':>22s}")
+                continue
+            outside = statistics.median(r["outside"] for r in got)
+            pause = [r["pause"] for r in got if "pause" in r]
+            text = f"{outside:.2f}" + (f" ({statistics.median(pause):.2f})" if pause else "")
+            cells.append(f"{text:>22s}")
+        print(f"{event:28s}" + "".join(cells))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--debounce", type=float, default=1.0)
-    parser.add_argument("--soak-seed", type=int, default=1, help="seed of the fault sequence")
-    parser.add_argument("--soak-epochs", type=int, default=40)
-    parser.add_argument("--no-soak", action="store_true", help="skip the fault sequence")
+    parser.add_argument("--frameworks", default="paddle,torch", help="EDL runs, comma separated")
+    parser.add_argument("--no-torchrun", action="store_true", help="skip torchrun's own elastic")
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
-    parser.add_argument("--paddle-only", action="store_true", help="only Paddle's launcher")
     parser.add_argument("--paddle-rounds", type=int, default=2)
+    parser.add_argument("--soak-seed", type=int, default=19, help="seed of the fault sequence")
+    parser.add_argument("--no-soak", action="store_true", help="skip the fault sequences")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-rescale-"))
+    results: dict[str, list[tuple[str, dict[str, float]]]] = {}
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
-        for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
-            if args.paddle_only:
-                break
-            rows = bench_edl(tmp / f"edl-{reinit}", args.debounce, args.rounds, reinit)
-            show(f"EDL agent, EDL_REINIT={reinit} ({title}), planned events", rows)
-            if not args.no_soak:
-                settings = SoakSettings(args.soak_seed, reinit, epochs=args.soak_epochs)
-                print()
-                print(report(run_soak(tmp / f"soak-{reinit}", settings, log=lambda _: None)))
-        if args.paddle or args.paddle_only:
+        for framework in args.frameworks.split(","):
+            for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
+                rows = bench_edl(
+                    tmp / f"edl-{framework}-{reinit}",
+                    args.debounce,
+                    args.rounds,
+                    reinit,
+                    SCRIPTS[framework],
+                )
+                show(f"EDL agent, {framework}, EDL_REINIT={reinit} ({title})", rows)
+                results[f"EDL {framework} {reinit}"] = rows
+                if not args.no_soak:
+                    settings = SoakSettings(args.soak_seed, reinit, framework=framework)
+                    soak = run_soak(tmp / f"soak-{framework}-{reinit}", settings, lambda _: None)
+                    print(report(soak))
+        if not args.no_torchrun:
+            rows = bench_torchrun(tmp / "torchrun")
+            show("torchrun --nnodes 2:3 --rdzv-backend c10d (restarts every worker)", rows)
+            results["torchrun c10d"] = rows
+        if args.paddle:
             etcds = sorted(glob.glob(os.path.expanduser("~/.cache/edl/controlplane/*/bin/etcd")))
             extra = os.environ.get("EDL_ETCD3_PYTHONPATH", "")
             if not etcds or not extra:
                 print("\nPaddle launcher: skipped (no etcd binary or EDL_ETCD3_PYTHONPATH)")
             else:
-                rows, notes = bench_paddle(tmp / "paddle", etcds[-1], extra, args.paddle_rounds)
+                rows = bench_paddle(tmp / "paddle", etcds[-1], extra, args.paddle_rounds)
                 show("Paddle launcher --elastic_level 1", rows)
-                for note in notes:
-                    print(f"  {note}")
+                results["Paddle launcher"] = rows
+        summary(results)
     except TimeoutError as e:
         print(f"bench: {e}; logs kept in {tmp}")
         return 1

@@ -1,6 +1,10 @@
-"""The digits data every example trains on, free of any framework (both frameworks import it)."""
+"""What the digits examples share, free of any framework: the data and the elastic flags."""
 
 from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -21,3 +25,19 @@ def load_data(seed: int) -> Arrays:
         x, y, test_size=0.2, random_state=seed, stratify=y
     )
     return x_train, y_train, x_test, y_test
+
+
+def elastic_args(argv: Sequence[str], description: str) -> argparse.Namespace:
+    """The flags of both elastic examples (`train_digits_elastic`, `train_digits_torch_elastic`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--global-batch", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="simulated extra compute")
+    parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
+    ns = parser.parse_args(argv)
+    if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
+        parser.error("--epochs, --global-batch and --hidden must be >= 1")
+    return ns

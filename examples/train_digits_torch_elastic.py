@@ -15,12 +15,11 @@ or elastic, one agent per member::
 
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,27 +27,13 @@ import torch.nn.functional as F
 
 from agent.trainer.elastic import ElasticTrainer
 from agent.trainer.sampler import ElasticSampler
-from examples.digits_data import load_data
+from examples.digits_data import elastic_args, load_data
 from examples.train_digits_torch import build_model
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--global-batch", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=0.01)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-sleep", type=float, default=0.0, help="simulated extra compute")
-    parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
-    ns = parser.parse_args(argv)
-    if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
-        parser.error("--epochs, --global-batch and --hidden must be >= 1")
-    return ns
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args = elastic_args(sys.argv[1:] if argv is None else argv, __doc__.splitlines()[0])
+    logging.basicConfig(level=logging.INFO, format="trainer: %(message)s")  # ElasticTrainer's lines
     torch.set_num_threads(1)  # one trainer per pod shares the node's cores with its peers
     with ElasticTrainer.start() as et:
         torch.manual_seed(args.seed)  # every incarnation builds the same model

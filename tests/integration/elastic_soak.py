@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from agent.trainer.ledger import concurrent_generations, training_spans, verify
-from tests.integration.test_elastic_digits import NUM_TRAIN, Job
+from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, Job
 
 REMOVALS = ("sigterm", "kill_trainer", "kill_agent", "kill_pod", "stop_trainer")
 """Ways a member goes away; `join` is the only way one comes."""
@@ -62,6 +62,8 @@ class SoakSettings:
     seed: int
     reinit: str = "auto"
     """EDL_REINIT of every agent: ``auto`` (in-process) or ``process`` (restarts)."""
+    framework: str = "paddle"
+    """Which elastic digits example trains (`SCRIPTS`: paddle or torch)."""
     events: int = 22
     epochs: int = 200
     """Long enough never to end first: the run scales the job to zero after the sequence."""
@@ -176,7 +178,7 @@ class Soak:
         self.settings = settings
         self.rng = random.Random(settings.seed)
         args = ["--epochs", str(settings.epochs), "--global-batch", str(GLOBAL_BATCH)]
-        self.job = Job(tmp, args, step_sleep=settings.step_sleep)
+        self.job = Job(tmp, args, settings.step_sleep, SCRIPTS[settings.framework])
         self.job.extra_env.update({**SOAK_ENV, "EDL_REINIT": settings.reinit, **settings.env})
         self.log = log
         self.alive: list[str] = []
@@ -432,7 +434,7 @@ def report(result: SoakResult) -> str:
     """The run in a few lines: distributions, per-kind outside view, the guarantees."""
     s = result.settings
     lines = [
-        f"soak seed {s.seed} EDL_REINIT={s.reinit}: {len(result.actions)} events in "
+        f"soak seed {s.seed} {s.framework} EDL_REINIT={s.reinit}: {len(result.actions)} events in "
         f"{result.seconds:.0f} s ({sum(a.mid_rescale for a in result.actions)} mid-rescale)",
         f"  inside  (recorded pause per world change): {describe(result.inside())}",
         f"  outside (action -> first step reflecting it): {describe(result.outside_seconds())}",
@@ -457,11 +459,12 @@ def run_soak(tmp: Path, settings: SoakSettings, log: Callable[[str], None] = pri
 
 
 def main() -> int:
-    """`python -m tests.integration.elastic_soak SEED MODE DIR`: one run, printed."""
+    """`python -m tests.integration.elastic_soak SEED MODE DIR [FRAMEWORK]`: one run, printed."""
     import sys
 
     seed, mode, where = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    result = run_soak(where, SoakSettings(seed=seed, reinit=mode))
+    framework = sys.argv[4] if len(sys.argv) > 4 else "paddle"
+    result = run_soak(where, SoakSettings(seed=seed, reinit=mode, framework=framework))
     print(report(result))
     for r in result.records:
         print(f"record {r.member} g{r.generation} {r.pause:.2f} {r.why}")

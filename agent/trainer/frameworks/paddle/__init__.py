@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from agent.protocol.world import TrainerWorld
 from agent.trainer.frameworks.base import (
     Collective,
+    Framework,
     generation_from_env,
     int_from_env,
     neutral_env,
@@ -74,4 +75,4 @@ class Paddle:
         return PaddleCollective()
 
 
-FRAMEWORK = Paddle()
+FRAMEWORK: Framework = Paddle()  # mypy checks the descriptor against the Protocol

@@ -1,7 +1,7 @@
 """In-process re-initialisation of Paddle's gloo collective (private APIs, version-gated).
 
-Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (reference/elastic.md §2.4:
-the default group, the global TCPStore and the comm-context keys are all set once). This
+Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (the default group, the global
+TCPStore and the comm-context keys are all set once; a second call returns the stale world). This
 module side-steps every one of those singletons instead of resetting them: each generation
 gets its own `ProcessGroupGloo` with group id ``GID_BASE + generation`` and its own `Group`,
 passed explicitly to every collective, over a *fresh* `core.TCPStore` on the endpoint the

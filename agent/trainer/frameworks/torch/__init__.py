@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from agent.protocol.world import TrainerWorld
 from agent.trainer.frameworks.base import (
     Collective,
+    Framework,
     generation_from_env,
     int_from_env,
     neutral_env,
@@ -76,4 +77,4 @@ class Torch:
         return TorchCollective()
 
 
-FRAMEWORK = Torch()
+FRAMEWORK: Framework = Torch()  # mypy checks the descriptor against the Protocol

@@ -1,11 +1,14 @@
 """`Collective` over torch.distributed: what `ElasticTrainer` runs on a PyTorch trainer.
 
 Every generation, in a fresh process or in-process alike, gets a fresh default process group
-over a fresh `TCPStore` (rank 0 hosts it on the generation's master endpoint), wrapped in a
-`PrefixStore` named after the generation; the previous group is destroyed first and its store
-dropped, which frees its port for the generation after next (ports alternate). A store reused
-across `destroy_process_group` + `init_process_group` hangs in the store-based barrier
-(pytorch/pytorch#55967): the fresh store avoids that, the prefix would too.
+(the previous one is destroyed first) over a `PrefixStore` named after the generation. A store
+reused across `destroy_process_group` + `init_process_group` without a new prefix hangs in the
+store-based barrier (pytorch/pytorch#55967: the group counter restarts while the old keys are
+still there); the per-generation prefix makes every generation's keys new. Rank 0 hosts the
+`TCPStore` on its endpoint of the generation and keeps it for the life of the process, reusing
+it when it is master of that endpoint again (ports alternate, so two generations later):
+measured with torch 2.15, a destroyed group's store server still holds its port then
+(EADDRINUSE, garbage collection or not). Other ranks connect a new client every generation.
 
 In-process re-initialisation is offered on gloo only, after a self-test on the installed torch
 forms, uses and destroys two groups in a row; NCCL takes the process-restart path (a new
@@ -16,6 +19,7 @@ This module imports torch; the agent process never imports it.
 from __future__ import annotations
 
 import datetime
+import importlib
 import socket
 from typing import Any
 
@@ -66,23 +70,28 @@ class TorchCollective(ArrayCollective):
     """One PyTorch trainer's collective across the generations it lives through."""
 
     def __init__(self) -> None:
-        self._store: Any = None  # this generation's TCPStore (dropped with its group)
+        self._servers: dict[str, Any] = {}  # master endpoint -> the TCPStore we host there
         self._device = torch.device("cpu")
+        # torch.optim imports torch._dynamo when the first optimizer is built (~900 modules,
+        # 1-2 s here). Loading it now, before a warm joiner joins, keeps that out of the
+        # survivors' pause: they wait for the joiner's register(), which comes after it.
+        importlib.import_module("torch._dynamo")
 
     def self_test(self, backend: str) -> str | None:
         """None when this torch can re-form a gloo group in-process; else why not (one line).
 
-        Forms a one-rank group on a free loopback port, all-reduces, destroys it, and does it
-        again with a fresh store (tens of milliseconds), so a torch that cannot is caught at
-        start, not during the first rescale.
+        Forms a one-rank group on a free loopback port, all-reduces, destroys it, and forms
+        the next generation's over the same store under a new prefix (tens of milliseconds),
+        so a torch that cannot is caught at start, not during the first rescale.
         """
         if backend != "gloo":
             return f"backend {backend or 'auto'} (only gloo re-initialises in-process)"
         if not dist.is_available() or not dist.is_gloo_available():
             return "this torch has no gloo"
+        master = f"127.0.0.1:{_free_port()}"
         try:
             for generation in (1, 2):
-                world = TrainerWorld(generation=generation, master=f"127.0.0.1:{_free_port()}")
+                world = TrainerWorld(generation=generation, master=master)
                 self._form(world, "gloo", SELF_TEST_SECONDS)
                 probe = torch.tensor([2.0])
                 dist.all_reduce(probe)
@@ -92,6 +101,8 @@ class TorchCollective(ArrayCollective):
         except Exception as e:
             self._leave()
             return f"self-test failed: {e}"
+        finally:
+            self._servers.pop(master, None)  # a real job's endpoints are others
         return None
 
     def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
@@ -103,9 +114,13 @@ class TorchCollective(ArrayCollective):
     def _form(self, world: TrainerWorld, backend: str, timeout_seconds: float) -> None:
         host, port = world.master_host_port
         timeout = datetime.timedelta(seconds=timeout_seconds)
-        store = dist.TCPStore(
-            host, port, world.world_size, world.rank == 0, timeout, wait_for_workers=False
-        )
+        store = self._servers.get(world.master) if world.rank == 0 else None
+        if store is None:
+            store = dist.TCPStore(
+                host, port, world.world_size, world.rank == 0, timeout, wait_for_workers=False
+            )
+            if world.rank == 0:
+                self._servers[world.master] = store
         dist.init_process_group(
             backend,
             store=dist.PrefixStore(f"edl/g{world.generation}/", store),
@@ -113,14 +128,12 @@ class TorchCollective(ArrayCollective):
             world_size=world.world_size,
             timeout=timeout,
         )
-        self._store = store
         if backend == "nccl":
             self._device = torch.device("cuda", torch.cuda.current_device())
 
     def _leave(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-        self._store = None
 
     def _all_reduce(self, values: npt.NDArray[np.int64], op: ReduceOp) -> npt.NDArray[np.int64]:
         tensor = torch.from_numpy(values).to(self._device)
