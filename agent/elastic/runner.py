@@ -15,13 +15,16 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.app import create_registry
+from agent.checkpoints import settings as checkpoint_flags
+from agent.checkpoints.catalogue import Checkpoints, finished_at
+from agent.checkpoints.settings import CheckpointSettings
 from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
 from agent.elastic.errors import ElasticError
@@ -74,6 +77,8 @@ class ElasticOptions:
     on_finished: str = "idle"
     """--on-finished / EDL_ON_FINISHED: once the job is finished, ``idle`` until SIGTERM (a
     Deployment) or ``exit`` 0 (a Job, a local run)."""
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+    """--checkpoint-* / EDL_CHECKPOINT_*: durable checkpoints (`agent.checkpoints`)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,9 +93,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--on-finished",
         help="once the job is finished: idle until SIGTERM, or exit 0 (EDL_ON_FINISHED, idle)",
     )
+    checkpoint_flags.add_arguments(parser)
 
 
-ELASTIC_FLAGS = ("elastic", "job", "membership", "min_world", "max_world", "on_finished")
+ELASTIC_FLAGS = (
+    "elastic",
+    "job",
+    "membership",
+    "min_world",
+    "max_world",
+    "on_finished",
+    *checkpoint_flags.FLAGS,
+)
 
 
 def _free_port() -> int:
@@ -144,6 +158,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         ports=ports,
         work_dir=Path(work) if work else Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
         on_finished=on_finished,
+        checkpoints=CheckpointSettings.from_env(env, flags),
     )
 
 
@@ -210,7 +225,13 @@ def run_elastic(
     )
     membership = Membership(build_store(options, env), me, membership_settings)
     control_dir, state_dir = options.work_dir / "control", options.work_dir / "state"
-    trainer_env = {**env, **control_env(control_dir, state_dir, me.id)}
+    trainer_env = {**env, **control_env(control_dir, state_dir, me.id), names.JOB: options.job}
+    checkpoints = None
+    if options.checkpoints.enabled:
+        store = options.checkpoints.store(options.job)
+        store.probe()  # an unusable volume stops the agent now, in one line
+        checkpoints = Checkpoints(store)
+        trainer_env.update(options.checkpoints.to_env())
     explicit = settings.framework != frameworks.AUTO
     if explicit:  # else the warm trainer reports the framework it imported
         trainer_env[names.FRAMEWORK] = settings.framework
@@ -231,6 +252,7 @@ def run_elastic(
         rescales,
         ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished}),
         job=options.job,
+        finished_elsewhere=(lambda: finished_at(checkpoints)) if checkpoints else None,
     )
     nvml, nvml_note = open_nvml()
     registry = create_registry(metrics_dir, trainer, nvml, rescales)
@@ -244,7 +266,7 @@ def run_elastic(
     server.start()
     previous = {s: signal.signal(s, elastic.request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     log.info(
-        "member %s of job %s (%s, world %d..%d, framework %s); /metrics on port %d; %s",
+        "member %s of job %s (%s, world %d..%d, framework %s); /metrics on port %d; %s; %s",
         me.key,
         options.job,
         options.membership,
@@ -253,6 +275,7 @@ def run_elastic(
         settings.framework,
         server.port,
         nvml_note,
+        f"checkpoints in {checkpoints.store.url}" if checkpoints else "no durable checkpoints",
     )
     try:
         return elastic.run()

@@ -138,8 +138,12 @@ class ElasticSupervisor:
         wall_clock: Callable[[], float] = time.time,
         job: str = "",
         watchdog: StallWatchdog | None = None,
+        finished_elsewhere: Callable[[], int | None] | None = None,
     ) -> None:
         self._membership = membership
+        self._finished_elsewhere = finished_elsewhere
+        """The step at which another record (the newest durable checkpoint) says the job
+        finished, or None: checked at start, when the world record does not say it."""
         self._job = job or "(unnamed)"
         self._trainer = trainer
         self._channel = ControlChannel(control_dir)
@@ -189,6 +193,10 @@ class ElasticSupervisor:
         world = self._membership.peek()
         if world is not None and world.finished:
             return self._job_done(world.finished_at_step, late=True)
+        step = self._finished_elsewhere() if self._finished_elsewhere is not None else None
+        if step is not None:
+            log.info("the newest checkpoint says job %s finished at step %d", self._job, step)
+            return self._job_done(step, late=True)
         status = self._start_standby()
         if status is not None:
             return status

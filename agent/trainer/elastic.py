@@ -32,6 +32,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, NoReturn
 
+from agent.checkpoints.errors import CheckpointError, CheckpointStoreError
 from agent.protocol import env as names
 from agent.protocol.control import (
     PEER_LOST_EXIT,
@@ -44,6 +45,7 @@ from agent.protocol.control import (
 from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
 from agent.protocol.world import TrainerWorld
 from agent.trainer import frameworks
+from agent.trainer.checkpointer import Checkpointer
 from agent.trainer.frameworks.base import Collective, Framework, ReduceOp, Reducer
 from agent.trainer.ledger import SampleLedger
 from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
@@ -71,7 +73,8 @@ class ElasticTrainerSettings:
     member: str = "local"
     """EDL_MEMBER: this agent's member id (names ledger files)."""
     checkpoint_seconds: float = 30.0
-    """EDL_CHECKPOINT_SECONDS: also save the local copy this often (bounds loss on a hang)."""
+    """EDL_LOCAL_SAVE_SECONDS (formerly EDL_CHECKPOINT_SECONDS): also save the local copy
+    this often (bounds loss on a hang; durable checkpoints are `agent.trainer.checkpointer`)."""
     master_wait_seconds: float = 120.0
     """EDL_MASTER_WAIT_SECONDS: how long the ranks of a generation wait for each other
     (`agent.trainer.rendezvous`) before giving up on it."""
@@ -94,7 +97,11 @@ class ElasticTrainerSettings:
             state_dir=path(names.STATE_DIR),
             ledger_dir=path(names.SAMPLE_LEDGER),
             member=env.get(names.MEMBER, "local") or "local",
-            checkpoint_seconds=float(env.get(names.CHECKPOINT_SECONDS) or cls.checkpoint_seconds),
+            checkpoint_seconds=float(
+                env.get(names.LOCAL_SAVE_SECONDS)
+                or env.get(names.LOCAL_SAVE_SECONDS_OLD)
+                or cls.checkpoint_seconds
+            ),
             master_wait_seconds=float(env.get(names.MASTER_WAIT) or cls.master_wait_seconds),
             reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
             reinit_wait_seconds=float(env.get(names.REINIT_WAIT) or cls.reinit_wait_seconds),
@@ -111,6 +118,7 @@ class ElasticTrainer:
         framework: Framework,
         collective: Collective,
         started_at: float | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.session = session
         self.settings = settings
@@ -137,6 +145,9 @@ class ElasticTrainer:
         self._inprocess = False
         self._hosts: dict[str, RendezvousHost] = {}  # master endpoint -> our rendezvous host
         self._parent = os.getppid()  # read now: once the agent is gone it is too late
+        self._checkpointer = checkpointer
+        """Durable checkpoints (rank 0 writes; None without ``EDL_CHECKPOINT_URL``)."""
+        self._from_checkpoint: str | None = None  # the checkpoint the last restore used
 
     def _open_ledger(self) -> SampleLedger | None:
         directory = self.settings.ledger_dir
@@ -165,6 +176,7 @@ class ElasticTrainer:
             ElasticTrainerSettings.from_env(env),
             chosen,
             chosen.collective(),
+            checkpointer=Checkpointer.from_env(env, chosen.name),
         )
         signal.signal(signal.SIGTERM, trainer._on_sigterm)
         if trainer.settings.reinit == "auto":
@@ -341,17 +353,25 @@ class ElasticTrainer:
             self._last_save = time.monotonic()
 
     def _restore(self, state: TrainingState | None = None, how: str = "resumes") -> None:
-        """Everyone continues from the most advanced state: `state`, our local copy, or a peer's."""
+        """Everyone continues from the most advanced state.
+
+        That is `state`, our local copy, a peer's, or the newest durable checkpoint when it is
+        newer than every member's.
+        """
+        self._from_checkpoint = None
         if state is None and self.settings.state_dir is not None:
             state = load_local(self.settings.state_dir)
         if self.world_size > 1:
             self._broadcast_state(state)
-        elif state is not None:
-            self._apply(state)
+        else:
+            mine = state.step if state is not None else -1
+            state = self._or_checkpoint(state, mine, *self._checkpoint_hint())
+            if state is not None:
+                self._apply(state)
         self._restored = True
         self._mark("restored")
         if self._ledger is not None and self.rank == 0:
-            self._ledger.restored(self.global_step)
+            self._ledger.restored(self.global_step, checkpoint=self._from_checkpoint)
         log.info(
             "generation %d rank %d/%d %s at step %d",
             self.generation,
@@ -363,7 +383,11 @@ class ElasticTrainer:
 
     def _broadcast_state(self, local: TrainingState | None) -> None:
         mine = local.step if local is not None else -1
-        (best,) = self._all_reduce([mine], ReduceOp.MAX)
+        best, newest, unreadable = self._all_reduce([mine, *self._checkpoint_hint()], ReduceOp.MAX)
+        local = self._or_checkpoint(local, best, newest, unreadable)
+        if newest > best:  # every rank knows: rank 0 may now hold the checkpoint's state
+            mine = local.step if local is not None else -1
+            (best,) = self._all_reduce([mine], ReduceOp.MAX)
         if best < 0:
             return  # nobody has state: a fresh start, every rank built the same model
         (src,) = self._all_reduce([self.rank if mine == best else self.world_size], ReduceOp.MIN)
@@ -375,6 +399,51 @@ class ElasticTrainer:
             raise
         except Exception as e:
             raise StateTransferError(f"cannot apply the state from rank {src}: {e}") from e
+
+    def _checkpoint_hint(self) -> tuple[int, int]:
+        """Rank 0: (the newest checkpoint's step or -1, 1 when the store cannot be read)."""
+        if self._checkpointer is None or self.rank != 0:
+            return -1, 0
+        try:
+            return self._checkpointer.newest_step(), 0
+        except CheckpointStoreError as e:
+            log.warning("cannot read the checkpoints: %s", e)
+            return -1, 1
+
+    def _or_checkpoint(
+        self, local: TrainingState | None, best: int, newest: int, unreadable: int
+    ) -> TrainingState | None:
+        """`local`, or (rank 0) the newest usable checkpoint if past every member's `best` step.
+
+        A job nobody has state for never starts afresh past checkpoints it cannot read: the
+        trainer exits instead (its agent leaves; the pod restarts and tries again).
+        """
+        if unreadable and best < 0:
+            self._exit(1, "no member has training state and the checkpoints cannot be read")
+        if newest <= best or self.rank != 0 or self._checkpointer is None:
+            return local
+        try:
+            found = self._checkpointer.newest_after(best)
+        except CheckpointError as e:
+            self._exit(1, f"cannot restore from the checkpoints: {e}")
+        if found is None:
+            log.warning("no usable checkpoint past step %d: continuing without one", best)
+            return local
+        m = found.manifest
+        self._from_checkpoint = m.name
+        log.info(
+            "restoring from checkpoint %s (step %d, epoch %d, written %.0f s ago in generation "
+            "%d): no member has newer state; what the previous world trained after step %d is "
+            "redone%s",
+            m.name,
+            m.step,
+            m.epoch,
+            max(0.0, time.time() - m.written_at),
+            m.generation,
+            m.step,
+            "; the job finished there, nothing is left to train" if m.finished else "",
+        )
+        return found.state
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -395,6 +464,14 @@ class ElasticTrainer:
             if not self._first_step_reported:
                 self._mark("first_step")
                 self._first_step_reported = True
+            checkpointer = self._checkpointer
+            if (
+                checkpointer is not None
+                and self.rank == 0
+                and not sampler.done  # the last step: the finish writes one
+                and checkpointer.due(self.global_step)
+            ):
+                checkpointer.submit(self._snapshot)
             if self._stop_agreed():
                 if not self._inprocess:
                     self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
@@ -452,6 +529,16 @@ class ElasticTrainer:
         log.error("no next world within %.0f s (or the agent is gone)", wait)
         return None
 
+    def _leaving(self) -> bool:
+        """This trainer stops for good: SIGTERM, or the next world handed over is "leave"."""
+        handed = self._newer_world()
+        return self._stop_signal or (handed is not None and handed.world is None)
+
+    def _last_checkpoint(self, finished: bool = False) -> None:
+        """Rank 0 writes the committed state before leaving (or marks the job finished)."""
+        if self._checkpointer is not None and self.rank == 0 and self._restored:
+            self._checkpointer.write_now(self._snapshot, finished=finished)
+
     def drain_requested(self) -> bool:
         """True once the agent asked this trainer to stop (or it got SIGTERM)."""
         if self._stop_signal:
@@ -491,6 +578,8 @@ class ElasticTrainer:
             self.save()
         except StateTransferError as e:
             log.error("%s", e)
+        if status == RESCALE_EXIT and self._leaving():
+            self._last_checkpoint()  # if every member is leaving, the job resumes from here
         log.info("%s (exit %d)", why, status)
         self.close()
         sys.stdout.flush()
@@ -519,5 +608,6 @@ class ElasticTrainer:
             # committed one, so saving it loses nothing but the unfinished step.
             self._exit(PEER_LOST_EXIT, f"{exc}; saved step {self.global_step}")
         if exc is None:  # the script is done: tell the agent at which step the job finished
+            self._last_checkpoint(finished=True)
             self._mark("finished", finished_step=self.global_step)
         self.close()

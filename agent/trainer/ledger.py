@@ -31,9 +31,12 @@ class SampleLedger:
         self._generation = generation
         self._rank = rank
 
-    def restored(self, step: int) -> None:
-        """This generation continues from global step `step`."""
-        self._write({"g": self._generation, "restore": step})
+    def restored(self, step: int, checkpoint: str | None = None) -> None:
+        """This generation continues from global step `step` (read from `checkpoint`, if named)."""
+        record: dict[str, Any] = {"g": self._generation, "restore": step}
+        if checkpoint is not None:
+            record["checkpoint"] = checkpoint
+        self._write(record)
 
     def intent(self, step: int, epoch: int, ids: list[int]) -> None:
         """This rank is about to train `ids` as global step `step`."""
@@ -62,10 +65,32 @@ class LedgerReport:
     per_epoch: dict[int, Counter[int]] = field(default_factory=dict)
     """epoch -> how often each sample id was trained in the lineage."""
     rolled_back_steps: int = 0
+    """Steps trained (or begun) that a later generation's restore point left out."""
+    redone: dict[int, Counter[int]] = field(default_factory=dict)
+    """epoch -> the sample ids of those steps: trained again from the restore point."""
+    checkpoints: dict[int, str] = field(default_factory=dict)
+    """generation -> the durable checkpoint it restored from (no survivor had newer state)."""
+
+    @property
+    def redone_samples(self) -> int:
+        """Samples trained in rolled-back steps (each one trained again in the lineage)."""
+        return sum(sum(c.values()) for c in self.redone.values())
+
+    def unaccounted_redone(self) -> list[tuple[int, int]]:
+        """(epoch, id) of rolled-back samples the lineage never trained again (must be [])."""
+        return sorted(
+            (epoch, i)
+            for epoch, ids in self.redone.items()
+            for i in ids
+            if self.per_epoch.get(epoch, Counter())[i] == 0
+        )
 
     def problems(self, num_samples: int, epochs: int) -> list[str]:
         """Everything that breaks exactly-once (empty when the ledger is clean)."""
         out = [p for epoch in range(epochs) if (p := self._epoch_problem(epoch, num_samples))]
+        lost = self.unaccounted_redone()
+        if lost:
+            out.append(f"{len(lost)} rolled-back samples never trained again, e.g. {lost[:3]}")
         return out + self._other_problems(epochs)
 
     def problems_so_far(self, num_samples: int, global_batch: int) -> list[str]:
@@ -99,15 +124,25 @@ class LedgerReport:
         extra = sorted(set(self.per_epoch) - set(range(epochs)))
         if extra:
             out.append(f"unexpected epochs {extra}")
+        # Only a restore from a durable checkpoint may go back (what came after it is redone).
         starts = [self.restores[g] for g in self.generations]
-        if starts != sorted(starts):
+        gens = self.generations
+        if any(
+            starts[i] < starts[i - 1] and gens[i] not in self.checkpoints
+            for i in range(1, len(gens))
+        ):
             out.append(f"restored step went back: {starts}")
         return out
 
 
 def verify(directory: Path) -> LedgerReport:
-    """Replays the ledger directory into the lineage the final model went through."""
+    """Replays the ledger directory into the lineage the final model went through.
+
+    Generations in order: each one's restore point rolls back every step of the lineage at or
+    after it (trained by earlier generations, now redone), then its own steps join.
+    """
     restores: dict[int, int] = {}
+    checkpoints: dict[int, str] = {}
     intents: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
     for path in sorted(directory.glob("ledger-*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -116,24 +151,27 @@ def verify(directory: Path) -> LedgerReport:
             rec = json.loads(line)
             if "restore" in rec:
                 restores[int(rec["g"])] = int(rec["restore"])
+                if rec.get("checkpoint"):
+                    checkpoints[int(rec["g"])] = str(rec["checkpoint"])
             else:
                 intents.setdefault((int(rec["g"]), int(rec["s"])), []).append(
                     (int(rec["e"]), [int(i) for i in rec["ids"]])
                 )
-    report = LedgerReport(generations=sorted(restores), restores=restores)
-    for index, gen in enumerate(report.generations):
+    report = LedgerReport(generations=sorted(restores), restores=restores, checkpoints=checkpoints)
+    lineage: dict[int, list[tuple[int, list[int]]]] = {}  # step -> what its ranks trained
+    for gen in report.generations:
         start = restores[gen]
-        later = report.generations[index + 1 :]
-        end = restores[later[0]] if later else None
+        for step in [s for s in lineage if s >= start]:
+            report.rolled_back_steps += 1
+            for epoch, ids in lineage.pop(step):
+                report.redone.setdefault(epoch, Counter()).update(ids)
         for (g, step), parts in sorted(intents.items()):
-            if g != gen or step < start:
-                continue
-            if end is not None and step >= end:
-                report.rolled_back_steps += 1
-                continue
-            report.steps += 1
-            for epoch, ids in parts:
-                report.per_epoch.setdefault(epoch, Counter()).update(ids)
+            if g == gen and step >= start:
+                lineage[step] = parts
+    report.steps = len(lineage)
+    for parts in lineage.values():
+        for epoch, ids in parts:
+            report.per_epoch.setdefault(epoch, Counter()).update(ids)
     return report
 
 
