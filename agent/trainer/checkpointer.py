@@ -1,13 +1,14 @@
 """Durable checkpoints from inside the trainer: rank 0 of each generation writes, off the loop.
 
 At a step boundary that is due (every N steps and/or every T seconds, whichever first) rank 0
-copies the committed state to memory (the framework's `save_state`, then one serialisation:
-the only part the training thread waits for) and hands the bytes to a writer thread, which
-hashes them, writes payload then manifest (`agent.checkpoints.catalogue`) and prunes to the
-last K. A checkpoint that comes due while the previous one is still being written waits for
-the next boundary. On restore, rank 0 reads the newest checkpoint that verifies (falling back
-past corrupt or partial ones, each logged and counted) and `ElasticTrainer` hands it to every
-rank like a survivor's state. The other ranks of a generation never touch the store.
+copies the committed state to memory (the framework's `save_state`, plus a copy of any array
+that is still a view of a tensor: the only part the training thread waits for) and hands it
+to a writer thread, which serialises and hashes it, writes payload then manifest
+(`agent.checkpoints.catalogue`) and prunes to the last K. A checkpoint that comes due while
+the previous one is still being written waits for the next boundary. On restore, rank 0
+reads the newest checkpoint that verifies (falling back past corrupt or partial ones, each
+logged and counted) and `ElasticTrainer` hands it to every rank like a survivor's state. The
+other ranks of a generation never touch the store.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from agent.checkpoints.catalogue import Checkpoints, Manifest
 from agent.checkpoints.errors import CheckpointError, CheckpointInvalid, CheckpointStoreError
@@ -36,6 +40,21 @@ class Restored:
 
     manifest: Manifest
     state: TrainingState
+
+
+def owned(value: Any) -> Any:
+    """`value` with every numpy array that is a view (of a live tensor, possibly) copied.
+
+    A framework's `save_state` may hand out views (torch's ``.numpy()`` of a CPU tensor) or
+    copies (Paddle's); an optimizer step would change a view while the writer serialises it.
+    """
+    if isinstance(value, np.ndarray):
+        return value if value.flags.owndata else value.copy()
+    if isinstance(value, dict):
+        return {k: owned(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(owned(v) for v in value)
+    return value
 
 
 class Checkpointer:
@@ -98,12 +117,12 @@ class Checkpointer:
         """Copies the state now (training thread) and writes it on a writer thread."""
         started = time.perf_counter()
         state = snapshot()
-        payload = state.to_bytes()
+        state = replace(state, model=owned(state.model), optimizer=owned(state.optimizer))
         stall = time.perf_counter() - started
         self.restart_cadence(state.step)
         self._inflight = threading.Thread(
             target=self._write,
-            args=(state, payload, started, stall, False),
+            args=(state, started, stall, False),
             name="edl-checkpoint-writer",
             daemon=True,  # a trainer that exits abandons a write: the previous one stays usable
         )
@@ -123,8 +142,7 @@ class Checkpointer:
         state = snapshot()
         if state.step == self._written_step and not finished:
             return None
-        payload = state.to_bytes()
-        return self._write(state, payload, started, time.perf_counter() - started, finished)
+        return self._write(state, started, time.perf_counter() - started, finished)
 
     def wait(self, timeout: float) -> bool:
         """Waits for the write in flight; False when it is still running after `timeout`."""
@@ -135,11 +153,11 @@ class Checkpointer:
         return True
 
     def _write(
-        self, state: TrainingState, payload: bytes, started: float, stall: float, finished: bool
+        self, state: TrainingState, started: float, stall: float, finished: bool
     ) -> Manifest | None:
         try:
             manifest = self.checkpoints.write(
-                payload,
+                state.to_bytes(),
                 step=state.step,
                 generation=state.generation,
                 epoch=int(state.sampler.get("epoch", 0)),

@@ -4,6 +4,7 @@ settings, the trainer's checkpointer and the metrics the agent exports from them
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -377,3 +378,28 @@ def test_an_unreadable_report_is_counted_not_fatal(tmp_path: Path) -> None:
     registry.register(CheckpointCollector(tmp_path, health))
     assert "edl_trainer_checkpoint_last_step 5.0" in generate_latest(registry).decode()
     assert health.errors("checkpoints") == 1
+
+
+def test_a_view_of_a_live_tensor_is_copied_before_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's `.numpy()` shares the tensor's memory: the next optimizer step must not reach
+    the checkpoint the writer thread serialises afterwards."""
+    cp, _, _ = checkpointer(tmp_path)
+    serialise, stepped = TrainingState.to_bytes, threading.Event()
+
+    def after_the_step(self: TrainingState) -> bytes:
+        assert stepped.wait(10)
+        return serialise(self)
+
+    monkeypatch.setattr(TrainingState, "to_bytes", after_the_step)
+    weights = np.zeros(1000, dtype=np.float32)  # the "tensor"
+    view = weights[:]
+    assert not view.flags.owndata
+    cp.submit(lambda: TrainingState(1, 1, {"w": view}, {"m": [view]}, {}, {}))
+    weights += 1.0  # the optimizer step right after the boundary
+    stepped.set()
+    assert cp.wait(30)
+    found = cp.newest_after(-1)
+    assert found is not None
+    assert not found.state.model["w"].any() and not found.state.optimizer["m"][0].any()
