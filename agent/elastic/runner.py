@@ -35,6 +35,7 @@ from agent.elastic.supervisor import (
     ElasticSupervisor,
     control_env,
 )
+from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
@@ -247,13 +248,19 @@ def run_elastic(
         framework=frameworks.get(settings.framework if explicit else "paddle"),
     )
     rescales = RescaleLog()
+    elastic_settings = ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished})
+    try:
+        watchdog = StallWatchdog(elastic_settings.stall_timeout, settings.flush_seconds)
+    except ValueError as e:
+        raise ConfigError(f"EDL_STALL_TIMEOUT: {e}") from e
     elastic = ElasticSupervisor(
         membership,
         trainer,
         control_dir,
         rescales,
-        ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished}),
+        elastic_settings,
         job=options.job,
+        watchdog=watchdog,
     )
     nvml, nvml_note = open_nvml()
     registry = create_registry(metrics_dir, trainer, nvml, rescales)
