@@ -217,6 +217,8 @@ class ElasticTrainer:
 
     def _meet(self, world: TrainerWorld) -> str:
         """The fresh store endpoint of this generation's group ("" for a world of one)."""
+        if self._superseded():  # a world of one meets nobody, but may be stale already
+            raise Superseded(f"generation {world.generation}: a newer world came first")
         if world.world_size == 1 or not world.master:
             return ""
         host = None
