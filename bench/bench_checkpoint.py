@@ -1,13 +1,14 @@
 """What durable checkpoints cost, and what a job loses when every pod dies.
 
-Part 1, per framework (Paddle, PyTorch with one intra-op thread) and model (the digits example's MLP, hidden 64, and a
-wider one, hidden 1024), in one trainer process with the real `Checkpointer` writing to a
-local directory (fsync included): the median training step; per checkpoint, what the training
-thread waits (the framework's `save_state` + one serialisation: the copy to memory), the write
-on the writer thread (SHA-256, payload, manifest, fsync, rename, prune) and a restore (read,
-verify, decode, `load_state`); the stall as a share of step time at every 10 and every 50
-steps; and the median step measured with a checkpoint every 10 steps against none, the two
-runs interleaved (the writer thread competes for the GIL and the cores).
+Part 1, per framework (Paddle, PyTorch with one intra-op thread) and model (the digits
+example's MLP, hidden 64, and a wider one, hidden 1024), in one trainer process with the real
+`Checkpointer` writing to a local directory (fsync included): the median training step; per
+checkpoint, what the training thread waits (the framework's `save_state`, plus a copy of any
+array still a view of a tensor), the write on the writer thread (serialisation, SHA-256,
+payload, manifest, fsync, rename, prune) and a restore (read, verify, decode, `load_state`);
+the stall as a share of step time at every 10 and every 50 steps; and the median step
+measured with a checkpoint every 10 steps against none, the two runs interleaved (the writer
+thread competes for the GIL and the cores).
 
 Part 2, Paddle, real agents on 127.0.0.1 (a 2-rank job, the example at 0.1 s a step,
 checkpoint every 10 steps): every agent and trainer SIGKILLed (a node loss), or every agent
@@ -48,7 +49,7 @@ def measure(framework: str, hidden: int, directory: Path) -> dict[str, Any]:
     from agent.checkpoints.settings import CheckpointSettings
     from agent.checkpoints.stats import CheckpointStats
     from agent.trainer import frameworks
-    from agent.trainer.checkpointer import Checkpointer
+    from agent.trainer.checkpointer import Checkpointer, owned
     from agent.trainer.sampler import ElasticSampler
     from agent.trainer.state import TrainingState
     from examples.digits_data import load_data
@@ -127,12 +128,12 @@ def measure(framework: str, hidden: int, directory: Path) -> dict[str, Any]:
     stalls, writes = [], []
     for _ in range(10):
         t0 = time.perf_counter()
-        state = snapshot()
-        payload = state.to_bytes()
+        state = owned(snapshot())  # what `submit` does on the training thread
         stalls.append(time.perf_counter() - t0)
+        size = len(state.to_bytes())
         before = stats.counts.seconds_sum
         checkpointer.write_now(lambda state=state: state)  # type: ignore[misc]
-        writes.append(stats.counts.seconds_sum - before - stalls[-1])
+        writes.append(stats.counts.seconds_sum - before)  # what the writer thread does
         count[0] += 1
     restores = []
     for _ in range(5):
@@ -146,7 +147,7 @@ def measure(framework: str, hidden: int, directory: Path) -> dict[str, Any]:
     return {
         "framework": framework,
         "hidden": hidden,
-        "state_mb": len(payload) / 1e6,
+        "state_mb": size / 1e6,
         "step_ms": 1000 * step_s,
         "stall_ms": 1000 * stall_s,
         "write_ms": median_ms(writes),

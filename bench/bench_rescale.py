@@ -468,7 +468,7 @@ def main() -> int:
     results: dict[str, list[tuple[str, dict[str, float]]]] = {}
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
-        for framework in args.frameworks.split(","):
+        for framework in filter(None, args.frameworks.split(",")):  # "": launchers only
             for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
                 rows = bench_edl(
                     tmp / f"edl-{framework}-{reinit}",

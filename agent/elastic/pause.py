@@ -63,8 +63,6 @@ class OpenRescale:
     reasons: list[str] = field(default_factory=list)
     drained: float = 0.0
     spawned: float = 0.0
-    in_process: bool = False
-    """The live trainer moves itself into the new world (no new process) for now."""
     restarted: bool = False
     """A new trainer process was started on the way."""
 

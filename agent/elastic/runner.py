@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import secrets
 import signal
 import socket
@@ -37,6 +38,7 @@ from agent.elastic.supervisor import (
     ElasticSupervisor,
     control_env,
 )
+from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
@@ -50,7 +52,10 @@ from agent.trainer import frameworks
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = (36543, 36544)
+DEFAULT_PORTS = (29543, 29544)
+"""Below Linux's default ephemeral range (32768-60999): no port bound to 0 (a gloo pair, a
+generation's store) can be holding one when this member's trainer needs it."""
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 @dataclass(frozen=True)
@@ -107,10 +112,27 @@ ELASTIC_FLAGS = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_static_port(rng: random.Random | None = None, attempts: int = 200) -> int:
+    """A free port *below* the ephemeral range, for ``EDL_TRAINER_PORTS=auto``.
+
+    A port bound to 0 comes from the ephemeral range, so one chosen below it cannot be taken
+    later by a gloo pair or a generation's store while it is not listening (between
+    generations, or while another member is rank 0); one chosen by binding port 0 could.
+    """
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = rng or random.Random()
+    for _ in range(attempts):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ConfigError(f"no free port below the ephemeral range ({low}) after {attempts} tries")
 
 
 def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> ElasticOptions | None:
@@ -136,7 +158,9 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         max_size = int(pick("max_world", "EDL_MAX_WORLD", "64"))
         raw_ports = env.get("EDL_TRAINER_PORTS", "").strip()
         if raw_ports == "auto" or (not raw_ports and membership.startswith("local:")):
-            ports = (_free_port(), _free_port())  # pods sharing one network namespace
+            ports = (free_static_port(), free_static_port())  # one network namespace
+            while ports[1] == ports[0]:
+                ports = (ports[0], free_static_port())
         elif raw_ports:
             a, b = (int(p) for p in raw_ports.split(","))
             ports = (a, b)
@@ -245,13 +269,19 @@ def run_elastic(
         framework=frameworks.get(settings.framework if explicit else "paddle"),
     )
     rescales = RescaleLog()
+    elastic_settings = ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished})
+    try:
+        watchdog = StallWatchdog(elastic_settings.stall_timeout, settings.flush_seconds)
+    except ValueError as e:
+        raise ConfigError(f"EDL_STALL_TIMEOUT: {e}") from e
     elastic = ElasticSupervisor(
         membership,
         trainer,
         control_dir,
         rescales,
-        ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished}),
+        elastic_settings,
         job=options.job,
+        watchdog=watchdog,
         finished_elsewhere=(lambda: finished_at(checkpoints)) if checkpoints else None,
     )
     nvml, nvml_note = open_nvml()

@@ -82,8 +82,9 @@ class ElasticSettings:
     max_resets: int = 5
     """EDL_MAX_RESETS: forced generations in a row without a completed step before giving up."""
     stall_timeout: float = 10.0
-    """EDL_STALL_TIMEOUT: a trainer whose report has not been refreshed for this long stands
-    still (SIGSTOP, frozen): it is killed and this member leaves the job. 0 disables."""
+    """EDL_STALL_TIMEOUT: a trainer stopped (SIGSTOP) this long, or in its training loop
+    without refreshing its report for three times this long, stands still: it is killed and
+    this member leaves the job (`StallWatchdog`). 0 disables."""
     backend: str = ""
     """EDL_DISTRI_BACKEND: `gloo` or `nccl`; empty picks by the presence of a GPU."""
     on_finished: str = "idle"
@@ -359,8 +360,8 @@ class ElasticSupervisor:
 
     def _open_rescale(self, world: World, why: str, decided: float, stalled: float = 0.0) -> None:
         """Starts (or extends) the record of this member's rescale, if it is a survivor."""
-        if not self._trained:
-            return  # a joiner's first world is not a rescale for it
+        if not self._trained or world.rank_of(self._key) is None:
+            return  # a joiner's first world is not a rescale for it, nor one it is not in
         if self._open is not None:
             self._open.supersede(world.generation, why)
             return
@@ -372,7 +373,6 @@ class ElasticSupervisor:
             noticed=self._noticed or decided,
             decided=decided,
             reasons=[why],
-            in_process=self._initialised and self._trainer_mode == "in-process",
         )
 
     def _hand_over(self, world: World | None, generation: int) -> None:

@@ -83,6 +83,9 @@ class ElasticTrainerSettings:
     restart the trainer process on a rescale)."""
     reinit_wait_seconds: float = 60.0
     """EDL_REINIT_WAIT_SECONDS: how long a drained in-process trainer waits for its next world."""
+    reinit_limit: int = 50
+    """EDL_REINIT_LIMIT: in-process generations per trainer process; after that it takes the
+    process path once (frameworks cannot release a store, so each generation keeps one)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
@@ -105,6 +108,7 @@ class ElasticTrainerSettings:
             master_wait_seconds=float(env.get(names.MASTER_WAIT) or cls.master_wait_seconds),
             reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
             reinit_wait_seconds=float(env.get(names.REINIT_WAIT) or cls.reinit_wait_seconds),
+            reinit_limit=int(env.get(names.REINIT_LIMIT) or cls.reinit_limit),
         )
 
 
@@ -145,6 +149,7 @@ class ElasticTrainer:
         self._inprocess = False
         self._hosts: dict[str, RendezvousHost] = {}  # master endpoint -> our rendezvous host
         self._parent = os.getppid()  # read now: once the agent is gone it is too late
+        self._reinits = 0
         self._checkpointer = checkpointer
         """Durable checkpoints (rank 0 writes; None without ``EDL_CHECKPOINT_URL``)."""
         self._from_checkpoint: str | None = None  # the checkpoint the last restore used
@@ -224,6 +229,8 @@ class ElasticTrainer:
 
     def _meet(self, world: TrainerWorld) -> str:
         """The fresh store endpoint of this generation's group ("" for a world of one)."""
+        if self._superseded():  # a world of one meets nobody, but may be stale already
+            raise Superseded(f"generation {world.generation}: a newer world came first")
         if world.world_size == 1 or not world.master:
             return ""
         host = None
@@ -494,6 +501,14 @@ class ElasticTrainer:
             self._restore(self._snapshot(), how="continues in-process")
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
+        self._reinits += 1
+        if self._reinits >= self.settings.reinit_limit:
+            log.info(
+                "%d in-process generations in this process: the next rescale restarts it "
+                "(releasing the stores the framework keeps)",
+                self._reinits,
+            )
+            self._inprocess = False
 
     def _wait_as_standby(self) -> None:
         """Started warm before our agent joined: wait (as long as the agent lives) for a world.

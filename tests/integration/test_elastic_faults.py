@@ -94,10 +94,10 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
         job.procs["c"].wait(10)
 
         wait_for("the job to end", lambda: job.procs["a"].poll() is not None, 300, job.procs)
-        assert job.procs["b"].wait(30) == 0 and job.procs["a"].returncode == 0
+        # b's trainer stood still: its member was excluded (b exits 1), a went on and finished
+        assert job.procs["b"].wait(30) == 1 and job.procs["a"].returncode == 0
         assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE
-        logs = all_logs(job)
-        assert "did not reach a step boundary within 4 s" in logs
+        assert "trainer stood still for" in (job.tmp / "b.log").read_text()
         report = verify(job.ledger)
         assert report.problems(NUM_TRAIN, epochs) == []
     finally:
