@@ -49,7 +49,7 @@ def measure(framework: str, hidden: int, directory: Path) -> dict[str, Any]:
     from agent.checkpoints.settings import CheckpointSettings
     from agent.checkpoints.stats import CheckpointStats
     from agent.trainer import frameworks
-    from agent.trainer.checkpointer import Checkpointer, owned
+    from agent.trainer.checkpointer import Checkpointer, detached
     from agent.trainer.sampler import ElasticSampler
     from agent.trainer.state import TrainingState
     from examples.digits_data import load_data
@@ -128,7 +128,7 @@ def measure(framework: str, hidden: int, directory: Path) -> dict[str, Any]:
     stalls, writes = [], []
     for _ in range(10):
         t0 = time.perf_counter()
-        state = owned(snapshot())  # what `submit` does on the training thread
+        state = detached(snapshot())  # what `submit` does on the training thread
         stalls.append(time.perf_counter() - t0)
         size = len(state.to_bytes())
         before = stats.counts.seconds_sum

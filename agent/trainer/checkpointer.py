@@ -57,6 +57,11 @@ def owned(value: Any) -> Any:
     return value
 
 
+def detached(state: TrainingState) -> TrainingState:
+    """`state` sharing no memory with the live model and optimizer (see `owned`)."""
+    return replace(state, model=owned(state.model), optimizer=owned(state.optimizer))
+
+
 class Checkpointer:
     """One trainer's view of its job's checkpoints: when to write, the writer, the reader."""
 
@@ -116,8 +121,7 @@ class Checkpointer:
     def submit(self, snapshot: Callable[[], TrainingState]) -> None:
         """Copies the state now (training thread) and writes it on a writer thread."""
         started = time.perf_counter()
-        state = snapshot()
-        state = replace(state, model=owned(state.model), optimizer=owned(state.optimizer))
+        state = detached(snapshot())
         stall = time.perf_counter() - started
         self.restart_cadence(state.step)
         self._inflight = threading.Thread(
