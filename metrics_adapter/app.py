@@ -22,10 +22,10 @@ from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
 from metrics_adapter.auth.identity import Credentials
 from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
+from metrics_adapter.provider import ExternalMetricInfo, MetricsProvider, custom_metric_values
 from metrics_adapter.router import Route, RouteKind, parse_path, split_raw_path
 from metrics_adapter.selector import LabelSelector
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.service import MetricsService
 from metrics_adapter.settings import AdapterSettings
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def _credentials() -> Credentials:
 
 def create_app(
     settings: AdapterSettings,
-    service: MetricsService,
+    provider: MetricsProvider,
     metrics: AdapterMetrics,
     authenticator: DelegatingAuthenticator,
     authorizer: Authorizer,
@@ -99,28 +99,16 @@ def create_app(
         if kind is RouteKind.API_GROUP:
             return _json(200, wire.api_group(route.group), head)
         if kind is RouteKind.API_RESOURCE_LIST:
-            body = wire.api_resource_list(route.group, route.version, service.catalogue())
+            body = wire.api_resource_list(route.group, route.version, provider)
             return _json(200, body, head)
         selector = LabelSelector.parse(request.args.get("labelSelector"))
         metric_selector = LabelSelector.parse(request.args.get("metricLabelSelector"))
         if kind is RouteKind.EXTERNAL:
-            external = service.external(route.namespace, route.metric, selector)
+            info = ExternalMetricInfo(route.metric)
+            external = provider.get_external_metric(route.namespace, selector, info)
             _observe_age([p.timestamp for p in external])
             return _json(200, wire.external_value_list(external), head)
-        if kind is RouteKind.CUSTOM_OBJECTS and route.resource == "pods":
-            points = service.pods(
-                route.namespace, route.name, route.metric, selector, metric_selector
-            )
-        elif kind is RouteKind.CUSTOM_OBJECTS:
-            points = service.objects(
-                route.namespace, route.resource, route.name, route.metric, selector, metric_selector
-            )
-        elif kind is RouteKind.CUSTOM_NAMESPACE:
-            points = service.namespace(route.namespace, route.metric, metric_selector)
-        else:
-            points = service.root(
-                route.resource, route.name, route.metric, selector, metric_selector
-            )
+        points = custom_metric_values(provider, route, selector, metric_selector)
         _observe_age([p.timestamp for p in points])
         if head:
             return Response(b"", status=200, mimetype="application/json")

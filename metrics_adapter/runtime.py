@@ -40,7 +40,7 @@ from metrics_adapter.kube_client import make_api_client
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.pods import PodRegistry
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.service import MetricsService
+from metrics_adapter.service import ScrapedPodsProvider
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
 from metrics_adapter.sources import Component
 from metrics_adapter.sources.prometheus import PrometheusCollector
@@ -127,7 +127,7 @@ class AdapterRuntime:
         expire = settings.expire_after or 2 * window + self.stale_after
         self.store = MetricStore(capacity, expire, clock)
         self.pods = PodRegistry()
-        self.service = MetricsService(
+        self.service = ScrapedPodsProvider(
             self.pods, MetricEvaluator(self.store, self.stale_after, clock), self.catalogue
         )
         self.components: list[Component] = []

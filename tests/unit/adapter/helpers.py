@@ -14,7 +14,7 @@ from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.evaluator import MetricEvaluator
 from metrics_adapter.pods import OwnerRef, PodRegistry, PodTarget
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.service import MetricsService
+from metrics_adapter.service import ScrapedPodsProvider
 from metrics_adapter.settings import AdapterSettings
 from metrics_adapter.store import MetricStore, Sample
 
@@ -81,7 +81,7 @@ def build(
     registry.replace_all(pods)
     store = MetricStore(capacity=16, expire_after=120.0, clock=clock)
     holder = CatalogueHolder(catalogue or MetricCatalogue.default())
-    service = MetricsService(registry, MetricEvaluator(store, 30.0, clock), holder)
+    service = ScrapedPodsProvider(registry, MetricEvaluator(store, 30.0, clock), holder)
     metrics = AdapterMetrics(CollectorRegistry())
     chain: list[Authenticator] = []
     app = create_app(
