@@ -59,7 +59,7 @@ def ensure_binaries(timeout_s: float = 3600.0) -> Path:
         out = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
         raise HarnessError(f"control-plane build failed (rc={done.returncode}):\n{out}")
     bin_dir = Path(done.stdout.strip().splitlines()[-1])
-    for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         if not os.access(bin_dir / name, os.X_OK):
             raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")
     return bin_dir
