@@ -34,6 +34,7 @@ marginal speed-up 0.71".
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -333,7 +334,7 @@ def _make_room(
         cost = 0.0
         while not requests.fits_in(room):
             options = []
-            for job_key in sorted(packing.workers):
+            for job_key in sorted(packing.by_node.get(node.name, ())):
                 s = states.get(job_key)
                 if s is None or s.error is not None or job_key == exclude:
                     continue
@@ -399,30 +400,32 @@ def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: floa
 def _grow_greedily(
     packing: Packing, candidates: list[_State], policy: SizingPolicy, now: float
 ) -> None:
-    active = list(candidates)
-    while active:
-        best: tuple[tuple[float, int, float, str], _State, str] | None = None
-        for s in list(active):
-            blocked = _growth_block(s, policy, now)
-            node = None
-            if blocked is None:
-                node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
-                blocked = Reason.NO_CAPACITY if node is None else None
-            if blocked is not None or node is None:
-                s.reason = blocked
-                active.remove(s)
-                continue
-            score = s.job.weight * s.curve.marginal(s.count) / max(s.share, 1e-12)
-            order = (-score, -s.job.priority, s.job.arrival, s.job.key)
-            if best is None or order < best[0]:
-                best = (order, s, node)
-        if best is None:
-            return
-        _, s, node = best
+    """One worker at a time to the best job, until no job can grow.
+
+    A job's score depends only on its own size, so a heap keeps the order; a job that is
+    blocked or does not fit stays out (room only shrinks during growth).
+    """
+
+    def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
+        score = s.job.weight * s.curve.marginal(s.count) / max(s.share, 1e-12)
+        return (-score, -s.job.priority, s.job.arrival, s.job.key), s
+
+    heap = [entry(s) for s in candidates]
+    heapq.heapify(heap)
+    while heap:
+        _, s = heapq.heappop(heap)
+        blocked = _growth_block(s, policy, now)
+        node = None
+        if blocked is None:
+            node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
+        if node is None:
+            s.reason = blocked or Reason.NO_CAPACITY
+            continue
         s.room_before.setdefault(node, packing.free[node])
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
         s.grown.append(node)
+        heapq.heappush(heap, entry(s))
 
 
 def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
