@@ -132,6 +132,8 @@ class _RunningPod:
     restarts: int = 0
     gave_up: bool = False
     next_restart: float = 0.0
+    stopping: bool = False
+    """Being stopped for a deletion: not restarted, still listed until its process is gone."""
 
 
 @dataclass
@@ -335,9 +337,14 @@ class PodRunner:
 
     def _kill(self, uid: str, pod: Any) -> None:
         with self._lock:
-            running = self._pods.pop(uid, None)
+            running = self._pods.get(uid)
+            if running is not None:
+                running.stopping = True
         if running is not None:
+            # Listed (by `running()`) until the process is gone, then forgotten.
             running.process.stop(grace_s=5)
+            with self._lock:
+                self._pods.pop(uid, None)
             self.addresses.give_back(running.ip)
             self.events.append(f"{_now()} stopped {running.namespace}/{running.name}")
         if pod.metadata.deletion_timestamp is not None:
@@ -368,6 +375,8 @@ class PodRunner:
                     self._error(f"supervise {p.name}: {e!r}")
 
     def _supervise(self, p: _RunningPod) -> None:
+        if p.stopping:
+            return
         if not p.process.alive():
             if p.gave_up:
                 return
