@@ -42,7 +42,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from agent.elastic.ledger import verify
+from agent.trainer.ledger import verify
 from metrics_adapter.quantity import parse_quantity
 from metrics_adapter.sizing import SizeHistory
 from metrics_adapter.sizing.configmap import ConfigMapHistoryStore
@@ -428,7 +428,9 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
     # Trainers restart at each rescale: Paddle 3.3.1's in-process re-init aborts in libuv
     # (TCPStore on a new master port) on a second growth in a row; the agent's own e2e test
     # covers the in-process path on 1 -> 3 -> 2 -> 1.
-    container = elastic_container(tmp_path, agent_kubeconfig, "process", TRAIN_ARGS)
+    container = elastic_container(
+        tmp_path, agent_kubeconfig, "process", "examples.train_digits_elastic", TRAIN_ARGS
+    )
     # All pods share the host's network namespace here: free trainer ports, not 36543/36544.
     container["env"].append({"name": "EDL_TRAINER_PORTS", "value": "auto"})
     apps.create_namespaced_deployment(
@@ -513,7 +515,7 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
             autoscaling.delete_namespaced_horizontal_pod_autoscaler("trainer", ns)
             kubectl("-n", ns, "scale", "deployment/trainer", "--replicas=0")
         finally:
-            _reap_trainers(tmp_path)
+            _reap_trainers(tmp_path, "examples.train_digits_elastic")
             client.SchedulingV1Api(api).delete_priority_class(urgent_class)
 
     # What the sizer and the HPA did: 1 -> 2 -> 3, 2 for the urgent pod, 3 again.
