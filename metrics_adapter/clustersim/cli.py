@@ -152,6 +152,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_run_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The options of ``edl-sim run ARGV`` (for tools that run the simulator themselves)."""
+    return _parser().parse_args(["run", *argv])
+
+
 def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings]:
     """The simulation's and the policies' settings from the command line."""
     pauses = PauseModel.for_mode(args.reinit)

@@ -101,6 +101,8 @@ class ClusterTotals:
     gpu: float = 0.0
     workers: int = 0
     """Running worker pods of training jobs."""
+    services: int = 0
+    """Running service (background) pods."""
 
 
 @dataclass
@@ -174,6 +176,8 @@ class SimCluster:
         t.gpu += sign * r.gpu
         if pod.job is not None:
             t.workers += sign
+        elif pod.service is not None:
+            t.services += sign
 
     # -- scheduling -----------------------------------------------------------------------
 

@@ -82,6 +82,8 @@ class Sample:
     """Running worker pods."""
     service_pods: int
     """Service pods wanted (the background's count)."""
+    service_running: int = 0
+    """Service pods Running (fewer than wanted while some wait for room)."""
 
 
 @dataclass(frozen=True)
@@ -378,11 +380,13 @@ class Simulation:
 
     def _record(self) -> None:
         t = self._cluster.running
-        sample = Sample(self._now, t.cpu, t.memory, t.gpu, t.workers, self._service_count)
+        sample = Sample(
+            self._now, t.cpu, t.memory, t.gpu, t.workers, self._service_count, t.services
+        )
         if self._series:
             last = self._series[-1]
-            if (last.cpu, last.memory, last.gpu, last.workers, last.service_pods) == (
-                sample.cpu, sample.memory, sample.gpu, sample.workers, sample.service_pods,
+            if (last.cpu, last.gpu, last.workers, last.service_pods, last.service_running) == (
+                sample.cpu, sample.gpu, sample.workers, sample.service_pods, t.services,
             ):  # fmt: skip
                 return
             if math.isclose(last.time, sample.time):

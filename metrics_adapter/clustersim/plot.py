@@ -23,7 +23,7 @@ class PlotError(SimulationInputError):
 def write_plot(
     results: Sequence[SimResult], path: Path, title: str, window: float | None = None
 ) -> None:
-    """Utilisation (top), Running workers (middle), service pods wanted (bottom, if any)."""
+    """Utilisation (top), Running workers (middle), Running service pods (bottom, if any)."""
     try:
         import matplotlib
 
@@ -49,14 +49,21 @@ def write_plot(
         axes[0].step(times, [*used, used[-1]], where="post", label=result.policy, color=colour)
         axes[1].step(times, [*workers, workers[-1]], where="post", color=colour)
         if services:
-            pods = [float(s.service_pods) for s in result.series]
+            pods = [float(s.service_running) for s in result.series]
             axes[2].step(times, [*pods, pods[-1]], where="post", color=colour)
     axes[0].set_ylabel(f"{resource} requested by\nRunning pods (%)")
     axes[0].set_ylim(0, 105)
     axes[0].legend(loc="lower right", ncol=len(results), fontsize="small")
     axes[1].set_ylabel("Running workers")
     if services:
-        axes[2].set_ylabel("service pods")
+        axes[2].set_ylabel("Running service\npods")
+        wanted = results[0].series
+        axes[2].step(
+            [s.time / scale for s in wanted] + [end / scale],
+            [float(s.service_pods) for s in wanted] + [float(wanted[-1].service_pods)],
+            where="post", color="black", linestyle="--", linewidth=0.8, label="wanted",
+        )  # fmt: skip
+        axes[2].legend(loc="lower right", fontsize="small")
     if window:
         for ax in axes:
             ax.axvline(window / scale, color="black", linestyle=":", linewidth=0.8)

@@ -174,6 +174,8 @@ def table(all_figures: Sequence[Figures], baseline: str = "static") -> str:
     """Every figure for each policy, with its ratio to ``baseline`` (``x0.85``), one table."""
     base = next((f for f in all_figures if f.policy == baseline), None)
     resource = all_figures[0].utilisation_resource if all_figures else "cpu"
+    windows = {f.window_s for f in all_figures}
+    span = f"0-{windows.pop():.0f} s" if len(windows) == 1 else "0-makespan"
     header = ["figure", *(f.policy for f in all_figures)]
     rows = [header]
     for key, label, fmt in _ROWS:
@@ -185,7 +187,7 @@ def table(all_figures: Sequence[Figures], baseline: str = "static") -> str:
         if key == "workers_preempted" and not any(values):
             continue
         if key.startswith("utilisation"):
-            label = f"{label} ({resource}, window {all_figures[0].window_s:.0f} s)"
+            label = f"{label} ({resource}, {span})"
         cells = [label]
         for f, value in zip(all_figures, values, strict=True):
             if value is None:
