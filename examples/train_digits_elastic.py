@@ -40,6 +40,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="simulated extra compute")
+    parser.add_argument(
+        "--sample-sleep",
+        type=float,
+        default=0.0,
+        help="simulated compute per sample of this rank's share (seconds): throughput then "
+        "grows with the number of workers, as real data-parallel compute does",
+    )
     parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
@@ -69,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             et.all_reduce_gradients()
             optimizer.step()
             optimizer.clear_grad()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
+            if args.step_sleep or args.sample_sleep:
+                time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
         model.eval()
         with paddle.no_grad():
             predicted = model(paddle.to_tensor(x_test)).argmax(axis=1).numpy()

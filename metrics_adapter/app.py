@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -64,8 +64,13 @@ def create_app(
     ready: Callable[[], bool] = lambda: True,
     clock: Callable[[], float] = time.time,
     refresh_gauges: Callable[[], None] = lambda: None,
+    debug_pages: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
 ) -> Flask:
-    """Build the adapter's WSGI app around its collaborators."""
+    """Build the adapter's WSGI app around its collaborators.
+
+    ``debug_pages`` are read-only JSON pages at ``/debug/<name>`` (e.g. the sizing plan),
+    authorised like any other non-resource path.
+    """
     app = Flask("metrics_adapter")
     renderer = wire.MetricListRenderer()
     allow_all = isinstance(authorizer, AlwaysAllowAuthorizer)
@@ -94,6 +99,13 @@ def create_app(
                 f"the server could not find the requested resource {route.path!r} "
                 "(this server publishes no OpenAPI document)"
             )
+        if kind is RouteKind.DEBUG:
+            page = (debug_pages or {}).get(route.name)
+            if page is None:
+                raise NotFoundError(
+                    f"the server could not find the requested resource {route.path!r}"
+                )
+            return _json(200, page(), head)
         if kind is RouteKind.API_GROUP_LIST:
             return _json(200, wire.api_group_list(), head)
         if kind is RouteKind.API_GROUP:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,6 +48,9 @@ class ClusterSnapshot:
     """Non-terminal pods that are not being deleted, bound or Pending."""
     jobs: tuple[Job, ...] = ()
     """Elastic jobs, without their measured history (the sizer adds it)."""
+    job_names: Mapping[str, str] = field(default_factory=dict)
+    """Job key -> the name a metric selector uses for it (``edl.paddlepaddle.org/job``);
+    a job missing here goes by ``Job.name``."""
 
 
 class CapacitySource(Protocol):

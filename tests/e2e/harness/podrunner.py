@@ -7,8 +7,14 @@ can listen on the same container port, as in a real cluster), starts its first c
 expansion and the common `fieldRef`s, as the kubelet does), and reports it through the real
 `pods/status` subresource: `Running`, `podIP(s)`, `startTime`, conditions, container status;
 `Ready` once the readiness probe (or the first container port) answers. When the pod is deleted
-the process is stopped. Pods are left unbound (no `nodeName`), so a ReplicaSet scale-down
-deletes them at once.
+the process is stopped.
+
+Two modes. Without `nodes` (the default) the runner runs every pod of its namespace and
+leaves them unbound (no `nodeName`), so a ReplicaSet scale-down deletes them at once; no
+scheduler may run then. With `nodes` it is the kubelet of those Node objects
+(`harness/nodes.py`): it registers them with their allocatable, the real kube-scheduler
+binds pods to them, and it runs only the pods bound to its nodes (a Pending pod waits for
+the scheduler, as on a real cluster).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import requests
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.harness.nodes import FakeNodes, NodeSpec
 from tests.e2e.harness.processes import ManagedProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -145,6 +152,8 @@ class PodRunnerSettings:
     """A container that exits is restarted (restartPolicy Always) at most this often."""
     watch_timeout_s: int = 3
     """Server-side watch timeout; bounds how long `stop()` waits for the watch thread."""
+    nodes: tuple[NodeSpec, ...] = ()
+    """Node objects to be the kubelet of (empty: run every pod, unbound)."""
 
 
 class PodRunner:
@@ -165,10 +174,13 @@ class PodRunner:
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
         self.events: list[str] = []
+        self.nodes = FakeNodes(self.core, settings.nodes) if settings.nodes else None
 
     # ---- public ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.nodes is not None:
+            self.nodes.register()
         for target, name in ((self._watch_loop, "watch"), (self._supervise_loop, "supervise")):
             t = threading.Thread(target=target, name=f"podrunner-{name}", daemon=True)
             t.start()
@@ -185,6 +197,8 @@ class PodRunner:
         for p in pods:
             p.process.stop(grace_s=5)
             self.addresses.give_back(p.ip)
+        if self.nodes is not None:
+            self.nodes.remove()
 
     def running(self) -> dict[str, str]:
         """Pod name -> loopback address, for pods whose process runs now."""
@@ -248,11 +262,15 @@ class PodRunner:
             return
         with self._lock:
             known = uid in self._pods
-        if not known and (pod.status.phase in (None, "Pending")):
+        if not known and pod.status.phase in (None, "Pending") and self._runs_here(pod):
             try:
                 self._launch(pod)
             except Exception as e:
                 self._error(f"launch {pod.metadata.name}: {e!r}\n{traceback.format_exc()}")
+
+    def _runs_here(self, pod: Any) -> bool:
+        """Without nodes: every pod. With nodes: pods bound to one of them."""
+        return self.nodes is None or (pod.spec.node_name or "") in self.nodes.names
 
     # ---- pod lifecycle ---------------------------------------------------------------------
 
