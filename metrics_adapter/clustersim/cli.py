@@ -27,7 +27,6 @@ from metrics_adapter.clustersim.plot import PlotError, write_plot
 from metrics_adapter.clustersim.policies import POLICIES
 from metrics_adapter.clustersim.policy import PolicySettings
 from metrics_adapter.clustersim.report import figures, table, to_json
-from metrics_adapter.sizing import SizingPolicy
 
 PROG = "edl-sim"
 
@@ -132,10 +131,11 @@ def _parser() -> argparse.ArgumentParser:
         help="hpa-throughput's per-pod target, as a share of one worker's throughput",
     )  # fmt: skip
     edl = run.add_argument_group("the sizer (edl) and the 2018 rule (edl-2018)")
-    defaults = SizingPolicy()
-    edl.add_argument("--sizing-interval", type=_positive, default=10.0)
-    edl.add_argument("--history-interval", type=_positive, default=60.0)
-    edl.add_argument("--observe-window", type=_seconds, default=60.0)
+    adapter = PolicySettings()
+    defaults = adapter.sizing
+    edl.add_argument("--sizing-interval", type=_positive, default=adapter.sizing_interval)
+    edl.add_argument("--history-interval", type=_positive, default=adapter.history_interval)
+    edl.add_argument("--observe-window", type=_seconds, default=adapter.observe_window)
     edl.add_argument("--hold-off", type=_seconds, default=defaults.hold_off_s)
     edl.add_argument("--payback", type=_seconds, default=defaults.payback_s)
     edl.add_argument("--exploration", type=_positive, default=defaults.exploration)
@@ -173,12 +173,13 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         max_time=args.max_time,
         until=args.window or 0.0,
     )
+    adapter = PolicySettings().sizing
     sizing = replace(
-        SizingPolicy(),
+        adapter,
         hold_off_s=args.hold_off,
         payback_s=args.payback,
         exploration=args.exploration,
-        prior=replace(SizingPolicy().prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
+        prior=replace(adapter.prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
     )
     policy = PolicySettings(
         hpa_sync_period=args.hpa_sync_period,

@@ -10,10 +10,11 @@ What the adapter does, on the simulated cluster:
 * every ``history_interval`` the jobs' measurements are folded into that history, as the
   adapter's observer does: a throughput at size n only over a world unchanged (and not
   paused) for ``observe_window``; the new rescale pauses' mean from the agent's histogram;
-* each job's HPA (the packaged ``hpa-desired-replicas.yaml``: External ``desired_replicas``,
-  AverageValue 1) reads the latest plan's value for its job; before the first plan that
-  includes the job, the metric has no item and the HPA keeps its scale (as the real HPA
-  does with an empty External answer).
+* each job's HPA (``manifests/examples/digits-trainer/hpa-sizing.yaml``, packaged as
+  ``hpa-sizing.yaml``, a test keeps the two equal: External ``desired_replicas``,
+  AverageValue 1, tolerance 0, no stabilisation windows) reads the latest plan's value for
+  its job; before the first plan that includes the job, the metric has no item and the HPA
+  keeps its scale (as the real HPA does with an empty External answer).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class EdlPolicy(HpaPolicy):
     name = "edl"
 
     def __init__(self, settings: PolicySettings) -> None:
-        hpa = read_manifest(settings.hpa_edl_manifest, "hpa-desired-replicas.yaml")
+        hpa = read_manifest(settings.hpa_edl_manifest, "hpa-sizing.yaml")
         external = [m for m in hpa.spec.metrics if isinstance(m.source, ExternalMetricSource)]
         if len(external) != 1 or len(hpa.spec.metrics) != 1:
             raise SimulationInputError(

@@ -35,8 +35,10 @@ def test_the_packaged_throughput_hpa_is_the_example() -> None:
     assert read_manifest(None, "hpa-throughput.yaml").spec == example.spec
 
 
-def test_the_packaged_sizing_hpa_reads_desired_replicas_at_average_value_1() -> None:
-    spec = read_manifest(None, "hpa-desired-replicas.yaml").spec
+def test_the_packaged_sizing_hpa_is_the_example() -> None:
+    example = load_hpa(REPO / "manifests/examples/digits-trainer/hpa-sizing.yaml")
+    spec = read_manifest(None, "hpa-sizing.yaml").spec
+    assert spec == example.spec
     (metric,) = spec.metrics
     assert metric.metric_name == "desired_replicas"
     assert metric.source.target.average_value_milli == 1000
