@@ -221,6 +221,14 @@ def _name(row: Mapping[str, str], key: str, where: str) -> str:
     return value
 
 
+def _unique(row: Mapping[str, str], seen: set[str], what: str, where: str) -> str:
+    name = _name(row, "name", where)
+    if name in seen:
+        raise InputError(f"{where}: {what} {name!r} appears twice")
+    seen.add(name)
+    return name
+
+
 def read_curves(path: Path) -> dict[str, Curve]:
     """The curves file: measured points per class, each fittable."""
     points: dict[str, dict[int, float]] = {}
@@ -255,10 +263,7 @@ def read_cluster(path: Path) -> tuple[NodeGroup, ...]:
     seen: set[str] = set()
     for line, row in _rows(path, CLUSTER_COLUMNS):
         where = _where(path, line)
-        name = _name(row, "name", where)
-        if name in seen:
-            raise InputError(f"{where}: node group {name!r} appears twice")
-        seen.add(name)
+        name = _unique(row, seen, "node group", where)
         count = _int(row, "count", where, low=1)
         allocatable = _resources(row, where)
         if allocatable.is_zero:
@@ -275,10 +280,7 @@ def read_workload(path: Path, curves: Mapping[str, Curve]) -> tuple[JobSpec, ...
     seen: set[str] = set()
     for line, row in _rows(path, WORKLOAD_COLUMNS):
         where = _where(path, line)
-        name = _name(row, "name", where)
-        if name in seen:
-            raise InputError(f"{where}: job {name!r} appears twice")
-        seen.add(name)
+        name = _unique(row, seen, "job", where)
         low = _int(row, "min_workers", where, low=1)
         high = _int(row, "max_workers", where, low=1)
         requested = _int(row, "requested_workers", where, low=1)

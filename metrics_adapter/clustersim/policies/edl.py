@@ -19,9 +19,8 @@ What the adapter does, on the simulated cluster:
 
 from __future__ import annotations
 
-from metrics_adapter.clustersim.inputs import SimulationInputError
 from metrics_adapter.clustersim.jobs import NAMESPACE, JobRun
-from metrics_adapter.clustersim.policies.hpa_loop import HpaPolicy, read_manifest
+from metrics_adapter.clustersim.policies.hpa_loop import HpaPolicy, one_metric, read_manifest
 from metrics_adapter.clustersim.policy import PolicySettings, SimulationView
 from metrics_adapter.hpa import MetricValues
 from metrics_adapter.hpa.spec import ExternalMetricSource
@@ -37,13 +36,8 @@ class EdlPolicy(HpaPolicy):
 
     def __init__(self, settings: PolicySettings) -> None:
         hpa = read_manifest(settings.hpa_edl_manifest, "hpa-sizing.yaml")
-        external = [m for m in hpa.spec.metrics if isinstance(m.source, ExternalMetricSource)]
-        if len(external) != 1 or len(hpa.spec.metrics) != 1:
-            raise SimulationInputError(
-                f"{hpa.name}: the sizing HPA must have exactly one External metric"
-            )
+        self.metric = one_metric(hpa, ExternalMetricSource, "External")
         super().__init__(settings, hpa)
-        self.metric = external[0].metric_name
         self.history = SizeHistory()
         self.plan: Plan | None = None
         self._nodes: list[Node] = []

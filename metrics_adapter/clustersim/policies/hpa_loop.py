@@ -46,6 +46,18 @@ def read_manifest(path: Path | None, packaged: str) -> HorizontalPodAutoscaler:
         raise SimulationInputError(f"{path or packaged}: {e}") from e
 
 
+def one_metric(hpa: HorizontalPodAutoscaler, source: type, kind: str) -> str:
+    """The name of the manifest's only metric, which must be of ``source`` type.
+
+    Raises:
+        SimulationInputError: the HPA has other metrics, or none of that kind.
+    """
+    metrics = hpa.spec.metrics
+    if len(metrics) != 1 or not isinstance(metrics[0].source, source):
+        raise SimulationInputError(f"{hpa.name}: the HPA must have exactly one {kind} metric")
+    return metrics[0].metric_name
+
+
 class HpaPolicy:
     """Base of the policies that size through one HPA per job."""
 

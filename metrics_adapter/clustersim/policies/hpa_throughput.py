@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from metrics_adapter.clustersim.inputs import SimulationInputError
 from metrics_adapter.clustersim.jobs import JobRun
-from metrics_adapter.clustersim.policies.hpa_loop import HpaPolicy, read_manifest
+from metrics_adapter.clustersim.policies.hpa_loop import HpaPolicy, one_metric, read_manifest
 from metrics_adapter.clustersim.policy import PolicySettings
 from metrics_adapter.hpa import MetricValues
 from metrics_adapter.hpa.spec import HorizontalPodAutoscalerSpec, MetricTarget, PodsMetricSource
@@ -31,13 +30,8 @@ class ThroughputHpaPolicy(HpaPolicy):
 
     def __init__(self, settings: PolicySettings) -> None:
         hpa = read_manifest(settings.hpa_throughput_manifest, "hpa-throughput.yaml")
-        pods = [m for m in hpa.spec.metrics if isinstance(m.source, PodsMetricSource)]
-        if len(pods) != 1 or len(hpa.spec.metrics) != 1:
-            raise SimulationInputError(
-                f"{hpa.name}: the throughput HPA must have exactly one Pods metric"
-            )
+        self.metric = one_metric(hpa, PodsMetricSource, "Pods")
         super().__init__(settings, hpa)
-        self.metric = pods[0].metric_name
         self._last: dict[str, tuple[float, float]] = {}
 
     def job_spec(self, job: JobRun) -> HorizontalPodAutoscalerSpec:

@@ -106,6 +106,11 @@ def test_bad_hpa_manifest(tmp_path: Path) -> None:
     bad.write_text("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nspec: {}\n")
     line = _fails([*args, "--policy", "edl", "--hpa-edl-manifest", str(bad)])
     assert "hpa.yaml" in line
+    throughput = Path(__file__).resolve().parents[3] / "manifests/examples/digits-trainer"
+    line = _fails(
+        [*args, "--policy", "edl", "--hpa-edl-manifest", str(throughput / "hpa-throughput.yaml")]
+    )
+    assert "the HPA must have exactly one External metric" in line
 
 
 @pytest.mark.parametrize(
