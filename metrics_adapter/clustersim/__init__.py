@@ -23,7 +23,7 @@ from metrics_adapter.clustersim.engine import JobOutcome, SimResult, SimSettings
 from metrics_adapter.clustersim.inputs import (
     InputError,
     JobSpec,
-    SimulationInputError,
+    SimulationError,
     Workload,
     load_workload,
 )
@@ -40,7 +40,7 @@ __all__ = [
     "SimResult",
     "SimSettings",
     "Simulation",
-    "SimulationInputError",
+    "SimulationError",
     "Workload",
     "load_workload",
 ]

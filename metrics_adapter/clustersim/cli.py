@@ -21,7 +21,7 @@ from typing import NoReturn, TextIO
 
 from metrics_adapter.clustersim import scenarios
 from metrics_adapter.clustersim.engine import SimResult, SimSettings, Simulation
-from metrics_adapter.clustersim.inputs import SimulationInputError, Workload, load_workload
+from metrics_adapter.clustersim.inputs import SimulationError, Workload, load_workload
 from metrics_adapter.clustersim.jobs import PauseModel
 from metrics_adapter.clustersim.plot import PlotError, write_plot
 from metrics_adapter.clustersim.policies import POLICIES
@@ -249,7 +249,7 @@ def main(
                 print(path, file=out)
             return 0
         return _run(args, out, err)
-    except (SimulationInputError, PlotError, OSError) as e:
+    except (SimulationError, PlotError, OSError) as e:
         print(f"{PROG}: error: {e}", file=err)
         return 1
 

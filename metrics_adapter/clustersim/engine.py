@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from metrics_adapter.clustersim.cluster import SimCluster, SimPod, build_nodes, deletion_order
-from metrics_adapter.clustersim.inputs import BackgroundStep, SimulationInputError, Workload
+from metrics_adapter.clustersim.inputs import BackgroundStep, SimulationError, Workload
 from metrics_adapter.clustersim.jobs import JobRun, PauseModel
 from metrics_adapter.clustersim.policy import Policy
 from metrics_adapter.sizing import Resources
@@ -345,7 +345,7 @@ class Simulation:
             if not (changed or bound or evicted):
                 break
         else:
-            raise SimulationInputError(f"t={self._now}: the cluster did not settle (a bug)")
+            raise SimulationError(f"t={self._now}: the cluster did not settle (a bug)")
 
     def _update_worlds(self) -> None:
         """Every job whose Running pods changed this instant re-forms its world once."""

@@ -49,11 +49,11 @@ BACKGROUND_COLUMNS = ("time_seconds", "pods", "cpu", "memory", "gpu", "priority"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,50}[a-z0-9])?$")
 
 
-class SimulationInputError(ValueError):
+class SimulationError(ValueError):
     """Base of the simulator's own errors (bad input, impossible settings)."""
 
 
-class InputError(SimulationInputError):
+class InputError(SimulationError):
     """An input file is not valid; the message names the file and line."""
 
 

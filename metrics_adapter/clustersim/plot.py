@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from metrics_adapter.clustersim.engine import SimResult
-from metrics_adapter.clustersim.inputs import SimulationInputError
+from metrics_adapter.clustersim.inputs import SimulationError
 
 _COLOURS = {
     "static": "#7f7f7f",
@@ -16,7 +16,7 @@ _COLOURS = {
 }
 
 
-class PlotError(SimulationInputError):
+class PlotError(SimulationError):
     """The plot cannot be drawn (matplotlib missing) or written."""
 
 

@@ -28,7 +28,7 @@ from metrics_adapter.clustersim.inputs import (
     CLUSTER_COLUMNS,
     CURVE_COLUMNS,
     WORKLOAD_COLUMNS,
-    SimulationInputError,
+    SimulationError,
 )
 
 Files = dict[str, str]
@@ -258,11 +258,11 @@ def write(name: str, out: Path) -> list[Path]:
     """Write the scenario's files into ``out``; returns their paths.
 
     Raises:
-        SimulationInputError: no such scenario.
+        SimulationError: no such scenario.
     """
     scenario = SCENARIOS.get(name)
     if scenario is None:
-        raise SimulationInputError(f"no scenario {name!r} (choose from {', '.join(SCENARIOS)})")
+        raise SimulationError(f"no scenario {name!r} (choose from {', '.join(SCENARIOS)})")
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for file_name, text in scenario.generate().items():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from metrics_adapter.clustersim.inputs import JobSpec, SimulationInputError
+from metrics_adapter.clustersim.inputs import JobSpec, SimulationError
 from metrics_adapter.clustersim.jobs import JobRun
 from metrics_adapter.clustersim.policy import PolicySettings, SimulationView
 from metrics_adapter.hpa import (
@@ -35,7 +35,7 @@ def read_manifest(path: Path | None, packaged: str) -> HorizontalPodAutoscaler:
     """The HPA manifest at ``path``, or the packaged one named ``packaged``.
 
     Raises:
-        SimulationInputError: the manifest is not a valid HPA.
+        SimulationError: the manifest is not a valid HPA.
     """
     try:
         if path is not None:
@@ -43,18 +43,18 @@ def read_manifest(path: Path | None, packaged: str) -> HorizontalPodAutoscaler:
         text = resources.files("metrics_adapter.clustersim").joinpath(packaged).read_text()
         return parse_hpa(yaml.safe_load(text))
     except (HpaError, OSError) as e:
-        raise SimulationInputError(f"{path or packaged}: {e}") from e
+        raise SimulationError(f"{path or packaged}: {e}") from e
 
 
 def one_metric(hpa: HorizontalPodAutoscaler, source: type, kind: str) -> str:
     """The name of the manifest's only metric, which must be of ``source`` type.
 
     Raises:
-        SimulationInputError: the HPA has other metrics, or none of that kind.
+        SimulationError: the HPA has other metrics, or none of that kind.
     """
     metrics = hpa.spec.metrics
     if len(metrics) != 1 or not isinstance(metrics[0].source, source):
-        raise SimulationInputError(f"{hpa.name}: the HPA must have exactly one {kind} metric")
+        raise SimulationError(f"{hpa.name}: the HPA must have exactly one {kind} metric")
     return metrics[0].metric_name
 
 
