@@ -185,7 +185,8 @@ class _State:
     error: str | None = None
     reason: Reason | None = None
     waiting: bool = False
-    shrunk_for: list[str] = field(default_factory=list)
+    shrunk_for: list[tuple[str, int]] = field(default_factory=list)
+    """(pod or job key, its priority) this job gave workers up for."""
     grown: list[str] = field(default_factory=list)
     """Nodes the workers added this round went to."""
     room_before: dict[str, Resources] = field(default_factory=dict)
@@ -280,7 +281,7 @@ def _place_pod(packing: Packing, states: dict[str, _State], pod: Pod) -> Demand:
                 s = states[job_key]
                 packing.release(on, s.job.worker, job_key)
                 s.count -= 1
-                s.shrunk_for.append(pod.key)
+                s.shrunk_for.append((pod.key, pod.priority))
     if node is not None:
         packing.place(node, pod.requests)
     return Demand(pod.key, pod.priority, pod.requests, node)
@@ -309,7 +310,7 @@ def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> No
         trial.place(node, job.worker, job.key)
         counts[job.key] += 1
     for job_key in shrunk:
-        states[job_key].shrunk_for.append(job.key)
+        states[job_key].shrunk_for.append((job.key, job.priority))
     for job_key, count in counts.items():
         states[job_key].count = count
 
@@ -484,18 +485,18 @@ def _limiting_part(room: Resources, worker: Resources) -> Resources:
 def _message(s: _State, desired: int, reason: Reason) -> str:
     job = s.job
     if s.shrunk_for:
-        who = ", ".join(sorted(set(s.shrunk_for))[:3])
-        more = len(set(s.shrunk_for)) - 3
+        claims = sorted(set(s.shrunk_for))
+        who = ", ".join(f"{key} (priority {p})" for key, p in claims[:3])
+        more = f" and {len(claims) - 3} more" if len(claims) > 3 else ""
         return (
-            f"shrank to {desired}: room for pending work of priority >= {job.priority} "
-            f"({who}{f' and {more} more' if more > 0 else ''})"
+            f"shrank to {desired}: made room for {who}{more}; the job's priority is {job.priority}"
         )
     if s.grown:
         node = min(s.room_before)
         room = _limiting_part(s.room_before[node].clamped(), job.worker)
         step = f" (+{len(s.grown)})" if len(s.grown) > 1 else ""
-        more = len(s.room_before) - 1
-        where = f"{node}" + (f" and {more} more node{'s' if more > 1 else ''}" if more else "")
+        others = len(s.room_before) - 1
+        where = node + (f" and {others} more node{'s' if others > 1 else ''}" if others else "")
         return (
             f"grew to {desired}{step}: {room.describe()} free on {where}, "
             f"marginal speed-up {s.curve.marginal(desired - 1):.2f}"
