@@ -47,6 +47,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="simulated compute per sample of this rank's share (seconds): throughput then "
         "grows with the number of workers, as real data-parallel compute does",
     )
+    parser.add_argument(
+        "--log-every", type=int, default=0, help="rank 0 prints its loss every N steps (0: never)"
+    )
     parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
@@ -78,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             optimizer.clear_grad()
             if args.step_sleep or args.sample_sleep:
                 time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
+            if args.log_every and et.rank == 0 and weight and et.global_step % args.log_every == 0:
+                # the mean over this rank's share of the global batch: an estimate of the loss
+                print(f"step {et.global_step} loss {float(loss) / len(idx):.4f}", flush=True)
         model.eval()
         with paddle.no_grad():
             predicted = model(paddle.to_tensor(x_test)).argmax(axis=1).numpy()
