@@ -93,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "global_step": et.global_step,
             "generation": et.generation,
             "world_size": et.world_size,
+            "train_samples": len(x_train),
+            "epochs": args.epochs,
         }
         print(f"rank {et.rank}/{et.world_size}: {json.dumps(figures)}", flush=True)
         if args.result is not None and et.rank == 0:

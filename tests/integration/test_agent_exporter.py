@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from examples.demo import LocalAgent, fetch, scrape, start_agents, stop_agents
+from examples.demo.probe import fetch, scrape
+from tests.integration.local_agents import LocalAgent, start_agents, stop_agents
 
 EPOCHS = 60
 BATCH = 32
