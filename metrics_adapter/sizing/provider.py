@@ -123,10 +123,7 @@ class Sizer:
             if snapshot is None:
                 return None
             history = self._refresh_history(snapshot, now)
-            jobs = [
-                replace(j, observed=history.observed(j.key), rescale_pause_s=history.pause(j.key))
-                for j in snapshot.jobs
-            ]
+            jobs = [_with_history(j, history) for j in snapshot.jobs]
             try:
                 plan = decide(snapshot.nodes, snapshot.pods, jobs, self._policy, now)
             except Exception:
@@ -193,6 +190,13 @@ class Sizer:
     def stop(self) -> None:
         """Stop."""
         self._task.stop()
+
+
+def _with_history(job: Job, history: SizeHistory) -> Job:
+    """The job with the shared history's measurements (over what its source said)."""
+    observed = {**job.observed, **history.observed(job.key)}
+    pause = history.pause(job.key) or job.rescale_pause_s
+    return replace(job, observed=observed, rescale_pause_s=pause)
 
 
 def _publish(plan: Plan, snapshot: ClusterSnapshot, now: float) -> PublishedPlan:

@@ -88,6 +88,14 @@ class FakeNodes:
             self._delete(spec.name)
             self.core.create_node(spec.obj(), _request_timeout=10)
             self.core.patch_node_status(spec.name, spec.status(), _request_timeout=10)
+            # The API server taints a new node not-ready; the node lifecycle controller (not
+            # run here) lifts it once the kubelet reports Ready: this kubelet is ready now.
+            self.core.patch_node(
+                spec.name,
+                {"spec": {"taints": list(spec.taints) or None}},
+                _content_type="application/merge-patch+json",
+                _request_timeout=10,
+            )
 
     def remove(self) -> None:
         """Deletes the nodes (never raises: teardown must go on)."""

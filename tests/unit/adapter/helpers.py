@@ -65,6 +65,7 @@ class Harness:
     store: MetricStore
     catalogue: CatalogueHolder
     metrics: AdapterMetrics
+    provider: ScrapedPodsProvider
 
     def feed(self, pod: PodTarget, samples: list[Sample]) -> None:
         self.store.ingest(pod.key, samples)
@@ -93,7 +94,7 @@ def build(
         ready=lambda: registry.synced,
         clock=clock,
     )
-    return Harness(app, clock, registry, store, holder, metrics)
+    return Harness(app, clock, registry, store, holder, metrics, service)
 
 
 def standard() -> Harness:
