@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from examples.demo.run import Demo, DemoError, DemoOptions
+from examples.demo.run import Demo, DemoError, DemoOptions, EmbeddedDemo
 
-SHORT = {"epochs": 16, "dwell_steps": 25}
+SHORT = {"epochs": 20, "dwell_steps": 20}
 """The integration test's run: the same story with fewer steps in each act."""
 
 
@@ -44,9 +44,9 @@ def parse(argv: Sequence[str]) -> DemoOptions:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, kind: type[Demo] = EmbeddedDemo) -> int:
     opts = parse(sys.argv[1:] if argv is None else argv)
-    demo = Demo(opts)
+    demo = kind(opts)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # the first Ctrl-C (or SIGTERM) unwinds the run, whose clean-up stops every process;

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent.elastic.ledger import verify
 from examples.demo.telemetry import Rescale
+from examples.demo.view import Status
 
 ACCURACY_TOLERANCE = 0.01
 """Elastic vs one process: the same maths, summed in a different order (a test sample or two
@@ -37,6 +38,16 @@ class Sample:
     """Pending pods of higher priority (waiting for room)."""
     loss: float | None
 
+    @classmethod
+    def of(cls, s: Status) -> Sample:
+        """The figures of one frame."""
+        c = s.cluster
+        return cls(
+            s.t, s.training.samples_per_second, s.training.world.members, c.replicas,
+            s.sizer.desired if s.sizer else None, c.free_slots, c.trainer_slots, c.other_slots,
+            c.pending_priority, s.training.loss,
+        )  # fmt: skip
+
 
 @dataclass
 class Summary:
@@ -45,7 +56,9 @@ class Summary:
     epochs: int
     train_samples: int
     sizes: list[int]
+    """Of the worlds the job trained in."""
     rescales: list[Rescale]
+    """Every world change (one formed as the job ended may not have trained)."""
     accuracy: float | None
     reference: float
     ledger_problems: list[str] = field(default_factory=list)
@@ -113,6 +126,12 @@ class Summary:
             f"accuracy: {acc} elastic, {self.reference:.4f} one process, same seed ({verdict})"
         )
         for r in self.rescales:
+            if not r.trained:
+                out.append(
+                    f"generation {r.generation} ({r.before} -> {r.after} workers) formed at "
+                    f"{r.t:5.1f} s as the job ended: it trained no step"
+                )
+                continue
             pause = "not reported" if r.pause_s is None else f"{r.pause_s:.2f} s"
             detect = "" if r.detect_s is None else f" (decided {r.detect_s:.1f} s after the change)"
             out.append(

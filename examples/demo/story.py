@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from examples.demo.cluster import SimulatedCluster
 from examples.demo.telemetry import Training
 
 BATCH = "batch"
@@ -23,35 +23,53 @@ SERVICE = "serving"
 SERVICE_PRIORITY = 1000
 
 
+class Stage(Protocol):
+    """Where the story happens: the simulated node, or a real cluster."""
+
+    slots: int
+    """CPUs of the node."""
+
+    def add_workload(self, name: str, count: int, cpu: int, priority: int) -> None:
+        """Other work arrives: ``count`` pods of ``cpu`` CPUs at ``priority``."""
+        ...
+
+    def remove_workload(self, name: str) -> None:
+        """The work leaves."""
+        ...
+
+    def workload_bound(self, name: str) -> bool:
+        """Every pod of the work has been scheduled."""
+        ...
+
+
 @dataclass(frozen=True)
 class Act:
     """A change to the cluster, made once ``ready`` holds."""
 
     headline: str
-    ready: Callable[[Training, SimulatedCluster], bool]
-    change: Callable[[SimulatedCluster], None]
+    ready: Callable[[Training, Stage], bool]
+    change: Callable[[Stage], None]
 
 
-def _trained(size: int, steps: int) -> Callable[[Training, SimulatedCluster], bool]:
-    def ready(t: Training, cluster: SimulatedCluster) -> bool:
+def _trained(size: int, steps: int) -> Callable[[Training, Stage], bool]:
+    def ready(t: Training, cluster: Stage) -> bool:
         return t.world.members == size and t.steps_in_world >= steps
 
     return ready
 
 
-def _service_in(steps: int) -> Callable[[Training, SimulatedCluster], bool]:
+def _service_in(steps: int) -> Callable[[Training, Stage], bool]:
     trained = _trained(1, steps)
 
-    def ready(t: Training, cluster: SimulatedCluster) -> bool:
+    def ready(t: Training, cluster: Stage) -> bool:
         return cluster.workload_bound(SERVICE) and trained(t, cluster)
 
     return ready
 
 
-def opening(cluster: SimulatedCluster) -> str:
+def opening(cluster: Stage) -> str:
     """Sets the scene before the job starts; returns its headline."""
     cluster.add_workload(BATCH, cluster.slots - 1, 1, 0)
-    cluster.reconcile()
     return f"a batch job holds {cluster.slots - 1} of the {cluster.slots} CPU slots"
 
 
@@ -79,7 +97,7 @@ def acts(dwell_steps: int) -> list[Act]:
 class Story:
     """Plays the acts in order."""
 
-    def __init__(self, cluster: SimulatedCluster, dwell_steps: int) -> None:
+    def __init__(self, cluster: Stage, dwell_steps: int) -> None:
         self.headline = opening(cluster)
         self._acts = acts(dwell_steps)
         self.played = 0
@@ -94,7 +112,7 @@ class Story:
         """Every act has been played."""
         return self.played == len(self._acts)
 
-    def advance(self, t: Training, cluster: SimulatedCluster) -> Act | None:
+    def advance(self, t: Training, cluster: Stage) -> Act | None:
         """Plays the next act if it is ready; returns it."""
         if self.done:
             return None

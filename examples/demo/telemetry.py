@@ -1,7 +1,8 @@
 """What the job is doing, read the way a user would: the world record and the agents' metrics.
 
-* the **world** (generation, members, finished) from the local membership store's record
-  (``<store>/<job>/world.json``, docs/elastic.md §2);
+* the **world** (generation, members, finished) from the membership store's record
+  (``<store>/<job>/world.json`` on one machine, ConfigMap ``edl-<job>-world`` on Kubernetes,
+  docs/elastic.md §2);
 * **throughput** from each agent's ``edl_trainer_samples_total`` (per-pod increments, so a pod
   that leaves takes nothing back), **rescale pauses** from each survivor's
   ``edl_trainer_rescale_pause_seconds`` histogram and ``detect`` phase counter (a new count
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class Rescale:
     largest), once they reported it."""
     detect_s: float | None = None
     """From the change (a pod joining or leaving) to the decision: the debounce."""
+    trained: bool = False
+    """The new world trained (a world formed as the job ended may never have)."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,25 @@ class Training:
     loss_step: int | None
 
 
-def read_world(store: Path, job: str) -> World:
-    """The job's world record; an empty world while there is none (or it is half-written)."""
+def parse_world(text: str) -> World:
+    """A world record's JSON; an empty world when it is not one (yet, or half-written)."""
     try:
-        raw = json.loads((store / job / "world.json").read_text())
+        raw = json.loads(text)
         return World(int(raw["generation"]), len(raw["members"]), bool(raw.get("finished")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return World()
+
+
+def local_world(store: Path, job: str) -> Callable[[], World]:
+    """Reads the local membership store's record (``--membership local:<store>``)."""
+
+    def read() -> World:
+        try:
+            return parse_world((store / job / "world.json").read_text())
+        except OSError:
+            return World()
+
+    return read
 
 
 @dataclass
@@ -89,15 +104,15 @@ class _LogTail:
 class JobTelemetry:
     """Accumulates what the job did, one :meth:`observe` per tick."""
 
-    store: Path
-    job: str
+    read_world: Callable[[], World]
     global_batch: int
     rate_window_s: float = 3.0
     samples: float = 0.0
     world: World = field(default_factory=World)
-    rescales: list[Rescale] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    """Member counts of the worlds the job trained in, in order, repeats collapsed."""
+    changes: list[Rescale] = field(default_factory=list)
+    """Every world change seen, the latest possibly not trained in yet."""
+    first_size: int = 0
+    """The first world's size, once it trained."""
     loss: float | None = None
     loss_step: int | None = None
     _pods: dict[str, _PodCounters] = field(default_factory=dict)
@@ -105,28 +120,31 @@ class JobTelemetry:
     _rate: deque[tuple[float, float]] = field(default_factory=deque)
     _world_start_samples: float = 0.0
 
-    def observe(self, now: float, agents: Mapping[str, tuple[int, Path]]) -> Training:
-        """One look at the world, every agent (pod -> (metrics port, log file)) and the logs.
+    def observe(self, now: float, agents: Mapping[str, tuple[str, int, Path]]) -> Training:
+        """One look at the world, every agent (pod -> (host, metrics port, log file)), the logs.
 
         The world is read first: a generation is written before any trainer re-initialises,
         so a pause an agent reports belongs to the latest world change seen.
         """
-        world = read_world(self.store, self.job)
+        world = self.read_world()
         if world.generation != self.world.generation and world.members:
             if self.world.members and world.members != self.world.members:
-                self.rescales.append(
+                self.changes.append(
                     Rescale(now, world.generation, self.world.members, world.members)
                 )
-            if not self.sizes or self.sizes[-1] != world.members:
-                self.sizes.append(world.members)
             self._world_start_samples = self.samples
         if world.members or world.finished:
             self.world = world
-        for pod, (port, log) in agents.items():
-            self._scrape(pod, port)
+        for pod, (host, port, log) in agents.items():
+            self._scrape(pod, host, port)
             self._read_loss(log)
         for gone in set(self._pods) - set(agents):
             del self._pods[gone]
+        if self.samples > self._world_start_samples:  # the current world has trained
+            if not self.first_size:
+                self.first_size = self.world.members
+            if self.changes and not self.changes[-1].trained:
+                self.changes[-1] = replace(self.changes[-1], trained=True)
         self._rate.append((now, self.samples))
         while len(self._rate) > 2 and now - self._rate[1][0] >= self.rate_window_s:
             self._rate.popleft()
@@ -135,8 +153,8 @@ class JobTelemetry:
         steps = int((self.samples - self._world_start_samples) // self.global_batch)
         return Training(self.world, self.samples, rate, steps, self.loss, self.loss_step)
 
-    def _scrape(self, pod: str, port: int) -> None:
-        m = scrape(port)
+    def _scrape(self, pod: str, host: str, port: int) -> None:
+        m = scrape(port, host)
         if m is None:
             return
         seen = self._pods.setdefault(pod, _PodCounters())
@@ -150,12 +168,12 @@ class JobTelemetry:
         detect = m.get(_DETECT, 0.0)
         if count is None or total is None:
             return
-        if count > seen.pause_count and self.rescales:  # this survivor waited through one more
+        if count > seen.pause_count and self.changes:  # this survivor waited through one more
             new = count - seen.pause_count
             pause = (total - seen.pause_sum) / new
             detected = (detect - seen.detect) / new
-            r = self.rescales[-1]
-            self.rescales[-1] = replace(
+            r = self.changes[-1]
+            self.changes[-1] = replace(
                 r,
                 pause_s=max(pause, r.pause_s or 0.0),
                 detect_s=max(detected, r.detect_s or 0.0),
@@ -180,7 +198,17 @@ class JobTelemetry:
                 self.loss_step, self.loss = step, float(m.group(2))
 
     @property
+    def rescales(self) -> list[Rescale]:
+        """The world changes the job trained through."""
+        return [r for r in self.changes if r.trained]
+
+    @property
+    def sizes(self) -> list[int]:
+        """Sizes of the worlds the job trained in, in order."""
+        return ([self.first_size] if self.first_size else []) + [r.after for r in self.rescales]
+
+    @property
     def last_pause(self) -> Rescale | None:
         """The latest rescale whose pause is known."""
-        known = [r for r in self.rescales if r.pause_s is not None]
+        known = [r for r in self.changes if r.pause_s is not None]
         return known[-1] if known else None

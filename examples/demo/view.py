@@ -27,26 +27,39 @@ class Sizer:
 
 
 @dataclass(frozen=True)
+class ClusterState:
+    """The cluster's side of a frame: the Deployment, its pods, the node, the HPA."""
+
+    replicas: int
+    """The Deployment's replicas (what the HPA set)."""
+    workers: str
+    """The workers' states, e.g. "2 running, 1 starting"."""
+    slots: str
+    """The node's slots, e.g. "[T T S]"."""
+    free_slots: int
+    trainer_slots: int
+    other_slots: int
+    pending_priority: int
+    """Pending pods of other, higher-priority work (waiting for room)."""
+    hpa_read: str
+    """What the HPA read at its last sync, e.g. "3"."""
+    hpa_desired: int | None
+
+
+@dataclass(frozen=True)
 class Status:
     """Everything one frame shows."""
 
     t: float
+    title: str
+    """Where the job runs, e.g. "on a simulated 3-slot node"."""
     headline: str
     act: int
     acts: int
     training: Training
     progress: float
     """0-1: samples trained / samples the job will train."""
-    replicas: int
-    """The Deployment's replicas (what the HPA set)."""
-    hpa_read: str
-    """What the HPA read at its last sync, e.g. "3" or "(error)"."""
-    hpa_desired: int | None
-    workers: str
-    """The workers' states, e.g. "2 running, 1 starting"."""
-    slots: str
-    """The node's slots, e.g. "[T T S]"."""
-    free_slots: int
+    cluster: ClusterState
     sizer: Sizer | None
     last_pause: Rescale | None
     events: Sequence[str]
@@ -75,18 +88,19 @@ def panel(s: Status) -> list[str]:
         if s.sizer is not None
         else "(no decision yet)"
     )
+    c = s.cluster
     hpa = (
         "(no sync yet)"
-        if s.hpa_desired is None
-        else f"reads desired_replicas {s.hpa_read} -> sets replicas {s.hpa_desired}"
+        if c.hpa_desired is None
+        else f"reads desired_replicas {c.hpa_read} -> sets replicas {c.hpa_desired}"
     )
     lines = [
-        f"EDL demo: elastic job ml/digits on a simulated 3-slot node          t = {s.t:6.1f} s",
+        f"EDL demo: elastic job ml/digits {s.title}    t = {s.t:6.1f} s",
         f"  story     {s.act}/{s.acts}  {s.headline}",
-        f"  slots     {s.slots}  free {s.free_slots}   (T trainer, B batch, S service, . free)",
+        f"  slots     {c.slots}  free {c.free_slots}   (T trainer, B batch, S service, . free)",
         f"  sizer     {sizer}",
         f"  HPA       {hpa}",
-        f"  workers   {s.workers}",
+        f"  workers   {c.workers} (Deployment replicas {c.replicas})",
         f"  world     generation {t.world.generation}, {t.world.members} member(s)"
         + (" (finished)" if t.world.finished else ""),
         f"  training  {_fmt(t.samples_per_second, '6.0f')} samples/s   loss "
@@ -103,7 +117,7 @@ def status_line(s: Status) -> str:
     t = s.training
     return (
         f"{s.t:6.1f} s  world {t.world.members} (gen {t.world.generation})  replicas "
-        f"{s.replicas}  free slots {s.free_slots}  "
+        f"{s.cluster.replicas}  free slots {s.cluster.free_slots}  "
         f"{_fmt(t.samples_per_second, '.0f')} samples/s  loss {_fmt(t.loss, '.4f')}  "
         f"{100 * s.progress:.0f} %"
     )

@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
-from examples.demo.report import Summary, turning_points
+from examples.demo.report import Sample, Summary, turning_points
 from examples.demo.story import SERVICE, Story
-from examples.demo.telemetry import JobTelemetry, Training, World
-from examples.demo.view import Status, panel, progress_bar
+from examples.demo.telemetry import JobTelemetry, Training, World, local_world
+from examples.demo.view import ClusterState, Status, panel, progress_bar
 from metrics_adapter.sizing import snapshot_from_dict
 
 
@@ -78,6 +78,7 @@ def test_the_files_are_what_the_adapter_parses(tmp_path: Path) -> None:
 def test_the_story_waits_for_what_the_job_did() -> None:
     c = SimulatedCluster(JobSpec(), slots=3)
     story = Story(c, dwell_steps=10)
+    c.reconcile()
     assert c.free_slots() == 0 and "2 of the 3" in story.headline
     assert story.advance(_training(1, 9), c) is None
     assert story.advance(_training(1, 10), c) is not None and c.free_slots() == 2
@@ -119,24 +120,35 @@ def test_the_summary_says_no_when_a_sample_was_missed(tmp_path: Path) -> None:
     assert any("(MISMATCH)" in line for line in summary.lines())
 
 
-def test_telemetry_reads_the_world_record(tmp_path: Path) -> None:
+def test_telemetry_counts_the_worlds_the_job_trained_in(tmp_path: Path) -> None:
     (tmp_path / "digits").mkdir()
-    t = JobTelemetry(tmp_path, "digits", global_batch=64)
+    record = tmp_path / "digits" / "world.json"
+    t = JobTelemetry(local_world(tmp_path, "digits"), global_batch=64)
     assert t.observe(0.0, {}).world == World()
-    (tmp_path / "digits" / "world.json").write_text('{"generation": 2, "members": [{}, {}]}')
+    record.write_text('{"generation": 2, "members": [{}, {}]}')
     t.observe(1.0, {})
-    (tmp_path / "digits" / "world.json").write_text('{"generation": 3, "members": [{}]}')
+    t.samples += 64  # what a scrape adds
+    t.observe(1.5, {})
+    record.write_text('{"generation": 3, "members": [{}]}')
     assert t.observe(2.0, {}).world == World(3, 1)
-    assert t.sizes == [2, 1]
-    assert [(r.generation, r.before, r.after) for r in t.rescales] == [(3, 2, 1)]
+    assert [(r.generation, r.before, r.after, r.trained) for r in t.changes] == [(3, 2, 1, False)]
+    assert t.sizes == [2] and t.rescales == []  # generation 3 has not trained yet
+    t.samples += 64
+    assert t.observe(2.5, {}).steps_in_world == 1
+    assert t.sizes == [2, 1] and [r.generation for r in t.rescales] == [3]
 
 
 def test_the_panel_shows_every_figure() -> None:
-    status = Status(
-        t=12.0, headline="the service leaves", act=3, acts=3, training=_training(3, 5),
-        progress=0.5, replicas=3, hpa_read="3", hpa_desired=3, workers="3 running",
-        slots="[T T T]", free_slots=0, sizer=None, last_pause=None, events=["e1"],
+    cluster = ClusterState(
+        replicas=3, workers="3 running", slots="[T T T]", free_slots=0, trainer_slots=3,
+        other_slots=0, pending_priority=0, hpa_read="3", hpa_desired=3,
     )  # fmt: skip
+    status = Status(
+        t=12.0, title="on a test", headline="the service leaves", act=3, acts=3,
+        training=_training(3, 5), progress=0.5, cluster=cluster, sizer=None, last_pause=None,
+        events=["e1"],
+    )  # fmt: skip
+    assert Sample.of(status).trainer_slots == 3
     text = "\n".join(panel(status))
     for needle in ("3/3", "[T T T]", "reads desired_replicas 3 -> sets replicas 3", "e1"):
         assert needle in text
