@@ -160,6 +160,7 @@ def write_png(
     timeline: Sequence[Sample],
     rescales: Sequence[Rescale],
     acts: Sequence[tuple[float, str]],
+    where: str,
 ) -> None:
     """Throughput, world size, slots and loss against time (matplotlib, Agg backend)."""
     import matplotlib
@@ -172,7 +173,7 @@ def write_png(
     rate, world, slots, loss = axes
     rate.plot(t, [_nan(s.samples_per_second) for s in timeline], color="tab:blue")
     rate.set_ylabel("samples/s")
-    rate.set_title("EDL demo: digits grows into freed slots, shrinks for a priority service")
+    rate.set_title(f"EDL demo {where}: digits grows into freed slots, shrinks for a service")
     world.step(t, [s.world for s in timeline], where="post", label="world size", color="k")
     world.step(t, [s.replicas for s in timeline], where="post", label="replicas (HPA)",
                color="tab:orange", linestyle="--")  # fmt: skip

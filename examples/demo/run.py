@@ -146,6 +146,9 @@ class Demo:
         """Stops what is left of the job; returns the agents' non-zero exit statuses."""
         raise NotImplementedError
 
+    def shutdown(self) -> None:
+        """Stops the cluster's own parts (before every process left is ended)."""
+
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -155,6 +158,7 @@ class Demo:
             reference, train_samples = self._reference()
             summary = self._play(reference, train_samples)
         finally:
+            self.shutdown()
             self.procs.close(grace_s=10.0)
         for line in summary.lines():
             self.say("  " + line)
@@ -263,7 +267,9 @@ class Demo:
         )  # fmt: skip
         summary.story_complete = story.done
         summary.crashes = len(crashes)
-        write_png(self.opts.out / "report.png", timeline, telemetry.rescales, self.log.acts)
+        write_png(
+            self.opts.out / "report.png", timeline, telemetry.rescales, self.log.acts, self.title
+        )
         return summary
 
     def telemetry(self) -> JobTelemetry:
