@@ -132,8 +132,12 @@ class Summary:
                     f"{r.t:5.1f} s as the job ended: it trained no step"
                 )
                 continue
-            pause = "not reported" if r.pause_s is None else f"{r.pause_s:.2f} s"
-            detect = "" if r.detect_s is None else f" (decided {r.detect_s:.1f} s after the change)"
+            pause = (
+                "not reported by the agents (see the survivors' logs)"
+                if r.pause_s is None
+                else f"{r.pause_s:.2f} s"
+            )
+            detect = "" if r.detect_s is None else f", decided {r.detect_s:.1f} s after the change"
             out.append(
                 f"rescale: generation {r.generation}, {r.before} -> {r.after} workers at "
                 f"{r.t:5.1f} s: training paused {pause}{detect}"
