@@ -13,7 +13,7 @@ A job grows into freed capacity, shrinks for a higher-priority arrival and loses
 * :mod:`.telemetry` the world record and the agents' metrics; :mod:`.view` the live panel or
   plain lines; :mod:`.report` the summary (ledger, one-process reference) and the PNG;
 * :mod:`.processes` every child in its own session, a subreaper and a parent-death signal:
-  no process outlives the demo; :mod:`.run` one run, tick by tick.
+  no process outlives the demo; :mod:`.run` one run, tick by tick; :mod:`.cli` the options.
 
 It is a package rather than one file because each part has one job and the unit tests take
 them one at a time (``tests/unit/demo``); ``make demo-cluster`` (:mod:`.on_cluster`) replays

@@ -33,7 +33,7 @@ import requests
 import yaml
 from kubernetes import config
 
-from examples.demo.__main__ import main
+from examples.demo.cli import main
 from examples.demo.control import HPA_FILE
 from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
 from examples.demo.story import Stage
@@ -322,7 +322,7 @@ class ClusterDemo(Demo):
 
         return JobTelemetry(read, self.opts.global_batch)
 
-    def agents(self) -> dict[str, tuple[str, int, Path]]:
+    def sync_agents(self) -> dict[str, tuple[str, int, Path]]:
         """The trainer pods whose processes the pod runner runs."""
         running: dict[str, str] = self.runner.running()
         return {

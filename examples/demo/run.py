@@ -7,7 +7,8 @@ summary and the PNG). :class:`EmbeddedDemo` is ``make demo``: each tick its kube
 and stops agents for the simulated cluster's pods, the HPA model syncs on the adapter's
 ``desired_replicas`` when a sync period has passed and sets the Deployment's replicas, the
 ReplicaSet and the scheduler react, and the cluster files are rewritten for the adapter.
-``make demo-cluster`` is :class:`examples.demo.on_cluster.ClusterDemo`.
+``make demo-cluster`` is :class:`examples.demo.on_cluster.ClusterDemo`; both start from
+:mod:`examples.demo.cli`.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ class Demo:
         """Once the story has set the scene: the other work runs, then the job starts."""
         raise NotImplementedError
 
-    def agents(self) -> dict[str, tuple[str, int, Path]]:
-        """The job's running agents: pod -> (host, metrics port, log file)."""
+    def sync_agents(self) -> dict[str, tuple[str, int, Path]]:
+        """Brings the agents in line with the pods; returns the running ones: pod -> (host,
+        metrics port, log file)."""
         raise NotImplementedError
 
     def react(self, t: float) -> None:
@@ -236,7 +238,7 @@ class Demo:
                 if t > deadline:
                     raise DemoError(f"the job did not finish within {o.timeout_s:.0f} s; logs in "
                                     f"{self.work}")  # fmt: skip
-                training = telemetry.observe(t, self.agents())
+                training = telemetry.observe(t, self.sync_agents())
                 self._note_world(telemetry, training, t)
                 if training.world.finished:
                     finished_at = finished_at or t
@@ -354,8 +356,8 @@ class EmbeddedDemo(Demo):
         self.say("")
         self._sync_pods(self.now())
 
-    def agents(self) -> dict[str, tuple[str, int, Path]]:
-        """The kubelet's agents."""
+    def sync_agents(self) -> dict[str, tuple[str, int, Path]]:
+        """The kubelet's sync, then its agents."""
         self._sync_pods(self.now())
         return {n: ("127.0.0.1", a.port, a.log) for n, a in self.kubelet.agents.items()}
 
