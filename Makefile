@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane monitoring-crds lint unit integration e2e bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -25,21 +25,26 @@ system-deps:
 controlplane:
 	@bash tests/e2e/controlplane/build.sh >/dev/null
 
+# prometheus-operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs from its Go module (cached),
+# for the e2e schema check of manifests/monitoring.
+monitoring-crds:
+	@bash scripts/fetch-prometheus-operator-crds.sh >/dev/null
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: venv
+unit: venv system-deps
 	@bash scripts/pytest-layer.sh unit
 
 integration: venv system-deps
 	@bash scripts/pytest-layer.sh integration
 
-e2e: venv system-deps controlplane
+e2e: venv system-deps controlplane monitoring-crds
 	@bash scripts/pytest-layer.sh e2e
 
-test: venv system-deps controlplane lint
+test: venv system-deps controlplane monitoring-crds lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
 # The whole loop on this machine, no cluster (about 2 minutes on 2 cores): examples/demo/.

@@ -448,6 +448,22 @@ def serve(settings: AdapterSettings) -> int:
         raise ConfigError("--source prometheus needs --prometheus-url")
     if settings.static_file is not None:
         load_static_pods(settings.static_file)
+    if settings.sizing:
+        from metrics_adapter.sizing import backends
+
+        backends.check(settings)
+        needs_cluster = {settings.sizing_capacity, settings.sizing_history} & {
+            "kubernetes",
+            "configmap",
+        }
+        if needs_cluster:
+            try:
+                make_api_client(settings.kubeconfig)
+            except SourceError as e:
+                raise ConfigError(
+                    f"--sizing with {' and '.join(sorted(needs_cluster))} needs a cluster: {e} "
+                    "(without one: --sizing-capacity static --sizing-history memory)"
+                ) from e
     if settings.source is SourceKind.KUBERNETES:
         try:
             make_api_client(settings.kubeconfig)

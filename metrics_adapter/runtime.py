@@ -6,6 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -175,10 +176,13 @@ class AdapterRuntime:
         s = self.settings
         if s.static_file is None:
             raise ConfigError("--source static needs --static-file")
-        static = StaticPodDiscovery(s.static_file, self.pods, self.store, s.reload_interval)
+        self._static_pods(s.static_file)
+        self.components.append(self._scraper())
+
+    def _static_pods(self, path: Path) -> None:
+        static = StaticPodDiscovery(path, self.pods, self.store, self.settings.reload_interval)
         static.load()
         self.components.append(static)
-        self.components.append(self._scraper())
 
     def _kubernetes_sources(self) -> None:
         from metrics_adapter.sources.kubernetes import KubernetesPodDiscovery
@@ -202,9 +206,7 @@ class AdapterRuntime:
     def _prometheus_sources(self) -> None:
         s = self.settings
         if s.static_file:
-            static = StaticPodDiscovery(s.static_file, self.pods, self.store, s.reload_interval)
-            static.load()
-            self.components.append(static)
+            self._static_pods(s.static_file)
         if not s.prometheus_url:
             raise ConfigError("--source prometheus needs --prometheus-url")
         self.components.append(

@@ -1,4 +1,5 @@
-"""Reads the shipped Grafana dashboards and the metrics contract, for the dashboard tests."""
+"""Reads the shipped Grafana dashboards, the metrics contract and the series other exporters
+(kube-state-metrics, kube-apiserver) provide, for the dashboard and alert-rule tests."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 CONTRACT = ROOT / "docs" / "metrics-contract.md"
+MONITORING_DOC = ROOT / "docs" / "monitoring.md"
 
 # Grafana macros and variables, replaced by literals so the expression is plain PromQL.
 _MACROS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 _VARIABLE = re.compile(r"\$(\w+)")
 _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# Series names EDL's queries read: its own, kube-state-metrics' and kube-apiserver's. A name
+# right after `:` or a word character is part of a recording rule's name, not a series.
+_SERIES = re.compile(r"(?<![\w:])(?:edl|kube|aggregator)_[a-z_]+")
+_LABEL_VALUES = re.compile(r"label_values\((.+),\s*\w+\)")
 
 
 @dataclass(frozen=True)
@@ -44,27 +50,51 @@ def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def queries() -> list[PanelQuery]:
+    """Every PromQL expression of every dashboard: panel targets, annotations, and the series
+    selector inside each `label_values(...)` variable."""
     found = []
     for path in DASHBOARDS:
         dashboard = load(path)
         for panel in panels(dashboard):
             for target in panel.get("targets", []):
                 found.append(PanelQuery(path.name, panel["title"], target["expr"]))
+        for annotation in dashboard.get("annotations", {}).get("list", []):
+            if "expr" in annotation:
+                found.append(
+                    PanelQuery(path.name, f"annotation {annotation['name']}", annotation["expr"])
+                )
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] == "query":
+                match = _LABEL_VALUES.fullmatch(variable["query"]["query"])
+                assert match, f"{path.name}: variable {variable['name']} is not label_values()"
+                found.append(PanelQuery(path.name, f"variable {variable['name']}", match[1]))
     return found
+
+
+def _first_column_names(doc: Path, prefix: str) -> set[str]:
+    pattern = rf"^\| `({prefix}[a-z_]+)"
+    return {m.group(1) for m in re.finditer(pattern, doc.read_text(), re.MULTILINE)}
 
 
 def contract_series() -> set[str]:
     """Series names in the first column of the contract's tables (`name{labels}` → name)."""
-    names = set()
-    for match in re.finditer(r"^\| `(edl_[a-z_]+)", CONTRACT.read_text(), re.MULTILINE):
-        names.add(match.group(1))
-    return names
+    return _first_column_names(CONTRACT, "edl_")
+
+
+def external_series() -> set[str]:
+    """kube-state-metrics and kube-apiserver series listed in docs/monitoring.md's tables."""
+    return _first_column_names(MONITORING_DOC, "(?:kube|aggregator)_")
+
+
+def exported_series() -> set[str]:
+    """Everything a dashboard or a rule may read."""
+    return contract_series() | external_series()
 
 
 def series_in(expr: str) -> set[str]:
-    """EDL series an expression reads, with histogram suffixes folded into the family name."""
+    """Series an expression reads, with histogram suffixes folded into the family name."""
     names = set()
-    for name in re.findall(r"\bedl_[a-z_]+", expr):
+    for name in _SERIES.findall(expr):
         for suffix in _HISTOGRAM_SUFFIXES:
             if name.endswith(suffix) and name.endswith("_seconds" + suffix):
                 name = name[: -len(suffix)]

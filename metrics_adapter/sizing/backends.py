@@ -95,3 +95,19 @@ def build(registry: dict[str, Callable[[BackendContext], Any]], name: str, what:
     if factory is None:
         raise ConfigError(f"unknown {what} {name!r} (one of {', '.join(sorted(registry))})")
     return factory(ctx)
+
+
+def check(settings: AdapterSettings) -> None:
+    """Fail before serving: unknown backend names, a static source without a valid file.
+
+    Raises:
+        ConfigError: one line saying what is wrong.
+    """
+    for registry, name, what in (
+        (CAPACITY_SOURCES, settings.sizing_capacity, "capacity source"),
+        (HISTORY_STORES, settings.sizing_history, "history store"),
+    ):
+        if name not in registry:
+            raise ConfigError(f"unknown {what} {name!r} (one of {', '.join(sorted(registry))})")
+    if settings.sizing_capacity == "static":
+        _static_capacity(BackendContext(settings, lambda: None, lambda _: None))

@@ -34,6 +34,7 @@ marginal speed-up 0.71".
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,7 +186,8 @@ class _State:
     error: str | None = None
     reason: Reason | None = None
     waiting: bool = False
-    shrunk_for: list[str] = field(default_factory=list)
+    shrunk_for: list[tuple[str, int]] = field(default_factory=list)
+    """(pod or job key, its priority) this job gave workers up for."""
     grown: list[str] = field(default_factory=list)
     """Nodes the workers added this round went to."""
     room_before: dict[str, Resources] = field(default_factory=dict)
@@ -280,7 +282,7 @@ def _place_pod(packing: Packing, states: dict[str, _State], pod: Pod) -> Demand:
                 s = states[job_key]
                 packing.release(on, s.job.worker, job_key)
                 s.count -= 1
-                s.shrunk_for.append(pod.key)
+                s.shrunk_for.append((pod.key, pod.priority))
     if node is not None:
         packing.place(node, pod.requests)
     return Demand(pod.key, pod.priority, pod.requests, node)
@@ -309,7 +311,7 @@ def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> No
         trial.place(node, job.worker, job.key)
         counts[job.key] += 1
     for job_key in shrunk:
-        states[job_key].shrunk_for.append(job.key)
+        states[job_key].shrunk_for.append((job.key, job.priority))
     for job_key, count in counts.items():
         states[job_key].count = count
 
@@ -332,7 +334,7 @@ def _make_room(
         cost = 0.0
         while not requests.fits_in(room):
             options = []
-            for job_key in sorted(packing.workers):
+            for job_key in sorted(packing.by_node.get(node.name, ())):
                 s = states.get(job_key)
                 if s is None or s.error is not None or job_key == exclude:
                     continue
@@ -398,30 +400,32 @@ def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: floa
 def _grow_greedily(
     packing: Packing, candidates: list[_State], policy: SizingPolicy, now: float
 ) -> None:
-    active = list(candidates)
-    while active:
-        best: tuple[tuple[float, int, float, str], _State, str] | None = None
-        for s in list(active):
-            blocked = _growth_block(s, policy, now)
-            node = None
-            if blocked is None:
-                node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
-                blocked = Reason.NO_CAPACITY if node is None else None
-            if blocked is not None or node is None:
-                s.reason = blocked
-                active.remove(s)
-                continue
-            score = s.job.weight * s.curve.marginal(s.count) / max(s.share, 1e-12)
-            order = (-score, -s.job.priority, s.job.arrival, s.job.key)
-            if best is None or order < best[0]:
-                best = (order, s, node)
-        if best is None:
-            return
-        _, s, node = best
+    """One worker at a time to the best job, until no job can grow.
+
+    A job's score depends only on its own size, so a heap keeps the order; a job that is
+    blocked or does not fit stays out (room only shrinks during growth).
+    """
+
+    def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
+        score = s.job.weight * s.curve.marginal(s.count) / max(s.share, 1e-12)
+        return (-score, -s.job.priority, s.job.arrival, s.job.key), s
+
+    heap = [entry(s) for s in candidates]
+    heapq.heapify(heap)
+    while heap:
+        _, s = heapq.heappop(heap)
+        blocked = _growth_block(s, policy, now)
+        node = None
+        if blocked is None:
+            node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
+        if node is None:
+            s.reason = blocked or Reason.NO_CAPACITY
+            continue
         s.room_before.setdefault(node, packing.free[node])
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
         s.grown.append(node)
+        heapq.heappush(heap, entry(s))
 
 
 def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
@@ -484,18 +488,18 @@ def _limiting_part(room: Resources, worker: Resources) -> Resources:
 def _message(s: _State, desired: int, reason: Reason) -> str:
     job = s.job
     if s.shrunk_for:
-        who = ", ".join(sorted(set(s.shrunk_for))[:3])
-        more = len(set(s.shrunk_for)) - 3
+        claims = sorted(set(s.shrunk_for))
+        who = ", ".join(f"{key} (priority {p})" for key, p in claims[:3])
+        more = f" and {len(claims) - 3} more" if len(claims) > 3 else ""
         return (
-            f"shrank to {desired}: room for pending work of priority >= {job.priority} "
-            f"({who}{f' and {more} more' if more > 0 else ''})"
+            f"shrank to {desired}: made room for {who}{more}; the job's priority is {job.priority}"
         )
     if s.grown:
         node = min(s.room_before)
         room = _limiting_part(s.room_before[node].clamped(), job.worker)
         step = f" (+{len(s.grown)})" if len(s.grown) > 1 else ""
-        more = len(s.room_before) - 1
-        where = f"{node}" + (f" and {more} more node{'s' if more > 1 else ''}" if more else "")
+        others = len(s.room_before) - 1
+        where = node + (f" and {others} more node{'s' if others > 1 else ''}" if others else "")
         return (
             f"grew to {desired}{step}: {room.describe()} free on {where}, "
             f"marginal speed-up {s.curve.marginal(desired - 1):.2f}"

@@ -338,12 +338,11 @@ def assemble(
         names[job.key] = d.job
     last_growth: dict[str, float] = {}
     out_pods = []
+    owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
     for record in sorted(pods, key=lambda r: (r.pod.namespace, r.pod.name)):
         pod = record.pod
-        owner = next(
-            (d for d in per_namespace.get(pod.namespace, ()) if d.selector.matches(record.labels)),
-            None,
-        )
+        index = owners.get(pod.namespace)
+        owner = index.owner(record.labels) if index is not None else None
         if owner is not None:
             key = f"{owner.namespace}/{owner.name}"
             pod = Pod(
@@ -361,6 +360,39 @@ def assemble(
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
     )
+
+
+class _SelectorIndex:
+    """Finds the first Deployment (by name) whose selector matches a pod's labels.
+
+    Selectors that start with an equality (``app=trainer``) are indexed by it, so a pod is
+    checked against the few Deployments that could match, not against all of them.
+    """
+
+    def __init__(self, deployments: list[DeploymentRecord]) -> None:
+        self._order = {d.name: i for i, d in enumerate(deployments)}
+        self._by_pair: dict[tuple[str, str], list[DeploymentRecord]] = {}
+        self._keys: list[str] = []
+        self._other: list[DeploymentRecord] = []
+        for d in deployments:
+            first = d.selector.requirements[0] if d.selector.requirements else None
+            if first is not None and first.operator is Operator.EQUALS:
+                if first.key not in self._keys:
+                    self._keys.append(first.key)
+                self._by_pair.setdefault((first.key, first.values[0]), []).append(d)
+            else:
+                self._other.append(d)
+
+    def owner(self, labels: Mapping[str, str]) -> DeploymentRecord | None:
+        found = [
+            d
+            for key in self._keys
+            if key in labels
+            for d in self._by_pair.get((key, labels[key]), ())
+            if d.selector.matches(labels)
+        ]
+        found += [d for d in self._other if d.selector.matches(labels)]
+        return min(found, key=lambda d: self._order[d.name]) if found else None
 
 
 def _with_error(job: Job, message: str) -> Job:

@@ -156,12 +156,12 @@ class Sizer:
         for key, d in sorted(published.plan.jobs.items()):
             if d.limited_by is Reason.FALLBACK:
                 reason = "SizingFallback"
+            elif d.limited_by is Reason.WAITING:
+                reason = "SizingWaiting"
             elif d.desired > d.current:
                 reason = "SizingGrow"
             elif d.desired < d.current:
                 reason = "SizingShrink"
-            elif d.limited_by is Reason.WAITING:
-                reason = "SizingWaiting"
             else:
                 self._emitted.pop(key, None)
                 continue

@@ -112,7 +112,7 @@ class Resources:
 
     def to_dict(self) -> dict[str, float]:
         """``{"cpu": cores, "memory": bytes, "nvidia.com/gpu": devices}``."""
-        return {"cpu": self.cpu, "memory": self.memory, GPU: self.gpu}
+        return {"cpu": float(self.cpu), "memory": float(self.memory), GPU: float(self.gpu)}
 
 
 def _le(need: float, have: float) -> bool:

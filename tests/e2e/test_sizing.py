@@ -111,6 +111,19 @@ class SizingAdapters:
             return None
         return int(parse_quantity(items[0]["value"]))
 
+    def debug_page(self, adapter: MetricsAdapter) -> dict[str, Any]:
+        """`/debug/sizing` of `adapter` (the plan it serves)."""
+        assert self.cp.pki is not None
+        r = requests.get(
+            f"{adapter.url}/debug/sizing",
+            cert=(str(self.cp.pki.admin.cert), str(self.cp.pki.admin.key)),
+            verify=str(self.cp.pki.ca.cert),
+            timeout=5,
+        )
+        r.raise_for_status()
+        page: dict[str, Any] = r.json()
+        return page
+
     def both(self, namespace: str, job: str) -> tuple[int | None, int | None]:
         return self.served(self.a, namespace, job), self.served(self.b, namespace, job)
 
@@ -416,6 +429,8 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
     # (TCPStore on a new master port) on a second growth in a row; the agent's own e2e test
     # covers the in-process path on 1 -> 3 -> 2 -> 1.
     container = elastic_container(tmp_path, agent_kubeconfig, "process", TRAIN_ARGS)
+    # All pods share the host's network namespace here: free trainer ports, not 36543/36544.
+    container["env"].append({"name": "EDL_TRAINER_PORTS", "value": "auto"})
     apps.create_namespaced_deployment(
         ns, trainer_deployment("trainer", "digits", 1, container, 1, 3, SERVICE_ACCOUNT)
     )
@@ -470,6 +485,10 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
         assert any("Insufficient cpu" in m for m in unscheduled), unscheduled
         wait_for(lambda: training_at(2), timeout_s=120, what="the job shrunk to 2", describe=logs)
         settled(2, "shrunk for the high-priority pod")
+        page = sizing.debug_page(sizing.a)
+        mine = [j for j in page["plan"]["jobs"] if j["job"] == f"{ns}/trainer"]
+        print(f"/debug/sizing after the shrink (this job):\n{json.dumps(mine, indent=1)}")
+        assert mine and mine[0]["desired"] == 2
 
         sizing.b.register()  # the HPA asks the other replica from now on
         sizing.b.wait_available(timeout_s=60)
@@ -497,9 +516,13 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
             _reap_trainers(tmp_path)
             client.SchedulingV1Api(api).delete_priority_class(urgent_class)
 
-    # Sizes: grew (1 ->) 2 -> 3, shrank to 2 for the urgent pod, grew back to 3.
-    assert world.sizes[-3:] == [3, 2, 3], world.history
-    assert world.sizes[:-3] in ([1, 2], [2], [1]), world.history
+    # What the sizer and the HPA did: 1 -> 2 -> 3, 2 for the urgent pod, 3 again.
+    replicas = [
+        r[1] for i, r in enumerate(timeline.rows) if i == 0 or timeline.rows[i - 1][1] != r[1]
+    ]
+    assert replicas == [1, 2, 3, 2, 3], timeline.table()
+    # And the world followed (a member that crashed and rejoined would add a dip).
+    assert world.sizes[-3:] == [3, 2, 3] and set(world.sizes) <= {1, 2, 3}, world.history
     problems, epochs = _partial_ledger_problems(tmp_path / "ledger")
     assert problems == [], problems
     assert epochs >= 1, "not one epoch completed: the test says nothing about exactly-once"

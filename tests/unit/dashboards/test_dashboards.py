@@ -1,4 +1,5 @@
-"""The shipped Grafana dashboards load, are portable, and query only series the agent exports."""
+"""The shipped Grafana dashboards load, are portable, pick a job by its job label, and query
+only series that exist (the agent's, the adapter's, kube-state-metrics')."""
 
 from __future__ import annotations
 
@@ -8,16 +9,24 @@ import pytest
 
 from tests.dashboards_support import (
     DASHBOARDS,
+    MONITORING_DOC,
+    ROOT,
     contract_series,
+    exported_series,
     load,
     panels,
     queries,
     series_in,
 )
+from tests.kustomize_support import render
 
 
 def test_there_are_dashboards() -> None:
-    assert len(DASHBOARDS) >= 2
+    assert {p.name for p in DASHBOARDS} >= {
+        "edl-training-job.json",
+        "edl-gpu.json",
+        "edl-adapter.json",
+    }
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
@@ -37,7 +46,8 @@ def test_dashboard_is_portable_classic_json(path) -> None:
         ref_ids = [t["refId"] for t in panel["targets"]]
         assert len(ref_ids) == len(set(ref_ids)), panel["title"]
         for target in panel["targets"]:
-            used = set(re.findall(r"\$(\w+)", target["expr"])) - {
+            # `$1` is label_replace's group reference, which Grafana leaves alone.
+            used = set(re.findall(r"\$([A-Za-z_]\w*)", target["expr"])) - {
                 "__rate_interval",
                 "__interval",
                 "__range",
@@ -45,21 +55,97 @@ def test_dashboard_is_portable_classic_json(path) -> None:
             assert used <= variables, f"{panel['title']}: undefined variables {used - variables}"
 
 
-def test_every_query_reads_only_contract_series() -> None:
-    known = contract_series()
-    assert "edl_trainer_samples_total" in known  # the contract parsed at all
+def test_every_query_reads_only_exported_series() -> None:
+    known = exported_series()
+    # every table parsed: the agent's, the adapter's own, the sizing, kube-state-metrics'
+    assert {
+        "edl_trainer_samples_total",
+        "edl_adapter_scrapes_total",
+        "edl_adapter_sizing_desired_replicas",
+        "kube_horizontalpodautoscaler_spec_max_replicas",
+    } <= known
     for query in queries():
         used = series_in(query.expr)
-        assert used, f"{query.dashboard} / {query.panel}: reads no EDL series"
+        assert used, f"{query.dashboard} / {query.panel}: reads no known series"
         unknown = used - known
         assert not unknown, f"{query.dashboard} / {query.panel}: not exported: {sorted(unknown)}"
 
 
+def test_the_adapter_dashboard_shows_every_adapter_series() -> None:
+    adapter_queries = [q for q in queries() if q.dashboard == "edl-adapter.json"]
+    shown = set().union(*(series_in(q.expr) for q in adapter_queries))
+    adapter_series = {n for n in contract_series() if n.startswith("edl_adapter_")}
+    missing = (
+        adapter_series
+        - shown
+        - {
+            # per-job figures are on the training-job dashboard
+            "edl_adapter_sizing_marginal_speedup",
+            "edl_adapter_sizing_min_replicas",
+            "edl_adapter_sizing_max_replicas",
+        }
+    )
+    assert not missing, sorted(missing)
+
+
+@pytest.mark.parametrize("name", ["edl-training-job.json", "edl-gpu.json"])
+def test_job_dashboards_pick_the_job_by_its_job_label(name: str) -> None:
+    dashboard = load(ROOT / "dashboards" / name)
+    variables = [v["name"] for v in dashboard["templating"]["list"]]
+    assert variables.index("namespace") < variables.index("job") < variables.index("pod")
+    job = dashboard["templating"]["list"][variables.index("job")]
+    assert job["query"]["query"].endswith(", job)")
+    cluster_wide = {"variable namespace", "variable job", "Cluster: free share of allocatable"}
+    for query in queries():
+        if query.dashboard == name and query.panel not in cluster_wide:
+            assert 'job=~"$job"' in query.expr, query.panel
+
+
+def test_the_training_dashboard_has_hpa_sizing_and_rescale_annotations() -> None:
+    dashboard = load(ROOT / "dashboards" / "edl-training-job.json")
+    read = set().union(
+        *(series_in(q.expr) for q in queries() if q.dashboard == "edl-training-job.json")
+    )
+    assert {
+        "kube_horizontalpodautoscaler_status_desired_replicas",
+        "kube_horizontalpodautoscaler_status_current_replicas",
+        "kube_horizontalpodautoscaler_spec_max_replicas",
+        "edl_adapter_sizing_desired_replicas",
+        "edl_adapter_sizing_limited_by",
+        "edl_adapter_sizing_free",
+    } <= read
+    annotations = {a["name"]: a["expr"] for a in dashboard["annotations"]["list"]}
+    assert "edl_trainer_generation" in annotations["World changes"]
+
+
+def test_the_monitoring_doc_lists_every_panel() -> None:
+    doc = " ".join(MONITORING_DOC.read_text().split())
+    for path in DASHBOARDS:
+        dashboard = load(path)
+        assert f"`{path.name}`" in doc, path.name
+        for panel in panels(dashboard):
+            assert f"{panel['title']}" in doc, f"{path.name}: panel {panel['title']!r} undocumented"
+
+
+def test_the_kustomization_ships_every_dashboard_to_the_grafana_namespace() -> None:
+    maps = [d for d in render("dashboards") if d["kind"] == "ConfigMap"]
+    shipped = {name for d in maps for name in d["data"]}
+    assert shipped == {p.name for p in DASHBOARDS}
+    for d in maps:
+        assert d["metadata"]["namespace"] == "monitoring"
+        assert d["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
 def test_series_folding_catches_an_unknown_name() -> None:
     # The check above must be able to fail: a misspelt series is reported.
-    assert series_in("rate(edl_trainer_sample_total[1m])") - contract_series() == {
+    assert series_in("rate(edl_trainer_sample_total[1m])") - exported_series() == {
         "edl_trainer_sample_total"
     }
+    assert series_in("kube_horizontalpodautoscaler_max_replicas") - exported_series() == {
+        "kube_horizontalpodautoscaler_max_replicas"
+    }
+    # recording rules' names are not series
+    assert series_in("namespace_job:edl_trainer_samples:rate2m > 0") == set()
     assert series_in("edl_trainer_step_duration_seconds_bucket") == {
         "edl_trainer_step_duration_seconds"
     }

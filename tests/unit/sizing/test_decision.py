@@ -135,7 +135,9 @@ def test_protected_pending_pod_shrinks_the_lowest_marginal_value_first() -> None
     plan = decide(nodes(2), pods, [a, b], now=100.0)
     assert desired(plan) == {"a": 4, "b": 2}
     assert reasons(plan) == {"a": "no_capacity", "b": "protected_demand"}
-    assert plan.jobs["ns/b"].message.startswith("shrank to 2: room for pending work of priority")
+    assert plan.jobs["ns/b"].message == (
+        "shrank to 2: made room for web/urgent (priority 100); the job's priority is 0"
+    )
     assert [(d.pod, d.node) for d in plan.protected] == [("web/urgent", "node-2")]
 
 

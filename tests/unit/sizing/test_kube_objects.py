@@ -220,3 +220,27 @@ def test_unsupported_selector_is_a_problem_not_a_crash() -> None:
 def test_timestamps() -> None:
     assert timestamp("1970-01-01T00:01:00Z") == 60.0
     assert timestamp(None) == 0.0 and timestamp("yesterday") == 0.0
+
+
+def test_pods_go_to_the_first_deployment_by_name_whose_selector_matches() -> None:
+    def dep(name: str, selector: dict[str, Any]) -> Any:
+        d = deployment(name)
+        d["spec"]["selector"] = selector
+        return deployment_from(d)
+
+    deps = [
+        dep("b-eq", {"matchLabels": {"app": "x"}}),
+        dep("a-expr", {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["t"]}]}),
+        dep("c-two", {"matchLabels": {"app": "x", "role": "w"}}),
+        dep("d-other", {"matchLabels": {"team": "y"}}),
+    ]
+    cases = {
+        "p1": ({"app": "x"}, "ml/b-eq"),
+        "p2": ({"app": "x", "tier": "t"}, "ml/a-expr"),  # a-expr sorts first
+        "p3": ({"app": "x", "role": "w"}, "ml/b-eq"),
+        "p4": ({"team": "y"}, "ml/d-other"),
+        "p5": ({"app": "z"}, None),
+    }
+    records = [r for r in (pod_from(pod(n, labels, "n1")) for n, (labels, _) in cases.items()) if r]
+    snap = assemble([], records, [d for d in deps if d is not None], [])
+    assert {p.name: p.job for p in snap.pods} == {n: want for n, (_, want) in cases.items()}

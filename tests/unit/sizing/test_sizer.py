@@ -289,3 +289,15 @@ def test_event_names_are_deterministic() -> None:
     c = replace(a, generation=8)
     assert a.name == b.name != c.name
     assert a.name.startswith("trainer.edl-sizing.")
+
+
+def test_a_waiting_job_is_told_so_once() -> None:
+    clock = Clock()
+    gpu_job = snapshot(replicas=0, bound=0)
+    job = replace(gpu_job.jobs[0], worker=Resources(cpu=1, gpu=1))
+    sizer, provider, events, _ = build(StaticCapacitySource(replace(gpu_job, jobs=(job,))), clock)
+    sizer.run_once()
+    sizer.run_once()
+    assert served(provider) == [1.0]  # its minimum, though nothing fits: the pod waits
+    assert [e.reason for e in events.seen] == ["SizingWaiting"]
+    assert "1 GPU" in events.seen[0].message
