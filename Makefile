@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane monitoring-crds lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane monitoring-crds images lint unit integration e2e bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -24,6 +24,12 @@ system-deps:
 # kube-apiserver, kube-controller-manager and etcd built from the Go module proxy (cached).
 controlplane:
 	@bash tests/e2e/controlplane/build.sh >/dev/null
+
+# Container images (adapter, CPU trainer) with podman, buildah or docker; see docs/install.md.
+# BASE_IMAGE=... builds on that image instead of the local Debian base; IMAGE_REPO=... names them;
+# EDL_IMAGES="adapter trainer trainer-gpu" adds the GPU trainer. Unchanged images are not rebuilt.
+images:
+	@bash scripts/build-images.sh
 
 # prometheus-operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs from its Go module (cached),
 # for the e2e schema check of manifests/monitoring.

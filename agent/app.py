@@ -6,10 +6,14 @@ an agent with fakes (an NVML fake, a stub trainer) and nothing is global.
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
+from prometheus_client import Info
 from prometheus_client.registry import CollectorRegistry
 
+import agent
 from agent.collectors.gpu import GpuCollector, Nvml
 from agent.collectors.health import CollectorHealth, GuardedCollector, HealthCollector
 from agent.collectors.process import ProcessTreeMeter, TrainerProcessCollector
@@ -40,4 +44,11 @@ def create_registry(
     for name, collector in guarded.items():
         registry.register(GuardedCollector(name, collector, health))
     registry.register(HealthCollector(health))
+    Info("edl_agent_build", "Version of the agent (1 per process).", registry=registry).info(
+        {
+            "version": agent.__version__,
+            "revision": os.environ.get("EDL_BUILD_REVISION", "unknown"),
+            "python_version": platform.python_version(),
+        }
+    )
     return registry

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
+import agent
 from agent.app import create_registry
 from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
@@ -62,6 +63,7 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
     a plain agent must not pay for (seconds of import, warnings on stderr).
     """
     parser = _Parser(prog="edl-agent", description="EDL per-pod agent.")
+    parser.add_argument("--version", action="version", version=f"edl-agent {agent.__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=_Parser)
     run = sub.add_parser(
         "run",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import metrics_adapter
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.durations import parse_duration
 from metrics_adapter.errors import ConfigError, SourceError
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="edl-adapter",
         description="EDL metrics adapter: serves training metrics to the Kubernetes HPA "
         "through custom.metrics.k8s.io (v1beta1, v1beta2) and external.metrics.k8s.io.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"edl-adapter {metrics_adapter.__version__}"
     )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(

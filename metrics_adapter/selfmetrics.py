@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+import platform
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.process_collector import ProcessCollector
+
+import metrics_adapter
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _AGE_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
@@ -15,6 +20,15 @@ class AdapterMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         ProcessCollector(registry=registry)
+        Info(
+            "edl_adapter_build", "Version of the adapter (1 per process).", registry=registry
+        ).info(
+            {
+                "version": metrics_adapter.__version__,
+                "revision": os.environ.get("EDL_BUILD_REVISION", "unknown"),
+                "python_version": platform.python_version(),
+            }
+        )
         self.request_duration = Histogram(
             "edl_adapter_request_duration_seconds",
             "Time to answer an API request, by route and HTTP code.",

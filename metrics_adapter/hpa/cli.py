@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+import metrics_adapter
 from metrics_adapter.hpa.controller import ControllerSettings
 from metrics_adapter.hpa.errors import HpaError, QuantityError
 from metrics_adapter.hpa.manifest import load_hpa, manifest_with_behavior
@@ -131,6 +132,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The `edl-hpa` command line."""
     parser = _Parser(prog="edl-hpa", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"edl-hpa {metrics_adapter.__version__}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     simulate = commands.add_parser("simulate", help="replay a trace through the HPA model")
     _common(simulate)

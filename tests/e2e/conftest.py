@@ -7,6 +7,8 @@
 * `e2e_ns` (per test): a fresh namespace with a pod runner (the stand-in kubelet); a test
   that parametrizes `kubelet_nodes` gets Node objects and a runner that only runs the pods
   the scheduler bound to them (it must run kube-scheduler: `ControlPlane.start_scheduler`).
+* `edl_images` (session): EDL's container images from `make images`, built before any test
+  starts when a selected test uses them.
 * When a test fails, the tail of every component's log is attached to its report.
 """
 
@@ -30,6 +32,7 @@ from kubernetes import client, config
 
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
+from tests.e2e.harness.install import ensure_images
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.processes import HarnessError
@@ -57,6 +60,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _BUILD["bin"] = ensure_binaries()
     except HarnessError as e:
         _BUILD["error"] = e
+    if any("edl_images" in getattr(item, "fixturenames", ()) for item in session.items):
+        try:  # `make images` (cached), also before any test's clock starts
+            _BUILD["images"] = ensure_images()
+        except HarnessError as e:
+            _BUILD["images_error"] = e
 
 
 @pytest.hookimpl(wrapper=True)
@@ -104,6 +112,14 @@ def control_plane() -> Iterator[ControlPlane]:
     finally:
         cp.stop()
         _LOG_SOURCES.remove(cp)
+
+
+@pytest.fixture(scope="session")
+def edl_images() -> dict[str, str]:
+    """EDL's images built by `make images` (podman): `adapter` and `trainer` -> reference."""
+    if "images_error" in _BUILD:
+        raise _BUILD["images_error"]
+    return dict(_BUILD.get("images") or ensure_images())
 
 
 @pytest.fixture(scope="session")

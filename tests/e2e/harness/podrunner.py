@@ -7,7 +7,10 @@ can listen on the same container port, as in a real cluster), starts its first c
 expansion and the common `fieldRef`s, as the kubelet does), and reports it through the real
 `pods/status` subresource: `Running`, `podIP(s)`, `startTime`, conditions, container status;
 `Ready` once the readiness probe (or the first container port) answers. When the pod is deleted
-the process is stopped.
+the process is stopped. With `PodRunnerSettings.processes` set to
+`containers.PodmanContainers` the pods run from their images instead (podman, host network);
+an image that is not there shows as the kubelet shows it: a waiting container with reason
+`ErrImagePull`.
 
 Two modes. Without `nodes` (the default) the runner runs every pod of its namespace and
 leaves them unbound (no `nodeName`), so a ReplicaSet scale-down deletes them at once; no
@@ -28,9 +31,10 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 from kubernetes import client, watch
@@ -117,6 +121,43 @@ def _field_ref(pod: Any, path: str, pod_ip: str) -> str:
     raise ValueError(f"fieldRef {path!r} is not supported by the e2e pod runner")
 
 
+class StartFailure(Exception):
+    """The container cannot be started (its image is missing, say): shown as the kubelet shows
+    it, a `waiting` container status with this reason and message, and retried on the pod's
+    next event."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+class PodProcesses(Protocol):
+    """How a pod's container becomes a process: a local command or a container image."""
+
+    def process(
+        self, name: str, pod: Any, container: Any, env: dict[str, str], log: Path
+    ) -> ManagedProcess:
+        """The (not yet started) process for `container`; raises StartFailure if it cannot be."""
+        ...
+
+
+class LocalProcesses:
+    """Runs the container's `command + args` as a local process (the image is not used)."""
+
+    def process(
+        self, name: str, pod: Any, container: Any, env: dict[str, str], log: Path
+    ) -> ManagedProcess:
+        c = container
+        argv = [expand(a, env) for a in [*(c.command or []), *(c.args or [])]]
+        if not argv:
+            raise ValueError("container has no command: local processes cannot run images")
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        cwd = Path(c.working_dir) if c.working_dir else REPO_ROOT
+        return ManagedProcess(name, argv, log, env=env, cwd=cwd)
+
+
 @dataclass
 class _RunningPod:
     uid: str
@@ -154,6 +195,8 @@ class PodRunnerSettings:
     """Server-side watch timeout; bounds how long `stop()` waits for the watch thread."""
     nodes: tuple[NodeSpec, ...] = ()
     """Node objects to be the kubelet of (empty: run every pod, unbound)."""
+    processes: PodProcesses = field(default_factory=LocalProcesses)
+    """Local processes, or containers from the pods' images (harness/containers.py)."""
 
 
 class PodRunner:
@@ -289,19 +332,14 @@ class PodRunner:
                 env[var.name] = _field_ref(pod, var.value_from.field_ref.field_path, ip)
             else:
                 env[var.name] = expand(var.value or "", env)
-        argv = [expand(a, env) for a in [*(c.command or []), *(c.args or [])]]
-        if not argv:
-            raise ValueError("container has no command: the pod runner cannot run images")
-        if argv[0] == "python":
-            argv[0] = sys.executable
         name = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        process = ManagedProcess(
-            name,
-            argv,
-            s.log_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log",
-            env=env,
-            cwd=Path(c.working_dir) if c.working_dir else REPO_ROOT,
-        )
+        log = s.log_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
+        try:
+            process = s.processes.process(name, pod, c, env, log)
+        except StartFailure as e:
+            self.addresses.give_back(ip)
+            self._patch_waiting(pod, c, e)
+            return
         running = _RunningPod(
             uid=pod.metadata.uid,
             namespace=pod.metadata.namespace,
@@ -316,7 +354,7 @@ class PodRunner:
         process.start()
         with self._lock:  # only now, so the supervisor never sees a not-yet-started process
             self._pods[running.uid] = running
-        self.events.append(f"{_now()} started {name} at {ip} pid={process.pid}: {argv}")
+        self.events.append(f"{_now()} started {name} at {ip} pid={process.pid}: {process.argv}")
         self._patch_status(running, ready=False)
         if probe is None:
             running.ready = True
@@ -325,10 +363,16 @@ class PodRunner:
     @staticmethod
     def _probe_of(c: Any, ports: list[int]) -> tuple[str, int, str] | None:
         rp = c.readiness_probe
+        named = {p.name: p.container_port for p in (c.ports or []) if p.name}
         if rp is not None and rp.http_get is not None:
-            return ("http", int(rp.http_get.port), rp.http_get.path or "/")
+            scheme = "https" if (rp.http_get.scheme or "").upper() == "HTTPS" else "http"
+            return (
+                scheme,
+                int(named.get(rp.http_get.port, rp.http_get.port)),
+                rp.http_get.path or "/",
+            )
         if rp is not None and rp.tcp_socket is not None:
-            return ("tcp", int(rp.tcp_socket.port), "")
+            return ("tcp", int(named.get(rp.tcp_socket.port, rp.tcp_socket.port)), "")
         if ports:
             return ("tcp", ports[0], "")
         return None
@@ -399,8 +443,10 @@ class PodRunner:
         assert p.probe is not None
         kind, port, path = p.probe
         try:
-            if kind == "http":
-                r = requests.get(f"http://{p.ip}:{port}{path}", timeout=1)
+            if kind in ("http", "https"):  # like the kubelet: HTTPS without verifying the cert
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    r = requests.get(f"{kind}://{p.ip}:{port}{path}", timeout=1, verify=False)
                 return 200 <= r.status_code < 400
             with socket.create_connection((p.ip, port), timeout=1):
                 return True
@@ -443,6 +489,32 @@ class PodRunner:
         self.core.patch_namespaced_pod_status(
             p.name,
             p.namespace,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+            _request_timeout=10,
+        )
+
+    def _patch_waiting(self, pod: Any, c: Any, failure: StartFailure) -> None:
+        """Pending with a waiting container, as the kubelet reports an image it cannot pull.
+
+        Times are the pod's creation time, so a repeated failure is a no-op patch (no event).
+        """
+        since = pod.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+        waiting = {"reason": failure.reason, "message": failure.message}
+        status = {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": since},
+                {"type": "Ready", "status": "False", "lastTransitionTime": since},
+            ],
+            "containerStatuses": [
+                {"name": c.name, "image": c.image or "", "imageID": "", "ready": False,
+                 "started": False, "restartCount": 0, "state": {"waiting": waiting}}
+            ],
+        }  # fmt: skip
+        self.core.patch_namespaced_pod_status(
+            pod.metadata.name,
+            pod.metadata.namespace,
             {"status": status},
             _content_type="application/merge-patch+json",
             _request_timeout=10,

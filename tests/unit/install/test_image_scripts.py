@@ -1,0 +1,71 @@
+"""`make images` with no builder to be had: one line that says what to install."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.kustomize_support import ROOT
+
+
+def test_no_builder_and_no_apt_get_is_one_line_naming_what_to_install(tmp_path: Path) -> None:
+    empty_path = tmp_path / "bin"  # no podman, buildah, docker or apt-get on PATH
+    empty_path.mkdir()
+    done = subprocess.run(
+        ["/bin/bash", str(ROOT / "scripts/install-image-tools.sh")],
+        env={"PATH": str(empty_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert "install podman" in line and "docker" in line, line
+
+
+def test_a_builder_named_but_not_usable_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["/bin/bash", str(ROOT / "scripts/install-image-tools.sh")],
+        env={"PATH": str(tmp_path), "EDL_IMAGE_BUILDER": "docker"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert "EDL_IMAGE_BUILDER=docker" in line and "daemon" in line, line
+
+
+def deps(*extras: str, paddle: str = "") -> list[str]:
+    done = subprocess.run(
+        ["python3", str(ROOT / "images/pyproject-deps.py"), str(ROOT / "pyproject.toml"), *extras],
+        env={"EDL_PADDLE_REQUIREMENT": paddle, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+def test_the_gpu_build_argument_swaps_only_the_paddle_wheel() -> None:
+    cpu, gpu = deps("paddle", "gpu"), deps("paddle", "gpu", paddle="paddlepaddle-gpu==3.3.1")
+    assert "paddlepaddle==3.3.1" in cpu and "paddlepaddle-gpu==3.3.1" in gpu
+    assert [r for r in cpu if not r.startswith("paddle")] == [
+        r for r in gpu if not r.startswith("paddle")
+    ]
+    assert not any(r.startswith("paddle") for r in deps())  # the adapter gets no Paddle
+
+
+def test_every_image_requirement_is_pinned() -> None:
+    pins = {
+        line.split("==")[0].lower()
+        for line in (ROOT / "images/constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    for requirement in deps("paddle", "gpu"):
+        name = requirement.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
+        assert name.lower().replace("_", "-") in pins, requirement

@@ -1,0 +1,65 @@
+"""The install overlays: what each one leaves out, rendered with `kubectl kustomize`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.kustomize_support import ROOT, render
+
+
+def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+def test_custom_only_is_the_base_without_the_external_apiservice() -> None:
+    base, custom = render("manifests/base"), render("manifests/overlays/custom-only")
+    assert names(base) - names(custom) == {("APIService", "v1beta1.external.metrics.k8s.io")}
+    assert names(custom) <= names(base)
+    groups = {d["spec"]["group"] for d in custom if d["kind"] == "APIService"}
+    assert groups == {"custom.metrics.k8s.io"}
+
+
+def test_prometheus_adapter_overlay_installs_only_the_rules() -> None:
+    docs = render("manifests/overlays/prometheus-adapter")
+    (cm,) = docs
+    assert (cm["kind"], cm["metadata"]["namespace"]) == ("ConfigMap", "monitoring")
+    rules = ROOT / "manifests/overlays/prometheus-adapter/rules.yaml"
+    assert cm["data"] == {"config.yaml": rules.read_text()}
+    config = yaml.safe_load(cm["data"]["config.yaml"])
+    for rule in config["rules"] + config["externalRules"]:
+        assert set(rule) == {"seriesQuery", "resources", "name", "metricsQuery"}, rule
+
+
+def test_every_path_the_containerfile_copies_is_in_the_build_context() -> None:
+    """.dockerignore is an allowlist: a COPY of a path it leaves out fails only at build time."""
+    containerfile = (ROOT / "images/Containerfile").read_text()
+    allowed = [
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    copied = []
+    for line in containerfile.splitlines():
+        parts = line.split()
+        if parts[:1] == ["COPY"] and not any(p.startswith("--from") for p in parts):
+            copied += parts[1:-1]
+    assert copied
+    for source in copied:
+        assert (ROOT / source).exists(), source
+        assert any(source == a or source.startswith(f"{a}/") for a in allowed), source
+
+
+def test_the_example_trainer_runs_non_root_with_a_read_only_root() -> None:
+    (deploy,) = [
+        d for d in render("manifests/examples/digits-trainer") if d["kind"] == "Deployment"
+    ]
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/tmp" in mounts  # Paddle and the agent need a writable temp dir
+    assert Path(ROOT / "images/Containerfile").read_text().count("USER 65532:65532") == 2
