@@ -39,6 +39,7 @@ from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions
 from examples.demo.story import Stage
 from examples.demo.telemetry import JobTelemetry, World, parse_world
 from examples.demo.view import ClusterState, Sizer
+from metrics_adapter.quantity import parse_quantity
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.nodes import NodeSpec
@@ -342,7 +343,10 @@ class ClusterDemo(Demo):
         )
         read = "-"
         for m in status.get("currentMetrics") or []:
-            read = str(m.get("external", {}).get("current", {}).get("averageValue", read))
+            average = m.get("external", {}).get("current", {}).get("averageValue")
+            if average is not None:  # the status holds the value per current replica
+                total = parse_quantity(str(average)) * int(status.get("currentReplicas") or 0)
+                read = f"{float(total):g} (status: averageValue {average})"
         self._hpa = (read, status.get("desiredReplicas"))
         events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events").get("items", [])
         for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime"))):

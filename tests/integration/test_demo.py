@@ -51,7 +51,7 @@ def test_demo_grows_shrinks_grows_and_loses_nothing(tmp_path: Path) -> None:
     assert turning_points([int(n) for n in sizes.group(1).split(" -> ")]) == [1, 3, 1, 3], out
     assert re.search(r"rescale: generation \d+, 3 -> 1 workers", out), out[-4000:]
     assert "a higher-priority service arrives" in out
-    assert "shrank to 1: room for pending work" in out
+    assert "shrank to 1: made room for" in out
 
     reference = json.loads((out_dir / "work" / "reference.json").read_text())
     final = json.loads((out_dir / "work" / "result.json").read_text())
