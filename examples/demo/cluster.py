@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from examples.demo.view import TRAINER, PodView
+
 JOB_LABEL = "edl.paddlepaddle.org/job"
 
 
@@ -103,29 +105,13 @@ class SimulatedCluster:
         """CPUs of the node that no bound pod (terminating ones included) holds."""
         return self.slots - sum(p.cpu for p in self.pods if p.node is not None)
 
-    def worker_states(self) -> str:
-        """E.g. "2 running, 1 stopping"."""
-        workers = self.workers()
-        states = {
-            "pending": sum(1 for p in workers if p.node is None),
-            "running": sum(1 for p in workers if p.node is not None and not p.terminating),
-            "stopping": sum(1 for p in workers if p.terminating),
-        }
-        return ", ".join(f"{n} {state}" for state, n in states.items() if n) or "none"
-
-    def slot_map(self) -> str:
-        """The node's slots, e.g. "[T T S] waiting: 1 serving pod(s)" (t: a trainer stopping,
-        other work by its initial, . free)."""
-        marks = []
-        for p in self.pods:
-            if p.node is not None:
-                marks.append(
-                    ("t" if p.terminating else "T") if p.workload is None else p.workload[0].upper()
-                )
-        marks += ["."] * self.free_slots()
-        waiting = [p for p in self.pods if p.node is None and not p.is_worker]
-        more = f" waiting: {len(waiting)} {waiting[0].workload} pod(s)" if waiting else ""
-        return f"[{' '.join(marks)}]{more}"
+    def pod_views(self) -> list[PodView]:
+        """The pods as the frame counts them."""
+        return [
+            PodView(TRAINER if p.is_worker else str(p.workload), p.cpu, p.node is not None,
+                    p.terminating, p.priority)
+            for p in self.pods
+        ]  # fmt: skip
 
     def reconcile(self) -> None:
         """One pass of the ReplicaSet and the scheduler."""

@@ -38,7 +38,7 @@ from examples.demo.control import HPA_FILE
 from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
 from examples.demo.story import Stage
 from examples.demo.telemetry import JobTelemetry, World, parse_world
-from examples.demo.view import ClusterState, Sizer
+from examples.demo.view import ClusterState, PodView, Sizer, cluster_state
 from metrics_adapter.quantity import parse_quantity
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
@@ -377,35 +377,12 @@ class ClusterDemo(Demo):
 
     def cluster_state(self) -> ClusterState:
         """Counted from the pods as the API lists them."""
-        live = [
-            p for p in self._pods if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        pods = [
+            PodView(_app(p), _cpu(p), _bound(p), _deleting(p), int(p["spec"].get("priority", 0)))
+            for p in self._pods
+            if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
         ]
-        workers = [p for p in live if _app(p) == "trainer"]
-        others = [p for p in live if _app(p) != "trainer"]
-        bound = [p for p in live if _bound(p)]
-        marks = [
-            ("t" if _deleting(p) else "T") if _app(p) == "trainer" else _app(p)[0].upper()
-            for p in bound
-        ]
-        free = max(0, 3 - sum(_cpu(p) for p in bound))
-        waiting = [p for p in others if not _bound(p)]
-        states = {
-            "pending": sum(1 for p in workers if not _bound(p)),
-            "running": sum(1 for p in workers if _bound(p) and not _deleting(p)),
-            "stopping": sum(1 for p in workers if _deleting(p)),
-        }
-        more = f" waiting: {len(waiting)} {_app(waiting[0])} pod(s)" if waiting else ""
-        return ClusterState(
-            replicas=self._replicas,
-            workers=", ".join(f"{n} {k}" for k, n in states.items() if n) or "none",
-            slots=f"[{' '.join(marks + ['.'] * free)}]{more}",
-            free_slots=free,
-            trainer_slots=sum(_cpu(p) for p in bound if _app(p) == "trainer"),
-            other_slots=sum(_cpu(p) for p in bound if _app(p) != "trainer"),
-            pending_priority=sum(1 for p in waiting if p["spec"].get("priority", 0) > 0),
-            hpa_read=self._hpa[0],
-            hpa_desired=self._hpa[1],
-        )
+        return cluster_state(pods, KubeStage.slots, self._replicas, *self._hpa)
 
     def drained(self, since_finish: float) -> bool:
         """The finished job's agents idle ready (the example's ``--on-finished idle``)."""

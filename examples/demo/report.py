@@ -58,7 +58,7 @@ class Summary:
     sizes: list[int]
     """Of the worlds the job trained in."""
     rescales: list[Rescale]
-    """Every world change (one formed as the job ended may not have trained)."""
+    """The world changes the job trained through, and those that trained no step, by time."""
     accuracy: float | None
     reference: float
     ledger_problems: list[str] = field(default_factory=list)
@@ -128,8 +128,8 @@ class Summary:
         for r in self.rescales:
             if not r.trained:
                 out.append(
-                    f"generation {r.generation} ({r.before} -> {r.after} workers) formed at "
-                    f"{r.t:5.1f} s as the job ended: it trained no step"
+                    f"generation {r.generation} ({r.after} workers) formed at {r.t:5.1f} s and "
+                    "trained no step (the job ended, or the world changed again first)"
                 )
                 continue
             pause = (

@@ -30,7 +30,15 @@ from examples.demo.processes import ProcessGroup
 from examples.demo.report import Sample, Summary, write_png
 from examples.demo.story import Stage, Story
 from examples.demo.telemetry import JobTelemetry, Training, local_world
-from examples.demo.view import ClusterState, LiveView, PlainView, Sizer, Status, View
+from examples.demo.view import (
+    ClusterState,
+    LiveView,
+    PlainView,
+    Sizer,
+    Status,
+    View,
+    cluster_state,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = ".edl-demo"
@@ -264,7 +272,8 @@ class Demo:
         self.say(f"The job finished after {self.now():.0f} s. Summary:")
         accuracy = json.loads(self.result.read_text())["accuracy"] if self.result.exists() else None
         summary = Summary.build(
-            self.work / "ledger", o.epochs, train_samples, telemetry.sizes, telemetry.changes,
+            self.work / "ledger", o.epochs, train_samples, telemetry.sizes,
+            sorted([*telemetry.rescales, *telemetry.untrained], key=lambda r: r.t),
             accuracy, reference,
         )  # fmt: skip
         summary.story_complete = story.done
@@ -383,18 +392,9 @@ class EmbeddedDemo(Demo):
 
     def cluster_state(self) -> ClusterState:
         """The simulated cluster and the HPA model."""
-        c = self.cluster
-        bound = [p for p in c.pods if p.node is not None]
-        decision = self.hpa.last
-        return ClusterState(
-            replicas=c.replicas, workers=c.worker_states(), slots=c.slot_map(),
-            free_slots=c.free_slots(),
-            trainer_slots=sum(p.cpu for p in bound if p.is_worker),
-            other_slots=sum(p.cpu for p in bound if not p.is_worker),
-            pending_priority=sum(1 for p in c.pods if p.node is None and p.priority > 0),
-            hpa_read=self.hpa.last_read,
-            hpa_desired=decision.desired_replicas if decision else None,
-        )  # fmt: skip
+        c, decision = self.cluster, self.hpa.last
+        desired = decision.desired_replicas if decision else None
+        return cluster_state(c.pod_views(), c.slots, c.replicas, self.hpa.last_read, desired)
 
     def drained(self, since_finish: float) -> bool:
         """The agents exit by themselves (``--on-finished exit``); a minute at most."""

@@ -199,13 +199,25 @@ class JobTelemetry:
 
     @property
     def rescales(self) -> list[Rescale]:
-        """The world changes the job trained through."""
-        return [r for r in self.changes if r.trained]
+        """The world changes the job trained through, each from the last world that trained
+        (a world that formed and changed again before its first step is skipped)."""
+        out, before = [], self.first_size
+        for r in self.changes:
+            if r.trained:
+                if r.after != before:
+                    out.append(replace(r, before=before))
+                before = r.after
+        return out
 
     @property
     def sizes(self) -> list[int]:
         """Sizes of the worlds the job trained in, in order."""
         return ([self.first_size] if self.first_size else []) + [r.after for r in self.rescales]
+
+    @property
+    def untrained(self) -> list[Rescale]:
+        """World changes that trained no step (the job ended, or the world changed again)."""
+        return [r for r in self.changes if not r.trained]
 
     @property
     def last_pause(self) -> Rescale | None:

@@ -15,6 +15,7 @@ from typing import Protocol, TextIO
 from examples.demo.telemetry import Rescale, Training
 
 BAR = 30
+TRAINER = "trainer"
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,23 @@ class Sizer:
     desired: int
     limited_by: str
     message: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A pod as the frame counts it (from the simulated node or from the API)."""
+
+    app: str
+    """``trainer`` for the job's workers, else the other work's name."""
+    cpu: int
+    bound: bool
+    deleting: bool
+    priority: int
+
+    @property
+    def worker(self) -> bool:
+        """One of the job's pods."""
+        return self.app == TRAINER
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,34 @@ class Status:
     sizer: Sizer | None
     last_pause: Rescale | None
     events: Sequence[str]
+
+
+def cluster_state(
+    pods: Sequence[PodView], slots: int, replicas: int, hpa_read: str, hpa_desired: int | None
+) -> ClusterState:
+    """The frame's cluster side from the pods (terminal ones left out by the caller)."""
+    bound = [p for p in pods if p.bound]
+    workers = [p for p in pods if p.worker]
+    states = {
+        "pending": sum(1 for p in workers if not p.bound),
+        "running": sum(1 for p in workers if p.bound and not p.deleting),
+        "stopping": sum(1 for p in workers if p.deleting),
+    }
+    free = max(0, slots - sum(p.cpu for p in bound))
+    marks = [("t" if p.deleting else "T") if p.worker else p.app[0].upper() for p in bound]
+    waiting = [p for p in pods if not p.bound and not p.worker]
+    more = f" waiting: {len(waiting)} {waiting[0].app} pod(s)" if waiting else ""
+    return ClusterState(
+        replicas=replicas,
+        workers=", ".join(f"{n} {state}" for state, n in states.items() if n) or "none",
+        slots=f"[{' '.join(marks + ['.'] * free)}]{more}",
+        free_slots=free,
+        trainer_slots=sum(p.cpu for p in bound if p.worker),
+        other_slots=sum(p.cpu for p in bound if not p.worker),
+        pending_priority=sum(1 for p in waiting if p.priority > 0),
+        hpa_read=hpa_read,
+        hpa_desired=hpa_desired,
+    )
 
 
 def _fmt(value: float | None, spec: str, unit: str = "") -> str:

@@ -11,7 +11,7 @@ from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
 from examples.demo.report import Sample, Summary, turning_points
 from examples.demo.story import SERVICE, Story
 from examples.demo.telemetry import JobTelemetry, Training, World, local_world
-from examples.demo.view import ClusterState, Status, panel, progress_bar
+from examples.demo.view import ClusterState, Status, cluster_state, panel, progress_bar
 from metrics_adapter.sizing import snapshot_from_dict
 
 
@@ -136,6 +136,16 @@ def test_telemetry_counts_the_worlds_the_job_trained_in(tmp_path: Path) -> None:
     t.samples += 64
     assert t.observe(2.5, {}).steps_in_world == 1
     assert t.sizes == [2, 1] and [r.generation for r in t.rescales] == [3]
+    # 1 -> 3 -> 2 with no step at 3 (a member lost while forming): one rescale 1 -> 2
+    record.write_text('{"generation": 4, "members": [{}, {}, {}]}')
+    t.observe(3.0, {})
+    record.write_text('{"generation": 5, "members": [{}, {}]}')
+    t.observe(3.5, {})
+    t.samples += 64
+    t.observe(4.0, {})
+    assert t.sizes == [2, 1, 2]
+    assert [(r.generation, r.before, r.after) for r in t.rescales][-1] == (5, 1, 2)
+    assert [r.generation for r in t.untrained] == [4]
 
 
 def test_the_panel_shows_every_figure() -> None:
@@ -153,3 +163,16 @@ def test_the_panel_shows_every_figure() -> None:
     for needle in ("3/3", "[T T T]", "reads desired_replicas 3 -> sets replicas 3", "e1"):
         assert needle in text
     assert progress_bar(0.5, 10) == "[#####.....]  50 %"
+
+
+def test_the_frame_counts_the_pods_of_the_node() -> None:
+    c = SimulatedCluster(JobSpec(), slots=3)
+    c.replicas = 3
+    c.reconcile()
+    c.add_workload(SERVICE, 2, 1, 1000)
+    c.replicas = 1
+    c.reconcile()
+    state = cluster_state(c.pod_views(), c.slots, c.replicas, "1", 1)
+    assert state.slots == "[T t t] waiting: 2 serving pod(s)"
+    assert state.workers == "1 running, 2 stopping"
+    assert (state.free_slots, state.trainer_slots, state.pending_priority) == (0, 3, 2)
