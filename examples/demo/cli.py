@@ -16,12 +16,12 @@ SHORT = {"epochs": 20, "dwell_steps": 20}
 """The integration test's run: the same story with fewer steps in each act."""
 
 
-def parse(argv: Sequence[str]) -> DemoOptions:
+def parse(argv: Sequence[str], kind: type[Demo] = EmbeddedDemo) -> DemoOptions:
     d = DemoOptions()
     ap = argparse.ArgumentParser(
-        prog="python -m examples.demo",
-        description="EDL's embedded demo: an elastic job grows into freed capacity, shrinks "
-        "for a higher-priority arrival, and loses nothing.",
+        prog=kind.command,
+        description=f"EDL's demo {kind.title}: an elastic job grows into freed capacity, "
+        "shrinks for a higher-priority arrival, and loses nothing (docs/demo.md).",
     )
     ap.add_argument("--epochs", type=int, help=f"epochs of the digits job (default {d.epochs})")
     ap.add_argument(
@@ -46,7 +46,7 @@ def parse(argv: Sequence[str]) -> DemoOptions:
 
 
 def main(argv: Sequence[str] | None = None, kind: type[Demo] = EmbeddedDemo) -> int:
-    opts = parse(sys.argv[1:] if argv is None else argv)
+    opts = parse(sys.argv[1:] if argv is None else argv, kind)
     demo = kind(opts)
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -206,6 +206,7 @@ class ClusterDemo(Demo):
     """``make demo-cluster``: the story on the real control plane."""
 
     title = "on a real control plane (1 node, 3 CPUs)"
+    command = "python -m examples.demo.on_cluster"
 
     def __init__(self, opts: DemoOptions, out: TextIO = sys.stdout) -> None:
         super().__init__(opts, out)

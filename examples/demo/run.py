@@ -97,6 +97,7 @@ class Demo:
     """The shared frame of a demo run; subclasses bring the cluster."""
 
     title = "on a cluster"
+    command = "python -m examples.demo"
 
     def __init__(self, opts: DemoOptions, out: TextIO = sys.stdout) -> None:
         self.opts = opts
