@@ -12,9 +12,9 @@ the process is stopped. With `PodRunnerSettings.processes` set to
 an image that is not there shows as the kubelet shows it: a waiting container with reason
 `ErrImagePull`.
 
-Two modes. Without `nodes` (the default) the runner runs every pod of its namespace and
-leaves them unbound (no `nodeName`), so a ReplicaSet scale-down deletes them at once; no
-scheduler may run then. With `nodes` it is the kubelet of those Node objects
+Two modes of placement. Without `nodes` (the default) the runner runs every pod of its
+namespace and leaves them unbound (no `nodeName`), so a ReplicaSet scale-down deletes them
+at once; no scheduler may run then. With `nodes` it is the kubelet of those Node objects
 (`harness/nodes.py`): it registers them with their allocatable, the real kube-scheduler
 binds pods to them, and it runs only the pods bound to its nodes (a Pending pod waits for
 the scheduler, as on a real cluster).
@@ -173,6 +173,8 @@ class _RunningPod:
     restarts: int = 0
     gave_up: bool = False
     next_restart: float = 0.0
+    stopping: bool = False
+    """Being stopped for a deletion: not restarted, still listed until its process is gone."""
 
 
 @dataclass
@@ -379,9 +381,14 @@ class PodRunner:
 
     def _kill(self, uid: str, pod: Any) -> None:
         with self._lock:
-            running = self._pods.pop(uid, None)
+            running = self._pods.get(uid)
+            if running is not None:
+                running.stopping = True
         if running is not None:
+            # Listed (by `running()`) until the process is gone, then forgotten.
             running.process.stop(grace_s=5)
+            with self._lock:
+                self._pods.pop(uid, None)
             self.addresses.give_back(running.ip)
             self.events.append(f"{_now()} stopped {running.namespace}/{running.name}")
         if pod.metadata.deletion_timestamp is not None:
@@ -412,6 +419,8 @@ class PodRunner:
                     self._error(f"supervise {p.name}: {e!r}")
 
     def _supervise(self, p: _RunningPod) -> None:
+        if p.stopping:
+            return
         if not p.process.alive():
             if p.gave_up:
                 return
