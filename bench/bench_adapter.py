@@ -1,7 +1,8 @@
 """Benchmark of the metrics adapter (printed, never asserted).
 
-For 100, 1,000 and 10,000 pods in the store it starts the real server (gunicorn, one worker,
-the production code path; plain HTTP and TLS), then measures over real HTTP:
+For 100, 1,000 and 10,000 pods in the store it starts the real server (one process: the asyncio
+front end and the app's threads, the production code path; plain HTTP and TLS), then measures
+over real HTTP:
 
 - latency p50/p99 and requests/s of the HPA's query
   ``/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second?labelSelector=...``
@@ -121,7 +122,7 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
 
 
 def serve_hello(port: int) -> None:
-    """The same gunicorn set-up serving a one-line Flask app: the stack's own ceiling."""
+    """The same server serving a one-line Flask app: the stack's own ceiling."""
     from flask import Flask
 
     from metrics_adapter.server import AdapterServer
@@ -299,9 +300,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-def server_rss(master_pid: int) -> float:
-    proc = psutil.Process(master_pid)
-    workers = proc.children()
+def server_rss(pid: int) -> float:
+    """RSS of the serving process (one process: the app lives in it, no pre-fork workers)."""
+    proc = psutil.Process(pid)
+    workers = proc.children() or [proc]
     return sum(p.memory_info().rss for p in workers) / 2**20
 
 
@@ -473,7 +475,7 @@ def main() -> None:
         serve_filled(args.serve, args.port, args.tls, Path(args.workdir))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"bench_adapter: {os.cpu_count()} CPUs visible; server = 1 gunicorn worker, 8 threads")
+    print(f"bench_adapter: {os.cpu_count()} CPUs visible; server = 1 process, 8 app threads")
     print(f"query: GET {QUERY}")
     header = (
         f"{'pods':>6} {'query':>7} {'mode':>5} {'p50 ms':>7} {'p99 ms':>7} {'req/s':>7} "
@@ -483,7 +485,7 @@ def main() -> None:
     p50, p99, rate = bench_hello(4.0)
     print(
         f"{'-':>6} {'hello':>7} {'http':>5} {p50:>7.2f} {p99:>7.2f} {rate:>7.0f}   "
-        "(same gunicorn + Flask serving 'ok': the stack's ceiling on this machine)"
+        "(same server + Flask serving 'ok': the stack's ceiling on this machine)"
     )
     with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
         workdir = Path(tmp)

@@ -31,6 +31,8 @@ from metrics_adapter.settings import AdapterSettings
 log = logging.getLogger(__name__)
 
 PEER_CERT_ENVIRON_KEY = "edl.peer_cert_der"
+HEADER_LINES_ENVIRON_KEY = "edl.header_lines"  # ((lower-case name, value), ...) per line
+USER_ENVIRON_KEY = "edl.user"  # the authenticated user's name, for the access log
 _READ_METHODS = ("GET", "HEAD")
 _STREAM_ABOVE_ITEMS = 2048
 _NO_CREDENTIALS = Credentials({}, {})
@@ -46,13 +48,20 @@ def _json(code: int, body: dict[str, Any], head: bool) -> Response:
 
 
 def _credentials() -> Credentials:
+    """The request's headers as kube-apiserver sees them: one value per header line, verbatim.
+
+    A group named ``a,b`` stays one group. The server passes the lines; a plain WSGI environ
+    (tests) has one value per header name.
+    """
+    environ = request.environ
+    lines = environ.get(HEADER_LINES_ENVIRON_KEY)
+    if lines is None:
+        lines = [(name.lower(), value) for name, value in request.headers.items()]
     lists: dict[str, tuple[str, ...]] = {}
-    for name, value in request.headers.items():
-        key = name.lower()
-        parts = [v.strip() for v in value.split(",")] if key.startswith("x-remote-") else [value]
-        lists[key] = lists.get(key, ()) + tuple(p for p in parts if p)
-    first = {k: v[0] for k, v in lists.items() if v}
-    return Credentials(first, lists, request.environ.get(PEER_CERT_ENVIRON_KEY))
+    for key, value in lines:
+        lists[key] = (*lists.get(key, ()), value)
+    first = {k: v[0] for k, v in lists.items()}
+    return Credentials(first, lists, environ.get(PEER_CERT_ENVIRON_KEY))
 
 
 def create_app(
@@ -162,17 +171,19 @@ def create_app(
                 label = route.label
             except AdapterError as e:
                 path_error = e
+            if route is None or route.kind is not RouteKind.HEALTH:
+                credentials = _credentials() if authenticator.needs_credentials else _NO_CREDENTIALS
+                user = authenticator.authenticate(credentials)
+                environ[USER_ENVIRON_KEY] = user.name
+                if not allow_all:
+                    path = route.path if route is not None else request.path
+                    authorizer.authorize(request_attributes(user, request.method, path))
+            # Only callers allowed to ask learn that the method or the path is wrong.
             if request.method not in _READ_METHODS:
                 raise MethodNotAllowedError(
                     f"the server does not allow this method on the requested resource "
                     f"(method {request.method})"
                 )
-            if route is None or route.kind is not RouteKind.HEALTH:
-                credentials = _credentials() if authenticator.needs_credentials else _NO_CREDENTIALS
-                user = authenticator.authenticate(credentials)
-                if not allow_all:
-                    path = route.path if route is not None else request.path
-                    authorizer.authorize(request_attributes(user, request.method, path))
             if path_error is not None:
                 raise path_error
             assert route is not None

@@ -86,9 +86,37 @@ def build_parser() -> argparse.ArgumentParser:
         False,
         action="store_true",
     )
-    _add(net, "--threads", "request threads of the single gunicorn worker", d.threads, type=int)
+    _add(net, "--threads", "threads running the app (one process)", d.threads, type=int)
     _add(net, "--log-level", "log level (debug, info, warning, error)", d.log_level)
     _add(net, "--access-log", "log every request to stderr", False, action="store_true")
+    limits = serve.add_argument_group(
+        "limits", "Deadlines and sizes against slow or hostile clients (docs/metrics-api.md)."
+    )
+    _add(limits, "--tls-handshake-timeout", "deadline of a TLS handshake", "10s")
+    _add(limits, "--request-header-timeout", "deadline of a request's headers (then 408)", "10s")
+    _add(limits, "--idle-timeout", "how long a keep-alive connection may idle", "90s")
+    _add(limits, "--write-timeout", "how long a client may take to read a response", "30s")
+    _add(
+        limits,
+        "--max-connections",
+        "open connections at most (more are closed at accept)",
+        d.max_connections,
+        type=int,
+    )
+    _add(
+        limits,
+        "--max-requests-inflight",
+        "requests queued or running at most (more get 429)",
+        d.max_requests_inflight,
+        type=int,
+    )
+    _add(
+        limits,
+        "--max-header-bytes",
+        "largest request head (then 431; a longer request line 414)",
+        d.max_header_bytes,
+        type=int,
+    )
 
     src = serve.add_argument_group("sources")
     _add(
@@ -172,6 +200,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples-per-series",
         "samples kept per series (default: enough for the longest window)",
         type=int,
+    )
+    _add(
+        store,
+        "--max-series-per-pod",
+        "label sets kept per pod (new ones beyond are refused, counted and logged)",
+        d.max_series_per_pod,
+        type=int,
+    )
+    _add(
+        store,
+        "--series-prune-after",
+        "drop a label set a pod stopped exposing after this (default: the longest window)",
     )
 
     _add_sizing_options(serve, d)
@@ -390,6 +430,17 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
             threads=int(args.threads),
             log_level=str(args.log_level).lower(),
             access_log=bool(args.access_log),
+            tls_handshake_timeout=parse_duration(args.tls_handshake_timeout),
+            request_header_timeout=parse_duration(args.request_header_timeout),
+            idle_timeout=parse_duration(args.idle_timeout),
+            write_timeout=parse_duration(args.write_timeout),
+            max_connections=int(args.max_connections),
+            max_requests_inflight=int(args.max_requests_inflight),
+            max_header_bytes=int(args.max_header_bytes),
+            max_series_per_pod=int(args.max_series_per_pod),
+            series_prune_after=(
+                parse_duration(args.series_prune_after) if args.series_prune_after else None
+            ),
             sizing=bool(args.sizing),
             sizing_capacity=str(args.sizing_capacity),
             sizing_capacity_file=_path(args.sizing_capacity_file),
@@ -481,6 +532,13 @@ def serve(settings: AdapterSettings) -> int:
                 f"--authorization delegated needs a cluster: {e} "
                 "(for a local demo or test use --authentication none --authorization none)"
             ) from e
+    if settings.authentication is AuthMode.NONE:
+        log.warning("--authentication none: every caller is anonymous (local demos/tests only)")
+    if settings.authorization is AuthMode.NONE:
+        log.warning(
+            "--authorization none: every request is allowed; anyone who can reach the port "
+            "reads every metric (local demos/tests only)"
+        )
     trust = resolve_trust(settings)
     tls_trust = TlsClientTrust()
     cert = None
@@ -492,7 +550,7 @@ def serve(settings: AdapterSettings) -> int:
             )
         except ValueError as e:
             raise ConfigError(str(e)) from e
-        ca_bundle = trust.bundle_file(settings.cert_dir)
+        ca_bundle = trust.ca_bundle()
 
         def context_factory() -> Any:
             context = server_context(cert, ca_bundle)

@@ -136,7 +136,14 @@ class AdapterRuntime:
         self.stale_after = settings.stale_after or max(15.0, 3 * interval)
         capacity = settings.samples_per_series or min(256, math.ceil(window / interval) + 2)
         expire = settings.expire_after or 2 * window + self.stale_after
-        self.store = MetricStore(capacity, expire, clock)
+        self.store = MetricStore(
+            capacity,
+            expire,
+            clock,
+            max_series_per_pod=settings.max_series_per_pod,
+            prune_after=settings.series_prune_after or max(window, self.stale_after),
+            on_refused=self.metrics.series_refused.inc,
+        )
         self.pods = PodRegistry()
         self.service = ScrapedPodsProvider(
             self.pods, MetricEvaluator(self.store, self.stale_after, clock), self.catalogue

@@ -41,7 +41,8 @@ class AdapterMetrics:
         )
         self.scrape_errors = Counter(
             "edl_adapter_scrape_errors_total",
-            "Scrapes that failed, by reason (timeout, connect, status, parse, too_large).",
+            "Scrapes that failed, by reason "
+            "(timeout, connect, status, parse, too_large, too_many_series).",
             ["reason"],
             registry=registry,
         )
@@ -81,6 +82,11 @@ class AdapterMetrics:
         )
         self.store_bytes = Gauge(
             "edl_adapter_store_bytes", "Approximate memory held by the store.", registry=registry
+        )
+        self.series_refused = Counter(
+            "edl_adapter_series_refused_total",
+            "New label sets refused because their pod is at --max-series-per-pod.",
+            registry=registry,
         )
         self.expired = Counter(
             "edl_adapter_expired_pods_total",

@@ -112,11 +112,30 @@ class AdapterSettings:
     auth_cache_ttl: float = 10.0
     """Seconds TokenReview and SubjectAccessReview decisions are cached."""
     threads: int = 8
-    """Request-handling threads of the (single) gunicorn worker."""
+    """Threads running the app (one process; connections wait on the event loop, not here)."""
     log_level: str = "info"
     """Log level."""
     access_log: bool = False
-    """Log every request (gunicorn access log to stderr)."""
+    """Log every request (one line on stderr, with the authenticated user)."""
+    tls_handshake_timeout: float = 10.0
+    """Seconds a TLS handshake may take; slower connections are closed."""
+    request_header_timeout: float = 10.0
+    """Seconds from a request's first byte to the end of its headers; slower gets 408."""
+    idle_timeout: float = 90.0
+    """Seconds a keep-alive connection may wait for its next request."""
+    write_timeout: float = 30.0
+    """Seconds a client may take to read a response before the connection is dropped."""
+    max_connections: int = 1024
+    """Open connections at most; more are closed at accept."""
+    max_requests_inflight: int = 128
+    """Requests queued or running at most; more are answered 429 TooManyRequests."""
+    max_header_bytes: int = 65536
+    """Largest request head (request line and headers); larger is 431 (a longer line 414)."""
+    max_series_per_pod: int = 500
+    """Label sets of the catalogue's series kept per pod; new ones beyond are refused."""
+    series_prune_after: float | None = None
+    """Seconds after which a label set a pod no longer exposes is dropped (default: the
+    longest window, at least --stale-after)."""
     sizing: bool = False
     """Run the sizer and serve the External metric ``desired_replicas`` (docs/sizing.md)."""
     sizing_capacity: str = "kubernetes"

@@ -1,7 +1,14 @@
-"""MetricStore: bounded windows of samples per (pod, series), with staleness expiry."""
+"""MetricStore: bounded windows of samples per (pod, series), with staleness expiry.
+
+Bounded three ways against a hostile pod or reader: samples per series (ring windows), series
+per pod (``max_series_per_pod``: new label sets beyond it are refused, counted and logged;
+label sets not seen for ``prune_after`` are dropped), and memoized values per pod
+(``MEMO_ENTRIES_PER_POD``: distinct ``metricLabelSelector`` texts cannot grow it).
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -10,7 +17,13 @@ from dataclasses import dataclass, field
 from metrics_adapter.pods import PodKey
 from metrics_adapter.window import MetricWindow
 
+log = logging.getLogger(__name__)
+
 LabelSet = tuple[tuple[str, str], ...]
+
+MEMO_ENTRIES_PER_POD = 64
+"""Memoized values kept per pod; a new one beyond this empties the pod's memo first."""
+_REFUSAL_LOG_INTERVAL = 300.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,8 @@ class _PodSeries:
     windows: dict[tuple[str, LabelSet], MetricWindow] = field(default_factory=dict)
     last_ingest: float = 0.0
     memo: dict[Hashable, object] = field(default_factory=dict)
+    last_prune: float = 0.0
+    last_refusal_log: float = -math.inf
 
 
 @dataclass(frozen=True)
@@ -49,12 +64,27 @@ class MetricStore:
         capacity: samples kept per series (oldest dropped first).
         expire_after: seconds after its newest sample that a pod's data is dropped.
         clock: wall-clock seconds (injected for tests).
+        max_series_per_pod: label sets kept per pod; new ones beyond are refused.
+        prune_after: seconds after its newest sample that one label set is dropped
+            (None: never, only the whole pod expires).
+        on_refused: told how many new label sets were refused (the adapter counts them).
     """
 
-    def __init__(self, capacity: int, expire_after: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        expire_after: float,
+        clock: Callable[[], float],
+        max_series_per_pod: int = 500,
+        prune_after: float | None = None,
+        on_refused: Callable[[int], None] | None = None,
+    ) -> None:
         self._capacity = max(2, capacity)
         self.expire_after = expire_after
         self._clock = clock
+        self.max_series_per_pod = max(1, max_series_per_pod)
+        self._prune_after = prune_after
+        self._on_refused = on_refused
         self._lock = threading.RLock()
         self._pods: dict[PodKey, _PodSeries] = {}
 
@@ -64,29 +94,76 @@ class MetricStore:
         """Add one scrape's samples for a pod; returns how many were stored.
 
         Samples without a timestamp get the ingest time; NaN and infinite values are dropped,
-        as are series ``keep`` rejects.
+        as are series ``keep`` rejects and new label sets beyond ``max_series_per_pod``.
         """
         now = self._clock()
-        stored = 0
+        stored = refused = 0
         with self._lock:
             entry = self._pods.get(pod)
             if entry is None:
                 entry = self._pods[pod] = _PodSeries()
+            self._prune(entry, now)
+            windows = entry.windows
             for s in samples:
                 if keep is not None and not keep(s.name):
                     continue
                 if not math.isfinite(s.value):
                     continue
                 key = (s.name, tuple(sorted(s.labels.items())) if s.labels else ())
-                window = entry.windows.get(key)
+                window = windows.get(key)
                 if window is None:
-                    window = entry.windows[key] = MetricWindow(self._capacity)
+                    if len(windows) >= self.max_series_per_pod:
+                        refused += 1
+                        continue
+                    window = windows[key] = MetricWindow(self._capacity)
                 ts = now if s.timestamp is None else s.timestamp
                 if window.add(ts, s.value):
                     stored += 1
             entry.last_ingest = now
             entry.memo.clear()
+            if refused:
+                self._refused(pod, entry, refused, now)
         return stored
+
+    def refuse(self, pod: PodKey, count: int) -> None:
+        """Count and log ``count`` label sets of ``pod`` refused before ingest.
+
+        That is a scrape that alone exceeds ``max_series_per_pod``.
+        """
+        with self._lock:
+            entry = self._pods.get(pod)
+            if entry is None:
+                entry = self._pods[pod] = _PodSeries(last_ingest=self._clock())
+            self._refused(pod, entry, count, self._clock())
+
+    def _refused(self, pod: PodKey, entry: _PodSeries, count: int, now: float) -> None:
+        if self._on_refused is not None:
+            self._on_refused(count)
+        if now - entry.last_refusal_log >= _REFUSAL_LOG_INTERVAL:
+            entry.last_refusal_log = now
+            log.warning(
+                "pod %s/%s exceeds the series cap (%d label sets, --max-series-per-pod): "
+                "refused %d new label sets (logged at most every %.0f s)",
+                pod.namespace,
+                pod.name,
+                self.max_series_per_pod,
+                count,
+                _REFUSAL_LOG_INTERVAL,
+            )
+
+    def _prune(self, entry: _PodSeries, now: float) -> None:
+        """Drop label sets whose newest sample is older than ``prune_after``.
+
+        Runs at most every half of it: the scan is linear in the pod's series.
+        """
+        after = self._prune_after
+        if after is None or now - entry.last_prune < after / 2:
+            return
+        entry.last_prune = now
+        horizon = now - after
+        stale = [k for k, w in entry.windows.items() if w.last_time < horizon]
+        for k in stale:
+            del entry.windows[k]
 
     def windows(self, pod: PodKey, series: str) -> list[tuple[LabelSet, MetricWindow]]:
         """The windows of one series of one pod (empty when unknown)."""
@@ -102,9 +179,12 @@ class MetricStore:
             entry = self._pods.get(pod)
             if entry is None:
                 return compute()
-            if key in entry.memo:
-                return entry.memo[key]
-            value = entry.memo[key] = compute()
+            memo = entry.memo
+            if key in memo:
+                return memo[key]
+            if len(memo) >= MEMO_ENTRIES_PER_POD:
+                memo.clear()
+            value = memo[key] = compute()
             return value
 
     def memoized_batch(
@@ -124,6 +204,8 @@ class MetricStore:
                 if key in memo:
                     append(memo[key])
                 else:
+                    if len(memo) >= MEMO_ENTRIES_PER_POD:
+                        memo.clear()
                     value = memo[key] = compute(pod)
                     append(value)
         return out

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from metrics_adapter.auth.identity import RequestAttributes, UserInfo
 
+# kube-apiserver's verbs for the write methods of resource requests (RequestInfo).
+_RESOURCE_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
 
 def request_attributes(user: UserInfo, method: str, path: str) -> RequestAttributes:
     """Attributes of a request to ``path`` (decoded, no query).
@@ -16,6 +19,7 @@ def request_attributes(user: UserInfo, method: str, path: str) -> RequestAttribu
     parts = [p for p in path.split("/") if p]
     if len(parts) < 4 or parts[0] != "apis":
         return RequestAttributes(user, verb, path, is_resource=False)
+    verb = _RESOURCE_VERBS.get(method, verb)
     group, version, rest = parts[1], parts[2], parts[3:]
     namespace = ""
     if rest[0] == "namespaces" and len(rest) > 1:
@@ -28,6 +32,8 @@ def request_attributes(user: UserInfo, method: str, path: str) -> RequestAttribu
     subresource = rest[2] if len(rest) > 2 else ""
     if verb == "get" and not name:
         verb = "list"
+    elif verb == "delete" and not name:
+        verb = "deletecollection"
     return RequestAttributes(
         user, verb, path, True, namespace, group, version, resource, subresource, name
     )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from cryptography import x509
@@ -36,14 +40,14 @@ def load_ca_bundle(pem: bytes) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(pem)
 
 
-def _issued_by(cert: x509.Certificate, cas: Sequence[x509.Certificate]) -> bool:
+def _issuer(cert: x509.Certificate, cas: Sequence[x509.Certificate]) -> x509.Certificate | None:
     for ca in cas:
         try:
             cert.verify_directly_issued_by(ca)
-            return True
+            return ca
         except (ValueError, TypeError, Exception):
             continue
-    return False
+    return None
 
 
 def _client_auth_allowed(cert: x509.Certificate) -> bool:
@@ -61,22 +65,99 @@ def _common_name(cert: x509.Certificate) -> str:
     return str(names[0].value) if names else ""
 
 
-def _load_peer(der: bytes | None) -> x509.Certificate | None:
-    if not der:
-        return None
+@dataclass(frozen=True, slots=True)
+class _Peer:
+    """A client certificate as far as authentication cares, checked against one CA set."""
+
+    cn: str
+    orgs: tuple[str, ...]
+    client_auth: bool
+    not_before: float
+    not_after: float
+    """The chain's validity: the later start and earlier end of the certificate and its CA."""
+    expiry: str
+
+
+def _check_peer(der: bytes, cas: Sequence[x509.Certificate]) -> _Peer | None:
     try:
-        return x509.load_der_x509_certificate(der)
+        cert = x509.load_der_x509_certificate(der)
     except ValueError:
         return None
+    ca = _issuer(cert, cas)
+    if ca is None:
+        return None
+    not_before = max(cert.not_valid_before_utc, ca.not_valid_before_utc)
+    not_after = min(cert.not_valid_after_utc, ca.not_valid_after_utc)
+    orgs = tuple(
+        str(o.value) for o in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    )
+    return _Peer(
+        _common_name(cert),
+        orgs,
+        _client_auth_allowed(cert),
+        not_before.timestamp(),
+        not_after.timestamp(),
+        f"{not_before:%Y-%m-%dT%H:%M:%SZ} - {not_after:%Y-%m-%dT%H:%M:%SZ}",
+    )
+
+
+class _PeerChecker:
+    """Client certificates of one CA set: parsed and verified once, valid-checked per request.
+
+    A live or resumed TLS session outlives a certificate's expiry, so the handshake's own check
+    is not enough.
+    """
+
+    _MAX = 256
+
+    def __init__(self, cas: Sequence[x509.Certificate], clock: Callable[[], float]) -> None:
+        self._cas = list(cas)
+        self._clock = clock
+        self._cache: dict[bytes, _Peer | None] = {}
+        self._lock = threading.Lock()
+
+    def update(self, cas: Sequence[x509.Certificate]) -> None:
+        """Swap in a new CA set (cached verdicts are dropped)."""
+        with self._lock:
+            self._cas = list(cas)
+            self._cache = {}
+
+    def peer(self, der: bytes | None, what: str) -> _Peer | None:
+        """The certificate if one of the CAs issued it (None otherwise).
+
+        Raises:
+            UnauthorizedError: it is outside its (or its CA's) validity period right now.
+        """
+        if not der:
+            return None
+        cache = self._cache
+        if der in cache:
+            peer = cache[der]
+        else:
+            peer = _check_peer(der, self._cas)
+            with self._lock:
+                if len(self._cache) >= self._MAX:
+                    self._cache = {}
+                self._cache[der] = peer
+        if peer is None:
+            return None
+        now = self._clock()
+        if not peer.not_before <= now <= peer.not_after:
+            raise UnauthorizedError(
+                f"{what}: x509: certificate has expired or is not yet valid (valid {peer.expiry})"
+            )
+        return peer
 
 
 class RequestHeaderAuthenticator:
     """Trusts ``X-Remote-*`` headers only from a client certificate of the requestheader CA.
 
-    The TLS layer has already verified the chain and validity; this checks that the
-    certificate was issued by the requestheader CA, allows client auth, and that its CN is in
-    ``allowed_names`` (any CN when the list is empty), exactly like kube-apiserver's
-    ``--requestheader-*`` options.
+    The certificate must be issued by the requestheader CA, be valid now (checked on every
+    request), allow client auth, and have its CN in ``allowed_names`` (any CN when the list
+    is empty), exactly like kube-apiserver's ``--requestheader-*`` options. Headers are read
+    as kube-apiserver reads them: the user is the first non-empty value of the first user
+    header that has one, groups are every non-empty value line by line (never split on
+    commas), extras every value of every ``<prefix><%-escaped key>`` header.
     """
 
     def __init__(
@@ -87,8 +168,9 @@ class RequestHeaderAuthenticator:
         group_headers: Sequence[str] = ("X-Remote-Group",),
         extra_prefixes: Sequence[str] = ("X-Remote-Extra-",),
         uid_headers: Sequence[str] = (),
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self._cas = list(cas)
+        self._peers = _PeerChecker(cas, clock)
         self._allowed = frozenset(allowed_names)
         self._user_headers = [h.lower() for h in username_headers]
         self._group_headers = [h.lower() for h in group_headers]
@@ -97,57 +179,84 @@ class RequestHeaderAuthenticator:
 
     def update(self, cas: Sequence[x509.Certificate], allowed_names: Sequence[str]) -> None:
         """Swap in a new CA bundle and allowed names (the cluster rotated them)."""
-        self._cas = list(cas)
+        self._peers.update(cas)
         self._allowed = frozenset(allowed_names)
 
     def authenticate(self, credentials: Credentials) -> UserInfo | None:
         """Authenticate a front-proxy request, or None when it is not one."""
-        cert = _load_peer(credentials.peer_cert_der)
-        if cert is None or not _issued_by(cert, self._cas):
+        cert = self._peers.peer(credentials.peer_cert_der, "front-proxy certificate")
+        if cert is None:
             return None
-        if not _client_auth_allowed(cert):
+        if not cert.client_auth:
             raise UnauthorizedError("front-proxy certificate is not valid for client auth")
-        cn = _common_name(cert)
-        if self._allowed and cn not in self._allowed:
-            raise UnauthorizedError(f"x509: subject with cn={cn} is not in the allowed list")
-        lists = {k.lower(): v for k, v in credentials.header_lists.items()}
-        name = next((v for h in self._user_headers for v in lists.get(h, ()) if v), "")
+        if self._allowed and cert.cn not in self._allowed:
+            raise UnauthorizedError(f"x509: subject with cn={cert.cn} is not in the allowed list")
+        lists = credentials.header_lists
+        name = _first_value(lists, self._user_headers)
         if not name:
             return None
-        groups = tuple(v for h in self._group_headers for v in lists.get(h, ()))
+        groups = tuple(v for h in self._group_headers for v in lists.get(h, ()) if v)
         extra: dict[str, tuple[str, ...]] = {}
-        for header, values in lists.items():
-            for prefix in self._extra_prefixes:
-                if header.startswith(prefix) and len(header) > len(prefix):
-                    key = unquote(header[len(prefix) :]).lower()
+        for prefix in self._extra_prefixes:
+            for header, values in lists.items():
+                if header.startswith(prefix):
+                    key = _unescape_extra_key(header[len(prefix) :])
                     extra[key] = extra.get(key, ()) + tuple(values)
-        uid = next((v for h in self._uid_headers for v in lists.get(h, ()) if v), "")
+        uid = _first_value(lists, self._uid_headers)
         return UserInfo(name, groups, extra, uid)
 
 
-class ClientCertAuthenticator:
-    """x509 client certificates of the client CA: user = CN, groups = O (kube-apiserver rule)."""
+def _first_value(lists: Mapping[str, tuple[str, ...]], headers: Sequence[str]) -> str:
+    """Go's ``Header.Get`` over names: the first line of the first header whose first is set."""
+    for h in headers:
+        values = lists.get(h)
+        if values and values[0]:
+            return values[0]
+    return ""
 
-    def __init__(self, cas: Sequence[x509.Certificate]) -> None:
-        self._cas = list(cas)
+
+def _unescape_extra_key(encoded: str) -> str:
+    """``url.PathUnescape``: a malformed escape keeps the key as sent."""
+    if _BAD_ESCAPE_RE.search(encoded):
+        return encoded
+    return unquote(encoded)
+
+
+_BAD_ESCAPE_RE = re.compile(r"%(?![0-9a-fA-F]{2})")
+
+
+class ClientCertAuthenticator:
+    """x509 client certificates of the client CA: user = CN, groups = O (kube-apiserver rule).
+
+    Validity is checked on every request, not only at the handshake.
+    """
+
+    def __init__(
+        self, cas: Sequence[x509.Certificate], clock: Callable[[], float] = time.time
+    ) -> None:
+        self._peers = _PeerChecker(cas, clock)
 
     def update(self, cas: Sequence[x509.Certificate]) -> None:
         """Swap in a new CA bundle."""
-        self._cas = list(cas)
+        self._peers.update(cas)
 
     def authenticate(self, credentials: Credentials) -> UserInfo | None:
         """The certificate's user, or None without a certificate of this CA."""
-        cert = _load_peer(credentials.peer_cert_der)
-        if cert is None or not _issued_by(cert, self._cas):
+        cert = self._peers.peer(credentials.peer_cert_der, "client certificate")
+        if cert is None:
             return None
-        if not _client_auth_allowed(cert):
+        if not cert.client_auth:
             raise UnauthorizedError("client certificate is not valid for client auth")
-        orgs = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
-        return UserInfo(_common_name(cert), tuple(str(o.value) for o in orgs))
+        return UserInfo(cert.cn, cert.orgs)
 
 
 class TokenReviewAuthenticator:
-    """Bearer tokens checked with TokenReview, results cached for ``ttl`` seconds."""
+    """Bearer tokens checked with TokenReview, results cached for ``ttl`` seconds.
+
+    The cache is keyed by the token's SHA-256 (the token itself is not kept) and drops expired
+    entries on every call, so nothing outlives its TTL by more than the time to the next
+    request.
+    """
 
     def __init__(
         self,
@@ -160,34 +269,55 @@ class TokenReviewAuthenticator:
         self._ttl = ttl
         self._clock = clock
         self._max = max_entries
-        self._cache: OrderedDict[str, tuple[float, UserInfo | None]] = OrderedDict()
+        self._cache: OrderedDict[bytes, tuple[float, UserInfo | None]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def cached(self) -> int:
+        """Entries in the cache (none outlive their TTL past the next call)."""
+        return len(self._cache)
 
     def authenticate(self, credentials: Credentials) -> UserInfo | None:
         """The token's user; None without a bearer token; UnauthorizedError when invalid."""
+        now = self._clock()
+        if self._cache:
+            with self._lock:
+                drop_expired(self._cache, now)
         header = credentials.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        token = token.strip()
-        now = self._clock()
+        key = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
         with self._lock:
-            hit = self._cache.get(token)
+            hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             user = hit[1]
         else:
             try:
-                user = self._reviewer.review(token)
+                user = self._reviewer.review(token.strip())
             except AuthError as e:
                 raise UnauthorizedError("token review failed") from e
             with self._lock:
-                self._cache[token] = (now + self._ttl, user)
-                self._cache.move_to_end(token)
+                self._cache[key] = (now + self._ttl, user)
+                self._cache.move_to_end(key)
                 while len(self._cache) > self._max:
                     self._cache.popitem(last=False)
         if user is None:
             raise UnauthorizedError("invalid bearer token")
         return user
+
+
+def drop_expired(cache: OrderedDict[Any, Any], now: float) -> None:
+    """Pop expired entries from the front of an insertion-ordered ``(expiry, value)`` cache.
+
+    Insertion order is expiry order for one TTL; with two TTLs a short-lived entry waits at
+    most the longer TTL.
+    """
+    while cache:
+        expires = next(iter(cache.values()))[0]
+        if expires > now:
+            return
+        cache.popitem(last=False)
 
 
 class DelegatingAuthenticator:

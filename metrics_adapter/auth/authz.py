@@ -7,6 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from metrics_adapter.auth.authn import drop_expired
 from metrics_adapter.auth.identity import RequestAttributes
 from metrics_adapter.errors import AuthError, ForbiddenError
 
@@ -50,8 +51,8 @@ def describe(attributes: RequestAttributes) -> str:
 class SubjectAccessReviewAuthorizer:
     """Authorizes with SubjectAccessReview; allow/deny decisions cached (10 s by default).
 
-    Members of ``always_allow_groups`` (``system:masters``) skip the review, as the
-    aggregator's availability probe relies on.
+    Expired decisions are dropped on every call. Members of ``always_allow_groups``
+    (``system:masters``) skip the review, as the aggregator's availability probe relies on.
     """
 
     def __init__(
@@ -73,12 +74,20 @@ class SubjectAccessReviewAuthorizer:
         self._lock = threading.Lock()
         self.reviews = 0
 
+    @property
+    def cached(self) -> int:
+        """Entries in the cache (none outlive their TTL past the next call)."""
+        return len(self._cache)
+
     def authorize(self, attributes: RequestAttributes) -> None:
         """Allow or raise ForbiddenError (also when the review itself fails)."""
+        now = self._clock()
+        if self._cache:
+            with self._lock:
+                drop_expired(self._cache, now)
         if self._groups.intersection(attributes.user.groups):
             return
         key = attributes.cache_key()
-        now = self._clock()
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None and hit[0] > now:

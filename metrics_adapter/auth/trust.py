@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from metrics_adapter.auth.authn import (
@@ -41,18 +39,12 @@ class ClientTrust:
     group_headers: list[str] = field(default_factory=lambda: ["X-Remote-Group"])
     extra_prefixes: list[str] = field(default_factory=lambda: ["X-Remote-Extra-"])
 
-    def bundle_file(self, directory: Path | None = None) -> Path | None:
-        """Write both CAs into one file for the TLS layer (None when there is none)."""
+    def ca_bundle(self) -> bytes | None:
+        """Both CAs as one PEM bundle for the TLS layer (None when there is none)."""
         pems = [p for p in (self.requestheader_ca_pem, self.client_ca_pem) if p]
         if not pems:
             return None
-        target = (
-            Path(tempfile.mkdtemp(prefix="edl-adapter-ca-")) if directory is None else directory
-        )
-        target.mkdir(parents=True, exist_ok=True)
-        path = target / "client-ca-bundle.crt"
-        path.write_bytes(b"\n".join(p.strip() + b"\n" for p in pems))
-        return path
+        return b"\n".join(p.strip() + b"\n" for p in pems)
 
 
 def trust_from_configmap(api_client: Any, timeout: float = 10.0) -> ClientTrust:

@@ -15,7 +15,7 @@ from metrics_adapter.errors import ScrapeError
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.pods import PodKey, PodRegistry, PodTarget
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.sources.exposition import parse_exposition
+from metrics_adapter.sources.exposition import TooManySeries, parse_exposition
 from metrics_adapter.store import MetricStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,8 @@ class PodScraper:
     Each scrape runs on a worker pool with a connect/read timeout *and* a total deadline
     (``timeout``), and a body limit (``max_bytes``); a pod still in flight is not scraped again.
     Failures are counted by reason; the pod's samples simply stop arriving, go stale and expire.
+    A scrape with more samples of the needed series than the store keeps per pod is refused
+    whole (``too_many_series``) before its samples are even built.
     """
 
     def __init__(
@@ -90,7 +92,11 @@ class PodScraper:
         needed = self._catalogue.needed_series
         try:
             text = self._fetch(pod.scrape_url or "")
-            samples = parse_exposition(text, needed.__contains__)
+            samples = parse_exposition(text, needed.__contains__, self._store.max_series_per_pod)
+        except TooManySeries as e:
+            self._metrics.scrape_errors.labels(e.reason).inc()
+            self._store.refuse(pod.key, e.limit + 1)
+            return False
         except ScrapeError as e:
             self._metrics.scrape_errors.labels(e.reason).inc()
             log.debug("scrape of %s/%s failed: %s", pod.namespace, pod.name, e)

@@ -71,7 +71,15 @@ def make_ca(cn: str = "test-ca") -> Issued:
     return Issued(cert, key)
 
 
-def issue(ca: Issued, cn: str, org: str | None = None, client: bool = True) -> Issued:
+def issue(
+    ca: Issued,
+    cn: str,
+    org: str | None = None,
+    client: bool = True,
+    valid_for: datetime.timedelta = datetime.timedelta(days=1),
+    san: list[x509.GeneralName] | None = None,
+) -> Issued:
+    """A certificate of ``ca`` (client or server auth) valid from 5 min ago for ``valid_for``."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
@@ -82,8 +90,9 @@ def issue(ca: Issued, cn: str, org: str | None = None, client: bool = True) -> I
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_after(now + valid_for)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .sign(ca.key, hashes.SHA256())
     )
-    return Issued(cert, key)
+    if san:
+        cert = cert.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return Issued(cert.sign(ca.key, hashes.SHA256()), key)

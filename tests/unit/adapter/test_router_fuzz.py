@@ -77,7 +77,7 @@ HARNESS = standard()
     st.sampled_from(["GET", "HEAD", "POST", "DELETE"]),
 )
 def test_app_never_answers_500(path: str, query: str, method: str) -> None:
-    # Build the environ the way gunicorn does (RAW_URI verbatim), not through a URL parser.
+    # Build the environ the way the server does (RAW_URI verbatim), not through a URL parser.
     environ = EnvironBuilder(path="/", method=method).get_environ()
     raw = path + ("?" + query if query else "")
     environ.update(

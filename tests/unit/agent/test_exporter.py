@@ -12,7 +12,7 @@ import pytest
 
 from agent.app import create_registry
 from agent.errors import ExporterError
-from agent.exporter import MetricsServer
+from agent.exporter import ExporterLimits, MetricsServer
 from agent.readiness import Readiness
 from agent.world import TrainerWorld
 
@@ -96,3 +96,73 @@ def test_close_releases_the_port(server: MetricsServer) -> None:
     server.close()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def raw(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send raw bytes, read until the server closes (bounded)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def test_head_and_leading_empty_lines_are_served(server: MetricsServer) -> None:
+    head = raw(server.port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    assert length > 0 and head.endswith(b"\r\n\r\n")  # headers of a GET, no body
+    crlf = raw(
+        server.port, b"\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    assert crlf.startswith(b"HTTP/1.1 200") and crlf.endswith(b"ok\n")
+    post = raw(server.port, b"POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert post.startswith(b"HTTP/1.1 405") and b"Allow: GET, HEAD" in post
+    assert raw(server.port, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+
+
+def test_slow_and_idle_clients_are_cut_off_without_blocking_scrapes(tmp_path: Path) -> None:
+    limits = ExporterLimits(read_timeout=0.5, idle_timeout=1.0, max_connections=50)
+    srv = MetricsServer(
+        create_registry(tmp_path, StubTrainer(), None),
+        lambda: Readiness(True, ""),
+        "127.0.0.1",
+        0,
+        limits,
+    )
+    srv.start()
+    try:
+        idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(40)]
+        slow = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost")  # never finishes its head
+        for _ in range(5):  # scrapes keep answering while the connections are held
+            assert get(f"http://127.0.0.1:{srv.port}/metrics")[0] == 200
+        assert slow.recv(4096).startswith(b"HTTP/1.1 408")  # after read_timeout
+        for s in idle:  # idle ones are closed by the server after idle_timeout
+            assert s.recv(1) == b""
+        over = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(60)]
+        refused = 0
+        for s in over:  # beyond max_connections: closed at once
+            try:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                refused += s.recv(100).startswith(b"HTTP/1.1 200") is False
+            except ConnectionResetError:
+                refused += 1
+        assert refused >= 10
+        for s in [*idle, *over, slow]:
+            s.close()
+    finally:
+        srv.close()
+
+
+def test_a_client_hanging_up_mid_answer_is_not_an_error(
+    server: MetricsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()  # RST
+    assert get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]

@@ -1,0 +1,582 @@
+"""Attacks on the adapter and the agent, measured (printed, never asserted).
+
+Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given by `--code`
+(default: this one), so the same attacks can be measured before and after a change:
+
+- `slow`: 100 TLS connections that send a ClientHello minus its last byte and 100 that send
+  nothing, re-opened whenever the server drops them, held for `--seconds`; meanwhile a client
+  sends the HPA's Pods query (new connection each time, as after an aggregator reconnect) and
+  on one kept-alive connection. Prints p50/p99/max and failures, and the same without attack.
+- `hostile`: 100 normal pods and one that invents 20,000 new label sets of a series the
+  catalogue reads on every scrape (1 s interval) for `--seconds`: RSS, stored series and the
+  `pods/*` latency of the normal pods.
+- `selectors`: 1,000 pods with data, then 3,000 distinct `metricLabelSelector`s: RSS before,
+  peak and after.
+- `agent`: the agent's /metrics with 200 idle connections held (scrape latency, threads), a
+  burst of 300 simultaneous connects, `HEAD`, and a request after leading CRLFs.
+
+Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [slow hostile ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import random
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERY = (
+    "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/samples_per_second"
+    "?labelSelector=app%3Dtrainer"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+def client_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+# ----------------------------------------------------------------- fake agents
+
+
+class _Agents(http.server.BaseHTTPRequestHandler):
+    """`/pod/<i>`: a counter growing 100/s; `/hostile`: 20,000 new label sets per answer."""
+
+    protocol_version = "HTTP/1.1"
+    started = time.time()
+    hostile_sets = 20_000
+    serial = [0]
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/hostile"):
+            base = self.serial[0]
+            self.serial[0] += self.hostile_sets
+            lines = [
+                f'edl_gpu_utilization_ratio{{gpu="{base + i}"}} 0.5\n'
+                for i in range(self.hostile_sets)
+            ]
+            body = "".join(lines).encode()
+        else:
+            t = time.time() - self.started
+            body = (
+                f"edl_trainer_samples_total {100.0 * t:.3f}\n"
+                f"edl_trainer_steps_total {t:.3f}\n"
+                'edl_gpu_utilization_ratio{gpu="0"} 0.8\n'
+            ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def agents() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Agents)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ----------------------------------------------------------------- the adapter
+
+
+class Adapter:
+    def __init__(self, code: Path, workdir: Path, pods: list[dict[str, Any]], *extra: str) -> None:
+        self.port = free_port()
+        pods_file = workdir / "pods.yaml"
+        pods_file.write_text(yaml.safe_dump({"pods": pods}))
+        argv = [
+            sys.executable,
+            "-m",
+            "metrics_adapter",
+            "serve",
+            "--host=127.0.0.1",
+            f"--port={self.port}",
+            f"--cert-dir={workdir / 'certs'}",
+            "--source=static",
+            f"--static-file={pods_file}",
+            "--scrape-interval=1s",
+            "--authentication=none",
+            "--authorization=none",
+            "--log-level=warning",
+            *extra,
+        ]
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        self.log = workdir / "adapter.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir
+            )
+        self._wait()
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log.read_text())
+            try:
+                if get(self.port, "/healthz")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("adapter did not start")
+
+    def rss_mb(self) -> float:
+        return tree_rss_mb(self.proc.pid)
+
+    def self_metric(self, name: str) -> float:
+        text = get(self.port, "/metrics")[1].decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and its children (a pre-fork server keeps the app in a child)."""
+    root = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 1e6
+
+
+def get(port: int, path: str, timeout: float = 40.0) -> tuple[int, bytes]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    tls = client_context().wrap_socket(sock)
+    try:
+        return request(tls, path, close=True)
+    finally:
+        tls.close()
+
+
+def request(sock: socket.socket, path: str, close: bool = False) -> tuple[int, bytes]:
+    conn = "close" if close else "keep-alive"
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: {conn}\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = None
+    chunked = False
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v)
+        if k.strip().lower() == b"transfer-encoding":
+            chunked = True
+    while (length is not None and len(body) < length) or (
+        chunked and not body.endswith(b"0\r\n\r\n")
+    ):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(head[9:12]), body
+
+
+def trainer_pods(port: int, n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "namespace": "ml",
+            "name": f"trainer-{i}",
+            "labels": {"app": "trainer"},
+            "deployment": "trainer",
+            "url": f"http://127.0.0.1:{port}/pod/{i}",
+        }
+        for i in range(n)
+    ]
+
+
+def measure(port: int, seconds: float, fresh: bool) -> tuple[list[float], int]:
+    """HPA-query latencies (ms) over `seconds`, and how many failed."""
+    times: list[float] = []
+    failed = 0
+    end = time.monotonic() + seconds
+    keep: socket.socket | None = None
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        try:
+            if fresh:
+                code, _ = get(port, QUERY)
+            else:
+                if keep is None:
+                    keep = client_context().wrap_socket(
+                        socket.create_connection(("127.0.0.1", port), timeout=40)
+                    )
+                code, _ = request(keep, QUERY)
+            if code == 200:
+                times.append((time.perf_counter() - t) * 1000)
+            else:
+                failed += 1
+        except OSError:
+            failed += 1
+            keep = None
+        time.sleep(0.05)
+    return times, failed
+
+
+def report(label: str, times: list[float], failed: int) -> None:
+    print(
+        f"  {label:<44} n={len(times):4d} failed={failed:3d} p50={pct(times, 50):8.1f} ms "
+        f"p99={pct(times, 99):8.1f} ms max={max(times, default=float('nan')):8.1f} ms"
+    )
+
+
+# ----------------------------------------------------------------- scenarios
+
+
+def client_hello() -> bytes:
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = client_context().wrap_bio(inc, out)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+class Holder:
+    """Keeps `n` hostile connections open (re-opening dropped ones) until stopped."""
+
+    def __init__(self, port: int, partial: int, idle: int) -> None:
+        self.port = port
+        self.hello = client_hello()[:-1]
+        self.want = [True] * partial + [False] * idle
+        self.stop = threading.Event()
+        self.reopened = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self, partial: bool) -> socket.socket | None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            if partial:
+                s.sendall(self.hello)
+            s.setblocking(False)
+            return s
+        except OSError:
+            return None
+
+    def _run(self) -> None:
+        socks = [self._open(p) for p in self.want]
+        while not self.stop.wait(0.2):
+            for i, s in enumerate(socks):
+                alive = s is not None
+                if s is not None:
+                    try:
+                        alive = s.recv(1) != b""
+                    except BlockingIOError:
+                        alive = True
+                    except OSError:
+                        alive = False
+                if not alive:
+                    if s is not None:
+                        s.close()
+                    socks[i] = self._open(self.want[i])
+                    self.reopened += 1
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    def __enter__(self) -> Holder:
+        self.thread.start()
+        time.sleep(1.0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def slow(code: Path, seconds: float, workdir: Path) -> None:
+    print(f"slow: 100 partial ClientHellos + 100 idle connects held {seconds:.0f} s")
+    with agents() as port:
+        adapter = Adapter(code, workdir, trainer_pods(port, 20))
+        try:
+            time.sleep(3)
+            report("no attack, new connection per query", *measure(adapter.port, 10, True))
+            with Holder(adapter.port, 100, 100) as holder:
+                fresh = measure(adapter.port, seconds / 2, True)
+                kept = measure(adapter.port, seconds / 2, False)
+            report("under attack, new connection per query", *fresh)
+            report("under attack, one kept-alive connection", *kept)
+            print(f"  hostile connections dropped by the server and re-opened: {holder.reopened}")
+        finally:
+            adapter.stop()
+
+
+def hostile(code: Path, seconds: float, workdir: Path) -> None:
+    print(f"hostile: 100 pods + 1 inventing 20,000 label sets per scrape, {seconds:.0f} s")
+    with agents() as port:
+        pods = trainer_pods(port, 100)
+        pods.append({**pods[0], "name": "hostile-0", "url": f"http://127.0.0.1:{port}/hostile"})
+        adapter = Adapter(code, workdir, pods)
+        try:
+            time.sleep(4)
+            base = measure(adapter.port, 5, True)
+            rss0 = adapter.rss_mb()
+            end = time.monotonic() + seconds
+            peak = rss0
+            while time.monotonic() < end:
+                time.sleep(2)
+                peak = max(peak, adapter.rss_mb())
+            during = measure(adapter.port, 5, True)
+            series = adapter.self_metric("edl_adapter_store_series")
+            items = json.loads(get(adapter.port, QUERY)[1])["items"]
+            values = {i["describedObject"]["name"]: i["value"] for i in items}
+            normal = [v for k, v in values.items() if k.startswith("trainer-")]
+            end_rss = adapter.rss_mb()
+            print(f"  RSS {rss0:.0f} MB at start, {peak:.0f} MB peak, {end_rss:.0f} MB end")
+            print(f"  stored series {series:.0f}; normal pods with a value: {len(normal)}/100")
+            report("pods/* before the flood", *base)
+            report("pods/* after the flood", *during)
+        finally:
+            adapter.stop()
+
+
+def serve_filled(pods: int, port: int, workdir: str) -> None:
+    """Child: the real server with `pods` pods' samples already stored."""
+    from metrics_adapter.pods import PodKey
+    from metrics_adapter.runtime import AdapterRuntime
+    from metrics_adapter.server import AdapterServer
+    from metrics_adapter.settings import AdapterSettings, AuthMode
+    from metrics_adapter.store import Sample
+    from metrics_adapter.tls import ensure_serving_cert, server_context
+
+    listed = [
+        {"namespace": "ml", "name": f"trainer-{i}", "labels": {"app": "trainer"}}
+        for i in range(pods)
+    ]
+    pods_file = Path(workdir) / "filled.yaml"
+    pods_file.write_text(yaml.safe_dump({"pods": listed}))
+    settings = AdapterSettings(
+        host="127.0.0.1",
+        port=port,
+        static_file=pods_file,
+        stale_after=3600.0,
+        expire_after=7200.0,
+        authentication=AuthMode.NONE,
+        authorization=AuthMode.NONE,
+        log_level="warning",
+    )
+
+    def app_factory() -> Any:
+        runtime = AdapterRuntime(settings)
+        now = time.time()
+        for r in range(8):
+            t = now - (7 - r) * 5.0
+            for i in range(pods):
+                samples = [
+                    Sample("edl_trainer_samples_total", {}, 100.0 * t, t),
+                    Sample("edl_gpu_utilization_ratio", {"gpu": "0"}, 0.8, t),
+                ]
+                runtime.store.ingest(PodKey("ml", f"trainer-{i}"), samples)
+        return runtime.app
+
+    cert = ensure_serving_cert(None, None, Path(workdir) / "certs")
+    AdapterServer(settings, app_factory, cert, lambda: server_context(cert, None)).run()
+
+
+def selectors(code: Path, workdir: Path, count: int) -> None:
+    print(f"selectors: 1,000 pods, {count} distinct metricLabelSelectors")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{code}:{ROOT}"}
+    argv = [sys.executable, __file__, "--serve-filled", str(port), str(workdir)]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                get(port, "/healthz")
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("filled adapter did not start") from None
+                time.sleep(0.3)
+        sock = client_context().wrap_socket(socket.create_connection(("127.0.0.1", port), 60))
+        path = QUERY.replace("samples_per_second", "gpu_utilization")
+        request(sock, path)
+        rss0 = tree_rss_mb(proc.pid)
+        peak = rss0
+        started = time.monotonic()
+        times = []
+        for i in range(count):
+            t = time.perf_counter()
+            code_, _ = request(sock, f"{path}&metricLabelSelector=gpu%3D{i}")
+            times.append((time.perf_counter() - t) * 1000)
+            assert code_ == 200, code_
+            if i % 100 == 0:
+                peak = max(peak, tree_rss_mb(proc.pid))
+        peak = max(peak, tree_rss_mb(proc.pid))
+        print(
+            f"  RSS {rss0:.0f} MB before, {peak:.0f} MB peak ({peak - rss0:+.0f} MB); "
+            f"{time.monotonic() - started:.1f} s for {count} queries "
+            f"(p50 {pct(times, 50):.1f} ms)"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def agent(code: Path, workdir: Path) -> None:
+    print("agent: the exporter's /metrics under idle connections, a connect burst, HEAD, CRLF")
+    port = free_port()
+    child = (
+        "import sys,time\n"
+        "from prometheus_client import CollectorRegistry, Counter\n"
+        "from agent.exporter import MetricsServer\n"
+        "from agent.readiness import Readiness\n"
+        "r = CollectorRegistry(); Counter('edl_trainer_samples_total', 's', registry=r).inc(5)\n"
+        "s = MetricsServer(r, lambda: Readiness(True, 'ok'), '127.0.0.1', int(sys.argv[1]))\n"
+        "s.start(); time.sleep(3600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    proc = subprocess.Popen([sys.executable, "-c", child, str(port)], env=env, cwd=workdir)
+    try:
+        ps = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+        def scrape(method: str = "GET", prefix: bytes = b"") -> tuple[float, bytes]:
+            t = time.perf_counter()
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            try:
+                line = f"{method} /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                s.sendall(prefix + line.encode())
+                data = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError as e:
+                data = f"error {e}".encode()
+            finally:
+                s.close()
+            return (time.perf_counter() - t) * 1000, data
+
+        base = [scrape()[0] for _ in range(50)]
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+        time.sleep(0.5)
+        threads = ps.num_threads()
+        held = [scrape()[0] for _ in range(50)]
+        for s in idle:
+            s.close()
+        print(
+            f"  scrape p50/p99 {pct(base, 50):.1f}/{pct(base, 99):.1f} ms alone; with 200 idle "
+            f"connections {pct(held, 50):.1f}/{pct(held, 99):.1f} ms, {threads} threads"
+        )
+        burst_t: list[float] = []
+        lock = threading.Lock()
+
+        def one() -> None:
+            t = time.perf_counter()
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=30)
+                s.close()
+                with lock:
+                    burst_t.append((time.perf_counter() - t) * 1000)
+            except OSError:
+                pass
+
+        workers = [threading.Thread(target=one) for _ in range(300)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        print(
+            f"  300 simultaneous connects: {len(burst_t)} ok, connect p50/max "
+            f"{pct(burst_t, 50):.1f}/{max(burst_t, default=0):.0f} ms"
+        )
+        head = scrape("HEAD")[1][:12]
+        crlf = scrape(prefix=b"\r\n\r\n")[1][:12]
+        print(f"  HEAD /metrics -> {head!r}; after 2 CRLFs -> {crlf!r}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenarios", nargs="*", default=["slow", "hostile", "selectors", "agent"])
+    parser.add_argument("--code", type=Path, default=ROOT)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--selectors", type=int, default=3000)
+    parser.add_argument("--serve-filled", nargs=2)
+    args = parser.parse_args()
+    if args.serve_filled:
+        serve_filled(1000, int(args.serve_filled[0]), args.serve_filled[1])
+        return
+    random.seed(14)
+    print(f"bench_attacks: code {args.code}, {os.cpu_count()} CPUs")
+    runs: dict[str, Callable[[Path], None]] = {
+        "slow": lambda w: slow(args.code, args.seconds, w),
+        "hostile": lambda w: hostile(args.code, args.seconds, w),
+        "selectors": lambda w: selectors(args.code, w, args.selectors),
+        "agent": lambda w: agent(args.code, w),
+    }
+    for name in args.scenarios:
+        with tempfile.TemporaryDirectory(prefix=f"edl-bench-{name}-") as tmp:
+            runs[name](Path(tmp))
+    print(f"(load average {os.getloadavg()[0]:.1f})")
+
+
+if __name__ == "__main__":
+    main()
