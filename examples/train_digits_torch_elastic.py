@@ -53,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             et.all_reduce_gradients()
             optimizer.step()
             optimizer.zero_grad()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
+            if args.step_sleep or args.sample_sleep:
+                time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
         model.eval()
         with torch.no_grad():
             predicted = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()

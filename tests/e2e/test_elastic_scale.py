@@ -106,7 +106,9 @@ def grant_agent_access(
     return path
 
 
-def elastic_container(tmp: Path, kubeconfig: Path, reinit: str, script: str) -> dict[str, Any]:
+def elastic_container(
+    tmp: Path, kubeconfig: Path, reinit: str, script: str, train_args: list[str] | None = None
+) -> dict[str, Any]:
     """`edl-agent run --elastic --membership kubernetes` around a digits elastic example.
 
     The agent is the container command itself: once the job is finished it idles (ready, no
@@ -115,8 +117,9 @@ def elastic_container(tmp: Path, kubeconfig: Path, reinit: str, script: str) -> 
     command = [
         "edl-agent", "run", "--host=$(POD_IP)", f"--port={METRICS_PORT}", "--elastic",
         "--job", JOB, "--membership", "kubernetes", "--min", "1", "--max", "4", "--",
-        "python", "-m", script, *TRAIN_ARGS,
-        "--step-sleep", str(STEP_SLEEP), "--result", str(tmp / "result.json"),
+        "python", "-m", script,
+        *(train_args or [*TRAIN_ARGS, "--step-sleep", str(STEP_SLEEP)]),
+        "--result", str(tmp / "result.json"),
     ]  # fmt: skip
 
     def field_env(name: str, path: str) -> dict[str, Any]:
