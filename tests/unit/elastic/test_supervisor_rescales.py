@@ -209,10 +209,15 @@ def test_every_rescale_is_recorded_even_when_the_trainer_restarts_in_a_newer_wor
         store.beat(PEER)
         until("restarted in 2", lambda: len(fake.starts) == 2 and fake.generation == 2)
         store.remove(PEER)  # 2 never forms: the peer leaves again
-        until("generation 3", lambda: world(store).generation >= 3)
+        until("generation 3 handed over", lambda: 3 in fake.handed)
         fake.joins = True
-        until("a record", lambda: rescales.snapshot().rescales == 1)
-    record = next(m for r in caplog.records if (m := r.getMessage()).startswith("rescale to"))
+
+        def logged() -> list[str]:
+            return [m for r in caplog.records if (m := r.getMessage()).startswith("rescale to")]
+
+        until("a record logged", logged)  # the agent thread logs it after counting it
+    assert rescales.snapshot().rescales == 1
+    (record,) = logged()
     assert record.startswith("rescale to generation 3 (from 1: +b; -b; restart): pause ")
     assert len(fake.starts) == 2  # the trainer was handed generation 3, not restarted again
     fake.done_after = 3
