@@ -76,6 +76,9 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
     epochs = 6
     job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "2"], step_sleep=0.1)
     bounds = {"EDL_DRAIN_TIMEOUT": "4", "EDL_INIT_TIMEOUT": "30", "EDL_CHECKPOINT_SECONDS": "1"}
+    # b's stall bound runs from the SIGSTOP, the drain's from c's join (seconds later): the
+    # watchdog comes first, so b is excluded rather than restarted by the hand-over bound
+    bounds["EDL_STALL_TIMEOUT"] = "3.5"
     try:
         job.start("a", **bounds)
         job.start("b", **bounds)
