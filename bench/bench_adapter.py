@@ -176,13 +176,15 @@ class RawClient:
     """A minimal keep-alive HTTP/1.1 client on a raw socket (so the client's own CPU cost
     does not cap the measured rate as much as http.client's does)."""
 
-    def __init__(self, port: int, tls: bool) -> None:
+    def __init__(self, port: int, tls: bool, context: ssl.SSLContext | None = None) -> None:
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         if tls:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            sock = ctx.wrap_socket(sock)
+            ctx = context
+            if ctx is None:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            sock = ctx.wrap_socket(sock, server_hostname="localhost")
         self.sock = sock
         self.buf = b""
 
