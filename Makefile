@@ -11,10 +11,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 .PHONY: demo test venv system-deps controlplane monitoring-crds images lint unit integration e2e bench clean
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install-torch.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[paddle,gpu,dev]'
+	@bash scripts/install-torch.sh $(VENV)
+	$(BIN)/python -m pip install -q -e '.[paddle,torch,gpu,dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages the tests need: prometheus (server + promtool).

@@ -30,7 +30,8 @@ from agent.errors import AgentError, ConfigError, TrainerStartError
 from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
 from agent.supervisor import TrainerSupervisor
-from agent.world import TrainerWorld
+from agent.trainer import frameworks
+from agent.trainer.frameworks.base import Framework
 
 if TYPE_CHECKING:
     from agent.elastic.runner import ElasticOptions
@@ -69,8 +70,9 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
         "run",
         help="run a trainer command and export its metrics",
         usage="edl-agent run [options] -- <trainer command...>",
-        description="Runs the trainer command as a child process with the PADDLE_*/EDL_* "
-        "environment and serves /metrics, /healthz and /readyz until it exits.",
+        description="Runs the trainer command as a child process with its world in the "
+        "framework's environment (PADDLE_*, or RANK/WORLD_SIZE/MASTER_*) plus EDL_*, and "
+        "serves /metrics, /healthz and /readyz until it exits.",
     )
     run.add_argument("--host", help="listen address (EDL_AGENT_HOST, default 0.0.0.0)")
     run.add_argument("--port", help="listen port (EDL_AGENT_PORT, default 9400; 0: any)")
@@ -89,6 +91,11 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
         help="keep serving after the trainer ends (EDL_AGENT_LINGER_SECONDS, default 0)",
     )
     run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (EDL_AGENT_LOG_LEVEL)")
+    run.add_argument(
+        "--framework",
+        help=f"the trainer's framework: {', '.join(frameworks.FRAMEWORKS)} or auto "
+        "(EDL_FRAMEWORK, default auto)",
+    )
     if elastic:
         from agent.elastic.runner import add_arguments
 
@@ -155,14 +162,15 @@ def run(
             from agent.elastic.runner import run_elastic
 
             return run_elastic(elastic, settings, command, env, metrics_dir)
-        world = TrainerWorld.from_env(env)
+        framework = launched_framework(settings.framework, env)
         supervisor = TrainerSupervisor(
             command,
             metrics_dir,
-            world,
+            framework.world_from_env(env),
             env,
             flush_seconds=settings.flush_seconds,
             stop_grace_seconds=settings.stop_grace_seconds,
+            framework=framework,
         )
         nvml, nvml_note = open_nvml()
         server = MetricsServer(
@@ -191,6 +199,16 @@ def run(
     finally:
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def launched_framework(name: str, env: Mapping[str, str]) -> Framework:
+    """The framework whose variables hold the agent's own world (a run without `--elastic`).
+
+    `name`, else the one whose variables are set, else Paddle (the agent's first framework).
+    """
+    if name != frameworks.AUTO:
+        return frameworks.get(name)
+    return frameworks.launched_for(env) or frameworks.get("paddle")
 
 
 def _supervise(supervisor: TrainerSupervisor, settings: AgentSettings) -> int:

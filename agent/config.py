@@ -8,13 +8,25 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.protocol import env as names
+from agent.trainer import frameworks
 
 ENV_PREFIX = "EDL_AGENT_"
+ENV_NAMES = {"framework": names.FRAMEWORK}
+"""Fields read from a variable outside the prefix: the trainer reads the same one."""
+
+
+def env_name(field: str) -> str:
+    """The environment variable of setting `field`."""
+    return ENV_NAMES.get(field, ENV_PREFIX + field.upper())
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    """How `edl-agent run` serves and supervises. Each field has an `EDL_AGENT_<FIELD>` variable."""
+    """How `edl-agent run` serves and supervises.
+
+    Each field has an `EDL_AGENT_<FIELD>` variable (`framework`: `EDL_FRAMEWORK`).
+    """
 
     host: str = "0.0.0.0"
     """Address the exporter listens on (`EDL_AGENT_HOST`); tests use 127.0.0.1."""
@@ -33,6 +45,10 @@ class AgentSettings:
     final counters (`EDL_AGENT_LINGER_SECONDS`)."""
     log_level: str = "INFO"
     """Agent log level (`EDL_AGENT_LOG_LEVEL`)."""
+    framework: str = frameworks.AUTO
+    """Framework of the trainer (`EDL_FRAMEWORK`): a registered name (`paddle`, `torch`), or
+    `auto`: the one whose variables the agent was given, and in elastic training the one the
+    trainer reports using."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -43,15 +59,17 @@ class AgentSettings:
             raise ConfigError("grace and linger seconds must be >= 0")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"unknown log level {self.log_level!r}")
+        if self.framework != frameworks.AUTO:
+            frameworks.get(self.framework)  # raises ConfigError naming the known ones
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AgentSettings:
         """Defaults, overridden by any `EDL_AGENT_*` variable that is set and not empty."""
         return cls().with_overrides(
             {
-                name: env[ENV_PREFIX + name.upper()]
+                name: env[env_name(name)]
                 for name in cls.__dataclass_fields__
-                if env.get(ENV_PREFIX + name.upper(), "").strip()
+                if env.get(env_name(name), "").strip()
             },
             source="environment",
         )
@@ -75,6 +93,6 @@ class AgentSettings:
                 else:
                     converted[name] = str(raw)
             except ValueError as e:
-                var = f"{ENV_PREFIX}{name.upper()}" if source == "environment" else name
+                var = env_name(name) if source == "environment" else name
                 raise ConfigError(f"{var}={raw!r} is not a valid {name.replace('_', ' ')}") from e
         return replace(self, **converted)

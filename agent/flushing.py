@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.errors import MetricsDirError
+from agent.protocol.world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.reports import TrainerReport, write_report
-from agent.world import TrainerWorld
 
 
 class ReportFlusher:

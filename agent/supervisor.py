@@ -3,7 +3,8 @@
 This is the seam elastic training plugs into: `start(world)`, `stop()`, `restart(world)` and
 `update_world(world)` are all a world change needs; the supervisor itself decides nothing. Each
 start is a new *incarnation* with its own report file in the metrics directory (numbered after
-whatever is already there), so trainer counters survive restarts.
+whatever is already there), so trainer counters survive restarts. At start the neutral world is
+written in the variables of the trainer's framework (`framework`; Paddle's unless told).
 
 The trainer runs in its own session (process group): signals are forwarded to the whole group,
 and when the trainer's main process ends, stragglers left in its group are killed so they cannot
@@ -24,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import TrainerStartError
+from agent.protocol import env as names
+from agent.protocol.world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import next_incarnation
-from agent.training import ENV_FLUSH_SECONDS, ENV_INCARNATION, ENV_METRICS_DIR
-from agent.world import TrainerWorld
+from agent.trainer.frameworks import get as get_framework
+from agent.trainer.frameworks.base import Framework
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,7 @@ class TrainerSupervisor:
         stop_grace_seconds: float = 25.0,
         launcher: Launcher = _popen,
         clock: Callable[[], float] = time.monotonic,
+        framework: Framework | None = None,
     ) -> None:
         if not command:
             raise TrainerStartError("no trainer command given")
@@ -100,6 +104,7 @@ class TrainerSupervisor:
         self._stop_grace = stop_grace_seconds
         self._launcher = launcher
         self._clock = clock
+        self._framework = framework or get_framework("paddle")
         self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._state = TrainerState.NOT_STARTED
@@ -117,6 +122,17 @@ class TrainerSupervisor:
         """The world the current (or next) trainer incarnation runs in."""
         with self._lock:
             return self._world
+
+    @property
+    def framework(self) -> Framework:
+        """Whose environment variables a world is written in when a trainer starts."""
+        with self._lock:
+            return self._framework
+
+    @framework.setter
+    def framework(self, framework: Framework) -> None:
+        with self._lock:
+            self._framework = framework
 
     @property
     def pid(self) -> int | None:
@@ -180,10 +196,10 @@ class TrainerSupervisor:
             incarnation = self._next_incarnation
             env = {
                 **self._base_env,
-                **self._world.to_env(),
-                ENV_METRICS_DIR: str(self._metrics_dir),
-                ENV_INCARNATION: str(incarnation),
-                ENV_FLUSH_SECONDS: str(self._flush_seconds),
+                **self._framework.launch_env(self._world),
+                names.METRICS_DIR: str(self._metrics_dir),
+                names.INCARNATION: str(incarnation),
+                names.FLUSH_SECONDS: str(self._flush_seconds),
             }
             try:
                 proc = self._launcher(self._command, env)

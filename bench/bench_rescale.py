@@ -1,10 +1,16 @@
 """Rescale pause of elastic training, per phase: scale-up, clean scale-down, crash scale-down.
 
-Real agents (`edl-agent run --elastic`, local membership) and real Paddle gloo on 127.0.0.1,
-training the elastic digits example. For each event it prints the pause the agent measured
-(decision -> first step at the new size, `edl_trainer_rescale_pause_seconds`), its phases
+Real agents (`edl-agent run --elastic`, local membership) and a real gloo collective on
+127.0.0.1, training the elastic digits example of each framework (Paddle and PyTorch, the same
+MLP), in both re-init modes. For each event it prints the pause the agent measured (decision ->
+first step at the new size, `edl_trainer_rescale_pause_seconds`), its phases
 (`edl_trainer_rescale_phase_seconds_total{phase}`, scraped from the surviving agent), and the
-outside view: the test's action (start / SIGTERM / SIGKILL) -> first step at the new size.
+outside view: the bench's action (start / SIGTERM / SIGKILL) -> first step at the new size.
+
+Beside them, PyTorch's own elastic launcher (``torchrun --nnodes 2:3 --rdzv-backend c10d``)
+runs the same digits MLP through the same scale-up and SIGTERM scale-down, timed from outside
+by the workers' per-step lines (torchrun restarts every worker on a membership change; the
+worker would have to checkpoint and reload itself to keep its progress, this one does not).
 
 With ``--paddle`` (needs an etcd binary under ~/.cache/edl/controlplane and the python
 `etcd3` package on EDL_ETCD3_PYTHONPATH) it also runs Paddle's own elastic launcher
@@ -23,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,9 +72,10 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Agents:
-    def __init__(self, tmp: Path, debounce: float, reinit: str) -> None:
+    def __init__(self, tmp: Path, debounce: float, reinit: str, script: str) -> None:
         self.tmp = tmp
         self.reinit = reinit
+        self.script = script
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -81,13 +89,13 @@ class Agents:
             "EDL_ELASTIC_DIR": str(self.tmp / name),
             "EDL_DEBOUNCE": str(self.debounce),
             "EDL_REINIT": self.reinit,
-            "EDL_AGENT_LOG_LEVEL": "WARNING",
+            "EDL_AGENT_LOG_LEVEL": os.environ.get("EDL_AGENT_LOG_LEVEL", "WARNING"),
             "PYTHONPATH": str(ROOT),
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
                "--min", "1", "--max", "8", "--",
-               PY, "-m", "examples.train_digits_elastic", "--epochs", "400",
+               PY, "-m", self.script, "--epochs", "400",
                "--step-sleep", "0.02"]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -151,9 +159,9 @@ def measure_event(
 
 
 def bench_edl(
-    tmp: Path, debounce: float, rounds: int, reinit: str
+    tmp: Path, debounce: float, rounds: int, reinit: str, script: str
 ) -> list[tuple[str, dict[str, float]]]:
-    agents = Agents(tmp, debounce, reinit)
+    agents = Agents(tmp, debounce, reinit, script)
     rows: list[tuple[str, dict[str, float]]] = []
     try:
         agents.start("a")
@@ -176,6 +184,52 @@ def bench_edl(
     finally:
         agents.stop()
     return rows
+
+
+def has_step(first_at: Callable[[int, float], float | None], size: int, after: float) -> bool:
+    return first_at(size, after) is not None
+
+
+def launcher_events(
+    who: str,
+    launch: Callable[[str], None],
+    nodes: dict[str, subprocess.Popen[bytes]],
+    first_at: Callable[[int, float], float | None],
+) -> list[tuple[str, dict[str, float]]]:
+    """Another launcher's nodes a, b training, then c's scale-up 2->3 and its SIGTERM
+    scale-down 3->2 (to the launcher alone, as a pod's PID 1 would get it), each timed from the
+    action to the first step at the new size (`first_at(size, after)`)."""
+    launch("a")
+    launch("b")
+    wait_for(f"{who} world of 2", lambda: first_at(2, 0) is not None, 180)
+
+    def leave() -> None:  # c exists once the scale-up has started it
+        os.kill(nodes["c"].pid, signal.SIGTERM)
+
+    rows: list[tuple[str, dict[str, float]]] = []
+    join = functools.partial(launch, "c")
+    for event, act, size in (("up 2->3", join, 3), ("down 3->2 SIGTERM", leave, 2)):
+        time.sleep(2)
+        t0 = time.time()
+        act()
+        try:
+            stepped = functools.partial(has_step, first_at, size, t0)
+            wait_for(f"{who} world of {size}", stepped, 150)
+            rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
+        except TimeoutError as e:
+            print(f"{who}, {event}: {e}")
+            rows.append((event, {"outside": float("nan")}))
+    return rows
+
+
+def kill_groups(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGKILL to each launcher's process group (it runs in its own session)."""
+    for proc in procs.values():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
 
 
 # -- Paddle's own elastic launcher --------------------------------------------------------------
@@ -235,42 +289,84 @@ def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[
         times = [t for n, t in steps() if n == size and t > after]
         return min(times) if times else None
 
-    rows: list[tuple[str, dict[str, float]]] = []
     try:
         time.sleep(1)
-        launch("a")
-        launch("b")
-        wait_for("paddle world of 2", lambda: first_at(2, 0) is not None, 180)
-
-        def leave_c() -> None:  # the launcher alone, as a pod's PID 1 would get it
-            os.kill(launchers["c"].pid, signal.SIGTERM)
-
-        def has_step(size: int, after: float) -> bool:
-            return first_at(size, after) is not None
-
-        events: list[tuple[str, Callable[[], None], int]] = [
-            ("up 2->3", functools.partial(launch, "c"), 3),
-            ("down 3->2 SIGTERM", leave_c, 2),
-        ]
-        for event, act, size in events:
-            time.sleep(2)
-            t0 = time.time()
-            act()
-            try:
-                wait_for(f"paddle world of {size}", functools.partial(has_step, size, t0), 150)
-                rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
-            except TimeoutError as e:
-                print(f"Paddle launcher, {event}: {e}")
-                rows.append((event, {"outside": float("nan")}))
+        return launcher_events("Paddle launcher", launch, launchers, first_at)
     finally:
-        for proc in launchers.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_groups(launchers)
         etcd_proc.kill()
         etcd_proc.wait(10)
-    return rows
+
+
+# -- torchrun's own elastic restart -----------------------------------------------------------
+
+TORCHRUN_WORKER = """
+import os, sys, time
+import numpy as np, torch, torch.distributed as dist
+sys.path.insert(0, os.environ["EDL_BENCH_ROOT"])
+from examples.digits_data import load_data
+from examples.train_digits_torch import build_model
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, n = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+x, y, _, _ = load_data(0)
+model = build_model(64)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+rng = np.random.default_rng(rank)
+while True:
+    idx = rng.integers(0, len(x), 64 // n)
+    loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x[idx])),
+                                             torch.from_numpy(y[idx]))
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= n
+    opt.step(); opt.zero_grad()
+    print(f"STEP {n} {time.time():.3f}", flush=True)
+    time.sleep(0.02)
+"""
+
+
+def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    worker = tmp / "worker.py"
+    worker.write_text(TORCHRUN_WORKER)
+    endpoint = f"127.0.0.1:{free_port()}"
+    # With torch 2.15's default (the rendezvous store shared with the workers) the 2->3
+    # re-rendezvous of three torchruns on one host deadlocked here (rank assignment waiting
+    # 60 s for a MASTER_ADDR key, then every agent exiting); the legacy store works.
+    env = {
+        **os.environ,
+        "EDL_BENCH_ROOT": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    nodes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def launch(name: str) -> None:
+        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "bench",
+               "--max-restarts", "10", "--monitor-interval", "1", str(worker)]  # fmt: skip
+        out = open(tmp / f"torchrun-{name}.log", "wb")
+        nodes[name] = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+
+    def first_at(size: int, after: float) -> float | None:
+        times = []
+        for path in tmp.glob("torchrun-*.log"):
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("STEP ") and line.split()[1] == str(size):
+                    t = float(line.split()[2])
+                    if t > after:
+                        times.append(t)
+        return min(times) if times else None
+
+    try:
+        return launcher_events("torchrun", launch, nodes, first_at)
+    finally:
+        kill_groups(nodes)
 
 
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
@@ -282,28 +378,68 @@ def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
         print(f"{event:28s}{cells}")
 
 
+SCRIPTS = {
+    "paddle": "examples.train_digits_elastic",
+    "torch": "examples.train_digits_torch_elastic",
+}
+
+
+def summary(results: dict[str, list[tuple[str, dict[str, float]]]]) -> None:
+    """One line per event, one column per setup: median outside (and pause) seconds."""
+    events = list(dict.fromkeys(e for rows in results.values() for e, _ in rows))
+    print("\nside by side, median seconds: outside (pause)")
+    print(f"{'event':28s}" + "".join(f"{name:>22s}" for name in results))
+    for event in events:
+        cells = []
+        for rows in results.values():
+            got = [r for e, r in rows if e == event]
+            if not got:
+                cells.append(f"{'-':>22s}")
+                continue
+            outside = statistics.median(r["outside"] for r in got)
+            pause = [r["pause"] for r in got if "pause" in r]
+            text = f"{outside:.2f}" + (f" ({statistics.median(pause):.2f})" if pause else "")
+            cells.append(f"{text:>22s}")
+        print(f"{event:28s}" + "".join(cells))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--debounce", type=float, default=1.0)
+    parser.add_argument("--frameworks", default="paddle,torch", help="EDL runs, comma separated")
+    parser.add_argument("--no-torchrun", action="store_true", help="skip torchrun's own elastic")
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-rescale-"))
+    results: dict[str, list[tuple[str, dict[str, float]]]] = {}
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
-        for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
-            rows = bench_edl(tmp / f"edl-{reinit}", args.debounce, args.rounds, reinit)
-            show(f"EDL agent, EDL_REINIT={reinit} ({title})", rows)
+        for framework in args.frameworks.split(","):
+            for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
+                rows = bench_edl(
+                    tmp / f"edl-{framework}-{reinit}",
+                    args.debounce,
+                    args.rounds,
+                    reinit,
+                    SCRIPTS[framework],
+                )
+                show(f"EDL agent, {framework}, EDL_REINIT={reinit} ({title})", rows)
+                results[f"EDL {framework} {reinit}"] = rows
+        if not args.no_torchrun:
+            rows = bench_torchrun(tmp / "torchrun")
+            show("torchrun --nnodes 2:3 --rdzv-backend c10d (restarts every worker)", rows)
+            results["torchrun c10d"] = rows
         if args.paddle:
             etcds = sorted(glob.glob(os.path.expanduser("~/.cache/edl/controlplane/*/bin/etcd")))
             extra = os.environ.get("EDL_ETCD3_PYTHONPATH", "")
             if not etcds or not extra:
                 print("\nPaddle launcher: skipped (no etcd binary or EDL_ETCD3_PYTHONPATH)")
             else:
-                show(
-                    "Paddle launcher --elastic_level 1",
-                    bench_paddle(tmp / "paddle", etcds[-1], extra),
-                )
+                rows = bench_paddle(tmp / "paddle", etcds[-1], extra)
+                show("Paddle launcher --elastic_level 1", rows)
+                results["Paddle launcher"] = rows
+        summary(results)
     except TimeoutError as e:
         print(f"bench: {e}; logs kept in {tmp}")
         return 1

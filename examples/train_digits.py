@@ -10,7 +10,7 @@ or under the agent, one agent per rank (see examples/demo.py)::
 
 The world comes from PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ENDPOINTS /
 PADDLE_CURRENT_ENDPOINT / PADDLE_MASTER (+ PADDLE_DISTRI_BACKEND=gloo on CPU). Gradients are
-averaged by an explicit, timed all-reduce (`agent.collective.GradientAllReduce`) instead of
+averaged by an explicit, timed all-reduce (`agent.trainer.frameworks.paddle.gradients`) instead of
 `paddle.DataParallel`'s hidden one, so the agent can report communication time honestly.
 Every rank sees the same shuffled order each epoch and takes its own disjoint slice of each
 global batch, so all ranks take the same number of steps (no rank waits forever in all-reduce).
@@ -25,15 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import paddle
 import paddle.distributed as dist
 import paddle.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
-from agent.collective import GradientAllReduce, broadcast_parameters
-from agent.training import start_session
+from agent.trainer.frameworks.paddle.gradients import GradientAllReduce, broadcast_parameters
+from agent.trainer.session import start_session
+from examples.digits_data import load_data as load_data  # re-exported: bench imports it here
 
 
 @dataclass(frozen=True)
@@ -59,22 +57,6 @@ def parse_options(argv: Sequence[str]) -> Options:
     if ns.epochs < 1 or ns.batch_size < 1 or ns.hidden < 1:
         parser.error("--epochs, --batch-size and --hidden must be >= 1")
     return Options(ns.epochs, ns.batch_size, ns.learning_rate, ns.hidden, ns.seed)
-
-
-Arrays = tuple[
-    npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]
-]
-
-
-def load_data(seed: int) -> Arrays:
-    """The 1797 8x8 digits bundled with scikit-learn (no download), 80/20 split, scaled to 0-1."""
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=0.2, random_state=seed, stratify=y
-    )
-    return x_train, y_train, x_test, y_test
 
 
 def build_model(hidden: int) -> Any:

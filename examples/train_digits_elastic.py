@@ -1,4 +1,4 @@
-"""The digits MLP of `examples.train_digits`, made elastic with `agent.elastic.ElasticTrainer`.
+"""The digits MLP of `examples.train_digits`, made elastic with `agent.trainer.elastic`.
 
 It survives any number of world changes without losing or repeating a sample: the global
 batch is fixed (`--global-batch`) and split over whoever trains this step, the loss is
@@ -16,39 +16,23 @@ or elastic, one agent per member (they find each other through the membership st
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from agent.elastic.sampler import ElasticSampler
-from agent.elastic.trainer import ElasticTrainer
-from examples.train_digits import build_model, load_data
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--global-batch", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=0.01)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-sleep", type=float, default=0.0, help="simulated extra compute")
-    parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
-    ns = parser.parse_args(argv)
-    if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
-        parser.error("--epochs, --global-batch and --hidden must be >= 1")
-    return ns
+from agent.trainer.elastic import ElasticTrainer
+from agent.trainer.sampler import ElasticSampler
+from examples.digits_data import elastic_args, load_data
+from examples.train_digits import build_model
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args = elastic_args(sys.argv[1:] if argv is None else argv, __doc__.splitlines()[0])
     with ElasticTrainer.start() as et:
         paddle.seed(args.seed)  # every incarnation builds the same model (names included)
         x_train, y_train, x_test, y_test = load_data(args.seed)
@@ -69,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             et.all_reduce_gradients()
             optimizer.step()
             optimizer.clear_grad()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
+            if args.step_sleep or args.sample_sleep:
+                time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
         model.eval()
         with paddle.no_grad():
             predicted = model(paddle.to_tensor(x_test)).argmax(axis=1).numpy()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -22,10 +22,10 @@ from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
 from metrics_adapter.auth.identity import Credentials
 from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
+from metrics_adapter.provider import ExternalMetricInfo, MetricsProvider, custom_metric_values
 from metrics_adapter.router import Route, RouteKind, parse_path, split_raw_path
 from metrics_adapter.selector import LabelSelector
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.service import MetricsService
 from metrics_adapter.settings import AdapterSettings
 
 log = logging.getLogger(__name__)
@@ -66,15 +66,20 @@ def _credentials() -> Credentials:
 
 def create_app(
     settings: AdapterSettings,
-    service: MetricsService,
+    provider: MetricsProvider,
     metrics: AdapterMetrics,
     authenticator: DelegatingAuthenticator,
     authorizer: Authorizer,
     ready: Callable[[], bool] = lambda: True,
     clock: Callable[[], float] = time.time,
     refresh_gauges: Callable[[], None] = lambda: None,
+    debug_pages: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
 ) -> Flask:
-    """Build the adapter's WSGI app around its collaborators."""
+    """Build the adapter's WSGI app around its collaborators.
+
+    ``debug_pages`` are read-only JSON pages at ``/debug/<name>`` (e.g. the sizing plan),
+    authorised like any other non-resource path.
+    """
     app = Flask("metrics_adapter")
     renderer = wire.MetricListRenderer()
     allow_all = isinstance(authorizer, AlwaysAllowAuthorizer)
@@ -103,33 +108,28 @@ def create_app(
                 f"the server could not find the requested resource {route.path!r} "
                 "(this server publishes no OpenAPI document)"
             )
+        if kind is RouteKind.DEBUG:
+            page = (debug_pages or {}).get(route.name)
+            if page is None:
+                raise NotFoundError(
+                    f"the server could not find the requested resource {route.path!r}"
+                )
+            return _json(200, page(), head)
         if kind is RouteKind.API_GROUP_LIST:
             return _json(200, wire.api_group_list(), head)
         if kind is RouteKind.API_GROUP:
             return _json(200, wire.api_group(route.group), head)
         if kind is RouteKind.API_RESOURCE_LIST:
-            body = wire.api_resource_list(route.group, route.version, service.catalogue())
+            body = wire.api_resource_list(route.group, route.version, provider)
             return _json(200, body, head)
         selector = LabelSelector.parse(request.args.get("labelSelector"))
         metric_selector = LabelSelector.parse(request.args.get("metricLabelSelector"))
         if kind is RouteKind.EXTERNAL:
-            external = service.external(route.namespace, route.metric, selector)
+            info = ExternalMetricInfo(route.metric)
+            external = provider.get_external_metric(route.namespace, selector, info)
             _observe_age([p.timestamp for p in external])
             return _json(200, wire.external_value_list(external), head)
-        if kind is RouteKind.CUSTOM_OBJECTS and route.resource == "pods":
-            points = service.pods(
-                route.namespace, route.name, route.metric, selector, metric_selector
-            )
-        elif kind is RouteKind.CUSTOM_OBJECTS:
-            points = service.objects(
-                route.namespace, route.resource, route.name, route.metric, selector, metric_selector
-            )
-        elif kind is RouteKind.CUSTOM_NAMESPACE:
-            points = service.namespace(route.namespace, route.metric, metric_selector)
-        else:
-            points = service.root(
-                route.resource, route.name, route.metric, selector, metric_selector
-            )
+        points = custom_metric_values(provider, route, selector, metric_selector)
         _observe_age([p.timestamp for p in points])
         if head:
             return Response(b"", status=200, mimetype="application/json")

@@ -237,11 +237,23 @@ def _term(spec: dict[str, Any], reduce: Aggregation, where: str) -> SeriesTerm:
 
 
 class CatalogueHolder:
-    """Holds the current catalogue; readers take ``current`` once per request."""
+    """Holds the current catalogue; readers take ``current`` once per request.
 
-    def __init__(self, catalogue: MetricCatalogue) -> None:
+    ``keep_series`` are series other readers than the catalogue need (the sizer's): the
+    sources keep them too (:attr:`needed_series`).
+    """
+
+    def __init__(
+        self, catalogue: MetricCatalogue, keep_series: frozenset[str] = frozenset()
+    ) -> None:
         self._current = catalogue
         self._lock = threading.Lock()
+        self._keep = keep_series
+
+    @property
+    def needed_series(self) -> frozenset[str]:
+        """The series the sources must keep: the catalogue's and ``keep_series``."""
+        return self._current.needed_series | self._keep
 
     @property
     def current(self) -> MetricCatalogue:

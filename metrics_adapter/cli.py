@@ -20,6 +20,7 @@ from metrics_adapter.durations import parse_duration
 from metrics_adapter.errors import ConfigError, SourceError
 from metrics_adapter.kube_client import make_api_client
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.sizing.resources import RESOURCE_NAMES, Resources
 
 ENV_PREFIX = "EDL_ADAPTER_"
 log = logging.getLogger("metrics_adapter")
@@ -213,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
         "drop a label set a pod stopped exposing after this (default: the longest window)",
     )
 
+    _add_sizing_options(serve, d)
+
     auth = serve.add_argument_group(
         "security",
         "Delegated auth (default) follows kube-apiserver: requestheader mTLS from the aggregator, "
@@ -295,6 +298,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_sizing_options(serve: Any, d: AdapterSettings) -> None:
+    from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES
+
+    g = serve.add_argument_group(
+        "sizing",
+        "Resource-aware sizing (docs/sizing.md): decide every job's size from the cluster's "
+        "free capacity and serve it as the External metric desired_replicas.",
+    )
+    _add(g, "--sizing", "run the sizer and serve desired_replicas", False, action="store_true")
+    _add(
+        g,
+        "--sizing-capacity",
+        "capacity source",
+        d.sizing_capacity,
+        choices=sorted(CAPACITY_SOURCES),
+    )
+    _add(g, "--sizing-capacity-file", "cluster description YAML (for --sizing-capacity static)")
+    _add(g, "--sizing-history", "history store", d.sizing_history, choices=sorted(HISTORY_STORES))
+    _add(g, "--sizing-history-configmap", "history ConfigMap name", d.sizing_history_configmap)
+    _add(
+        g,
+        "--sizing-history-namespace",
+        "history ConfigMap namespace (default: the adapter's own, else edl-system)",
+    )
+    _add(g, "--sizing-interval", "time between sizing decisions", "10s")
+    _add(g, "--sizing-history-interval", "time between writes of new observations", "30s")
+    _add(g, "--sizing-headroom", "room kept free on every node, e.g. cpu=250m,memory=512Mi", "")
+    _add(g, "--sizing-hold-off", "no growth within this time of a job's last growth", "60s")
+    _add(g, "--sizing-payback", "a growth must pay back its rescale pause within this", "5m")
+    _add(
+        g,
+        "--sizing-exploration",
+        "never grow beyond this multiple of the largest size measured",
+        d.sizing_exploration,
+        type=float,
+    )
+    _add(
+        g,
+        "--sizing-default-max-workers",
+        "max workers of a job without the max-workers annotation",
+        d.sizing_default_max_workers,
+        type=int,
+    )
+
+
+def _headroom(text: str) -> Resources:
+    """``cpu=250m,memory=512Mi`` -> Resources."""
+    pairs: dict[str, str] = {}
+    for part in (p.strip() for p in str(text or "").split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or name.strip() not in RESOURCE_NAMES:
+            raise ConfigError(
+                f"--sizing-headroom: {part!r} is not <resource>=<quantity> "
+                f"(resources: {', '.join(RESOURCE_NAMES)})"
+            )
+        pairs[name.strip()] = value.strip()
+    try:
+        return Resources.parse(pairs)
+    except ValueError as e:
+        raise ConfigError(f"--sizing-headroom: {e}") from e
+
+
 def _path(value: Any) -> Path | None:
     return Path(value) if value else None
 
@@ -370,6 +437,19 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
             series_prune_after=(
                 parse_duration(args.series_prune_after) if args.series_prune_after else None
             ),
+            sizing=bool(args.sizing),
+            sizing_capacity=str(args.sizing_capacity),
+            sizing_capacity_file=_path(args.sizing_capacity_file),
+            sizing_history=str(args.sizing_history),
+            sizing_history_configmap=str(args.sizing_history_configmap),
+            sizing_history_namespace=args.sizing_history_namespace or None,
+            sizing_interval=parse_duration(args.sizing_interval),
+            sizing_history_interval=parse_duration(args.sizing_history_interval),
+            sizing_headroom=_headroom(args.sizing_headroom),
+            sizing_hold_off=parse_duration(args.sizing_hold_off),
+            sizing_payback=parse_duration(args.sizing_payback),
+            sizing_exploration=float(args.sizing_exploration),
+            sizing_default_max_workers=int(args.sizing_default_max_workers),
         )
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from e
@@ -419,6 +499,22 @@ def serve(settings: AdapterSettings) -> int:
         raise ConfigError("--source prometheus needs --prometheus-url")
     if settings.static_file is not None:
         load_static_pods(settings.static_file)
+    if settings.sizing:
+        from metrics_adapter.sizing import backends
+
+        backends.check(settings)
+        needs_cluster = {settings.sizing_capacity, settings.sizing_history} & {
+            "kubernetes",
+            "configmap",
+        }
+        if needs_cluster:
+            try:
+                make_api_client(settings.kubeconfig)
+            except SourceError as e:
+                raise ConfigError(
+                    f"--sizing with {' and '.join(sorted(needs_cluster))} needs a cluster: {e} "
+                    "(without one: --sizing-capacity static --sizing-history memory)"
+                ) from e
     if settings.source is SourceKind.KUBERNETES:
         try:
             make_api_client(settings.kubeconfig)

@@ -41,6 +41,7 @@ class RouteKind(enum.Enum):
     CUSTOM_NAMESPACE = "custom_namespace"
     CUSTOM_ROOT = "custom_root"
     EXTERNAL = "external"
+    DEBUG = "debug"
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ def parse_path(raw_path: str) -> Route:
         return Route(RouteKind.VERSION, path)
     if segs[0] == "openapi":
         return Route(RouteKind.OPENAPI, path)
+    if segs[0] == "debug" and len(segs) == 2:
+        return Route(RouteKind.DEBUG, path, name=segs[1])
     if segs[0] != "apis":
         raise NotFoundError(f"the server could not find the requested resource {path!r}")
     if len(segs) == 1:

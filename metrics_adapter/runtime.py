@@ -6,6 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -39,9 +40,17 @@ from metrics_adapter.filewatch import FileWatcher
 from metrics_adapter.kube_client import make_api_client
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.pods import PodRegistry
+from metrics_adapter.provider import CompositeProvider, MetricsProvider
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.service import MetricsService
+from metrics_adapter.service import ScrapedPodsProvider
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.sizing import SizingPolicy, backends
+from metrics_adapter.sizing.backends import BackendContext
+from metrics_adapter.sizing.events import EventRecorder, LogEventRecorder
+from metrics_adapter.sizing.metrics import SizingMetrics
+from metrics_adapter.sizing.observe import SERIES as SIZING_SERIES
+from metrics_adapter.sizing.observe import ThroughputObserver
+from metrics_adapter.sizing.provider import Sizer, SizingProvider
 from metrics_adapter.sources import Component
 from metrics_adapter.sources.prometheus import PrometheusCollector
 from metrics_adapter.sources.scraper import PodScraper
@@ -119,7 +128,9 @@ class AdapterRuntime:
         self._api_clients: dict[Any, Any] = {}
         self._tls_trust = tls_trust
         self.metrics = AdapterMetrics(CollectorRegistry())
-        self.catalogue = CatalogueHolder(load_catalogue(settings))
+        self.catalogue = CatalogueHolder(
+            load_catalogue(settings), SIZING_SERIES if settings.sizing else frozenset()
+        )
         interval = settings.scrape_interval
         window = self.catalogue.current.max_window_seconds
         self.stale_after = settings.stale_after or max(15.0, 3 * interval)
@@ -134,23 +145,32 @@ class AdapterRuntime:
             on_refused=self.metrics.series_refused.inc,
         )
         self.pods = PodRegistry()
-        self.service = MetricsService(
+        self.service = ScrapedPodsProvider(
             self.pods, MetricEvaluator(self.store, self.stale_after, clock), self.catalogue
         )
         self.components: list[Component] = []
-        self._build_sources()
+        _SOURCES[settings.source](self)
         if settings.metrics_config is not None:
             self.components.append(CatalogueReloader(settings, self.catalogue, self.metrics))
         self.components.append(_Housekeeper(self, interval))
+        providers: list[MetricsProvider] = [self.service]
+        debug_pages: dict[str, Callable[[], dict[str, Any]]] = {}
+        self.sizer: Sizer | None = None
+        if settings.sizing:
+            self.sizer, sizing = self._build_sizer(clock)
+            providers.append(sizing)
+            debug_pages["sizing"] = sizing.debug_page
+        self.provider = CompositeProvider(providers)
         self.app: Flask = create_app(
             settings,
-            self.service,
+            self.provider,
             self.metrics,
             self._authenticator(trust or ClientTrust(), clock),
             self._authorizer(clock),
             ready=lambda: self.pods.synced,
             clock=clock,
             refresh_gauges=self.refresh_gauges,
+            debug_pages=debug_pages,
         )
 
     def api_client(self, kubeconfig: Any) -> Any:
@@ -159,64 +179,116 @@ class AdapterRuntime:
             self._api_clients[kubeconfig] = self._api_client_factory(kubeconfig)
         return self._api_clients[kubeconfig]
 
-    def _build_sources(self) -> None:
+    def _static_sources(self) -> None:
         s = self.settings
-        session = requests.Session()
-        if s.source is SourceKind.STATIC or (s.source is SourceKind.PROMETHEUS and s.static_file):
-            if s.static_file is None:
-                raise ConfigError("--source static needs --static-file")
-            static = StaticPodDiscovery(s.static_file, self.pods, self.store, s.reload_interval)
-            static.load()
-            self.components.append(static)
-        if s.source is SourceKind.KUBERNETES:
-            from metrics_adapter.sources.kubernetes import KubernetesPodDiscovery
+        if s.static_file is None:
+            raise ConfigError("--source static needs --static-file")
+        self._static_pods(s.static_file)
+        self.components.append(self._scraper())
 
-            self.components.append(
-                KubernetesPodDiscovery(
-                    self.api_client(s.kubeconfig),
-                    self.pods,
-                    self.store,
-                    self.metrics,
-                    label_selector=s.pod_selector,
-                    namespace=s.namespace,
-                    port=s.metrics_port,
-                    port_annotation=s.metrics_port_annotation,
-                    path=s.metrics_path,
-                )
+    def _static_pods(self, path: Path) -> None:
+        static = StaticPodDiscovery(path, self.pods, self.store, self.settings.reload_interval)
+        static.load()
+        self.components.append(static)
+
+    def _kubernetes_sources(self) -> None:
+        from metrics_adapter.sources.kubernetes import KubernetesPodDiscovery
+
+        s = self.settings
+        self.components.append(
+            KubernetesPodDiscovery(
+                self.api_client(s.kubeconfig),
+                self.pods,
+                self.store,
+                self.metrics,
+                label_selector=s.pod_selector,
+                namespace=s.namespace,
+                port=s.metrics_port,
+                port_annotation=s.metrics_port_annotation,
+                path=s.metrics_path,
             )
-        if s.source is SourceKind.PROMETHEUS:
-            if not s.prometheus_url:
-                raise ConfigError("--source prometheus needs --prometheus-url")
-            self.components.append(
-                PrometheusCollector(
-                    s.prometheus_url,
-                    self.pods,
-                    self.store,
-                    self.catalogue,
-                    self.metrics,
-                    session,
-                    interval=s.scrape_interval,
-                    timeout=s.scrape_timeout,
-                    discover_pods=s.static_file is None,
-                    namespace_label=s.prometheus_namespace_label,
-                    pod_label=s.prometheus_pod_label,
-                    owner_label=s.prometheus_owner_label,
-                )
+        )
+        self.components.append(self._scraper())
+
+    def _prometheus_sources(self) -> None:
+        s = self.settings
+        if s.static_file:
+            self._static_pods(s.static_file)
+        if not s.prometheus_url:
+            raise ConfigError("--source prometheus needs --prometheus-url")
+        self.components.append(
+            PrometheusCollector(
+                s.prometheus_url,
+                self.pods,
+                self.store,
+                self.catalogue,
+                self.metrics,
+                requests.Session(),
+                interval=s.scrape_interval,
+                timeout=s.scrape_timeout,
+                discover_pods=s.static_file is None,
+                namespace_label=s.prometheus_namespace_label,
+                pod_label=s.prometheus_pod_label,
+                owner_label=s.prometheus_owner_label,
             )
+        )
+
+    def _scraper(self) -> PodScraper:
+        s = self.settings
+        return PodScraper(
+            self.pods,
+            self.store,
+            self.catalogue,
+            self.metrics,
+            requests.Session(),
+            interval=s.scrape_interval,
+            timeout=s.scrape_timeout,
+            max_bytes=s.max_scrape_bytes,
+            concurrency=s.scrape_concurrency,
+        )
+
+    def _build_sizer(self, clock: Callable[[], float]) -> tuple[Sizer, SizingProvider]:
+        """The sizer and its provider, from the named capacity source and history store."""
+        s = self.settings
+        ctx = BackendContext(
+            s,
+            lambda: self.api_client(s.kubeconfig),
+            lambda name: self.metrics.source_errors.labels(name).inc(),
+        )
+        source = backends.build(
+            backends.CAPACITY_SOURCES, s.sizing_capacity, "capacity source", ctx
+        )
+        history = backends.build(backends.HISTORY_STORES, s.sizing_history, "history store", ctx)
+        if hasattr(source, "start"):
+            self.components.append(source)
+        if s.sizing_capacity == "kubernetes":
+            from metrics_adapter.sizing.events import KubernetesEventRecorder
+
+            events: EventRecorder = KubernetesEventRecorder(self.api_client(s.kubeconfig))
         else:
-            self.components.append(
-                PodScraper(
-                    self.pods,
-                    self.store,
-                    self.catalogue,
-                    self.metrics,
-                    session,
-                    interval=s.scrape_interval,
-                    timeout=s.scrape_timeout,
-                    max_bytes=s.max_scrape_bytes,
-                    concurrency=s.scrape_concurrency,
-                )
-            )
+            events = LogEventRecorder()
+        policy = SizingPolicy(
+            headroom=s.sizing_headroom,
+            hold_off_s=s.sizing_hold_off,
+            payback_s=s.sizing_payback,
+            exploration=s.sizing_exploration,
+        )
+        window = self.catalogue.current.max_window_seconds
+        sizer = Sizer(
+            source,
+            history,
+            policy,
+            SizingMetrics(self.metrics.registry),
+            events,
+            clock,
+            interval=s.sizing_interval,
+            history_interval=s.sizing_history_interval,
+            observer=ThroughputObserver(self.store, window),
+            owner=getattr(source, "deployment", lambda _: None),
+        )
+        self.components.append(sizer)
+        max_age = 3 * s.sizing_interval + 30.0
+        return sizer, SizingProvider(sizer, clock, max_age)
 
     def _authenticator(
         self, trust: ClientTrust, clock: Callable[[], float]
@@ -292,6 +364,14 @@ class AdapterRuntime:
         """Stop every background component."""
         for component in reversed(self.components):
             component.stop()
+
+
+_SOURCES: dict[SourceKind, Callable[[AdapterRuntime], None]] = {
+    SourceKind.STATIC: AdapterRuntime._static_sources,
+    SourceKind.KUBERNETES: AdapterRuntime._kubernetes_sources,
+    SourceKind.PROMETHEUS: AdapterRuntime._prometheus_sources,
+}
+"""Pod sources by ``--source``: each adds its components (discovery, then collection)."""
 
 
 class _Housekeeper:

@@ -6,6 +6,9 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metrics_adapter.errors import ConfigError
+from metrics_adapter.sizing.resources import Resources
+
 
 class SourceKind(enum.Enum):
     """Where pods and samples come from."""
@@ -133,3 +136,37 @@ class AdapterSettings:
     series_prune_after: float | None = None
     """Seconds after which a label set a pod no longer exposes is dropped (default: the
     longest window, at least --stale-after)."""
+    sizing: bool = False
+    """Run the sizer and serve the External metric ``desired_replicas`` (docs/sizing.md)."""
+    sizing_capacity: str = "kubernetes"
+    """Capacity source by name (``kubernetes``: watch the cluster; ``static``: a file)."""
+    sizing_capacity_file: Path | None = None
+    """YAML cluster description for ``--sizing-capacity static``."""
+    sizing_history: str = "configmap"
+    """History store by name (``configmap``: shared by replicas; ``memory``: this process)."""
+    sizing_history_configmap: str = "edl-sizing-history"
+    """Name of the history ConfigMap."""
+    sizing_history_namespace: str | None = None
+    """Its namespace (default: the adapter's own, from its service account, else edl-system)."""
+    sizing_interval: float = 10.0
+    """Seconds between sizing decisions."""
+    sizing_history_interval: float = 30.0
+    """Seconds between this replica's writes of new observations to the history."""
+    sizing_headroom: Resources = field(default_factory=Resources)
+    """Room kept free on every node (``--sizing-headroom cpu=250m,memory=512Mi``)."""
+    sizing_hold_off: float = 60.0
+    """Seconds after a job grew before it may grow again."""
+    sizing_payback: float = 300.0
+    """Seconds within which a growth must make up for the job's measured rescale pause."""
+    sizing_exploration: float = 2.0
+    """Never grow a job beyond this multiple of the largest size measured."""
+    sizing_default_max_workers: int = 16
+    """Max workers of a job without the ``edl.paddlepaddle.org/max-workers`` annotation."""
+
+    def __post_init__(self) -> None:
+        if self.sizing_exploration < 1:
+            raise ConfigError(f"--sizing-exploration {self.sizing_exploration} must be >= 1")
+        if self.sizing_default_max_workers < 1:
+            raise ConfigError(
+                f"--sizing-default-max-workers {self.sizing_default_max_workers} must be >= 1"
+            )

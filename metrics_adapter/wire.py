@@ -11,11 +11,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.pods import DescribedObject
+from metrics_adapter.provider import ExternalPoint, MetricPoint, MetricsProvider
 from metrics_adapter.quantity import format_quantity
 from metrics_adapter.router import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
-from metrics_adapter.service import ExternalPoint, MetricPoint
 
 JSON = dict[str, Any]
 
@@ -127,10 +126,10 @@ def external_value_list(points: list[ExternalPoint]) -> JSON:
         "metadata": {},
         "items": [
             {
-                "metricName": p.definition.name,
+                "metricName": p.metric,
                 "metricLabels": p.labels or None,
                 "timestamp": rfc3339(p.timestamp),
-                "window": round(p.definition.window_seconds),
+                "window": round(p.window_seconds),
                 "value": format_quantity(p.value),
             }
             for p in points
@@ -151,19 +150,22 @@ def status(code: int, reason: str, message: str) -> JSON:
     }
 
 
-def api_resource_list(group: str, version: str, catalogue: MetricCatalogue) -> JSON:
-    """``/apis/<group>/<version>``: one resource per (resource, metric); never empty."""
+def api_resource_list(group: str, version: str, provider: MetricsProvider) -> JSON:
+    """``/apis/<group>/<version>``: one resource per (resource, metric) the provider lists.
+
+    Never empty (the aggregator probes it for availability): a placeholder stands in when
+    nothing is served yet.
+    """
     resources: list[JSON] = []
     if group == EXTERNAL_GROUP:
-        for name in sorted(catalogue.external):
-            resources.append(_resource(name, True, "ExternalMetricValueList"))
+        for ext in provider.list_all_external_metrics():
+            resources.append(_resource(ext.metric, True, "ExternalMetricValueList"))
         if not resources:
             resources.append(_resource("externalmetrics", True, "ExternalMetricValueList"))
     else:
-        for name in sorted(catalogue.custom):
-            resources.append(_resource(f"pods/{name}", True, "MetricValueList"))
-            resources.append(_resource(f"deployments.apps/{name}", True, "MetricValueList"))
-            resources.append(_resource(f"namespaces/{name}", False, "MetricValueList"))
+        for info in provider.list_all_metrics():
+            name = f"{info.group_resource}/{info.metric}"
+            resources.append(_resource(name, info.namespaced, "MetricValueList"))
         if not resources:
             resources.append(_resource("custommetrics", True, "MetricValueList"))
     return {

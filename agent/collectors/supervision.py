@@ -13,8 +13,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
-from agent.world import TrainerWorld
 
 
 class SupervisedTrainer(Protocol):

@@ -1,5 +1,6 @@
-"""Elastic training: world agreement, trainer supervision across generations, exactly-once data.
+"""Elastic training, agent side: world agreement and trainer supervision across generations.
 
-Trainer-side API: `agent.elastic.trainer.ElasticTrainer` (imports Paddle lazily). Agent side:
-`Membership` over a `MembershipStore` (`LocalStore`, `KubernetesStore`) and `ElasticSupervisor`.
+`Membership` over a `MembershipStore` (`LocalStore`, `KubernetesStore`) agrees on the world;
+`ElasticSupervisor` runs the trainer through it. The training-script side (`ElasticTrainer`,
+`ElasticSampler`) is in `agent.trainer`; both speak `agent.protocol`.
 """

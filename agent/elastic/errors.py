@@ -1,12 +1,21 @@
-"""Exception types of elastic training; each keeps its cause (`raise ... from e`)."""
+"""Exception types of elastic training, agent side; each keeps its cause (`raise ... from e`).
+
+The ones both processes share (`ElasticError`, `RendezvousTimeout`, `StateTransferError`) are
+defined in `agent.protocol.errors` and re-exported here.
+"""
 
 from __future__ import annotations
 
-from agent.errors import AgentError
+from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
 
-
-class ElasticError(AgentError):
-    """Base class for every error raised by `agent.elastic`."""
+__all__ = [
+    "ElasticError",
+    "RendezvousTimeout",
+    "StateTransferError",
+    "StoreConflict",
+    "StoreUnavailable",
+    "WorldRecordInvalid",
+]
 
 
 class StoreUnavailable(ElasticError):
@@ -19,11 +28,3 @@ class StoreConflict(ElasticError):
 
 class WorldRecordInvalid(ElasticError):
     """The stored world record is not a consistent world (edited by hand, truncated, ...)."""
-
-
-class RendezvousTimeout(ElasticError):
-    """A phase of a rescale (drain, rendezvous, init) ran past its deadline."""
-
-
-class StateTransferError(ElasticError):
-    """Saving, loading or broadcasting the training state failed."""

@@ -37,11 +37,13 @@ from agent.elastic.supervisor import (
 from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
+from agent.protocol import env as names
+from agent.protocol.world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerSupervisor
-from agent.world import TrainerWorld
+from agent.trainer import frameworks
 
 log = logging.getLogger(__name__)
 
@@ -208,13 +210,18 @@ def run_elastic(
     )
     membership = Membership(build_store(options, env), me, membership_settings)
     control_dir, state_dir = options.work_dir / "control", options.work_dir / "state"
+    trainer_env = {**env, **control_env(control_dir, state_dir, me.id)}
+    explicit = settings.framework != frameworks.AUTO
+    if explicit:  # else the warm trainer reports the framework it imported
+        trainer_env[names.FRAMEWORK] = settings.framework
     trainer = TrainerSupervisor(
         command,
         prepare_metrics_dir(metrics_dir),
         TrainerWorld(),
-        {**env, **control_env(control_dir, state_dir, me.id)},
+        trainer_env,
         flush_seconds=settings.flush_seconds,
         stop_grace_seconds=settings.stop_grace_seconds,
+        framework=frameworks.get(settings.framework if explicit else "paddle"),
     )
     rescales = RescaleLog()
     elastic = ElasticSupervisor(
@@ -237,12 +244,13 @@ def run_elastic(
     server.start()
     previous = {s: signal.signal(s, elastic.request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     log.info(
-        "member %s of job %s (%s, world %d..%d); /metrics on port %d; %s",
+        "member %s of job %s (%s, world %d..%d, framework %s); /metrics on port %d; %s",
         me.key,
         options.job,
         options.membership,
         options.min_size,
         options.max_size,
+        settings.framework,
         server.port,
         nvml_note,
     )

@@ -3,7 +3,9 @@
 It drives the foundation's `TrainerSupervisor` (one process per incarnation) from the world
 that `Membership` agrees on. A new generation asks the running trainer to stop at a step
 boundary (the trainers agree on which), waits for it within a bound, and starts the next
-incarnation with the new PADDLE_* environment; survivors then hand their state to joiners.
+incarnation in the new world (written in its framework's variables: the framework the warm
+trainer reported using); survivors then hand their state to joiners. Everything said to and
+heard from the trainer goes through `agent.protocol.control.ControlChannel`.
 Every path out of a phase has a deadline: a trainer that will not drain is stopped, a
 rendezvous that never completes is abandoned, a broken collective with no membership change
 forces a fresh generation, and a budget stops endless retries.
@@ -17,7 +19,6 @@ reads a finished world, starts no trainer. By default it idles (serving /metrics
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -29,19 +30,20 @@ from types import FrameType
 
 from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
-from agent.elastic.protocol import (
-    DRAIN_FILE,
-    FINISHED_STEP,
+from agent.elastic.world import World
+from agent.protocol import env as names
+from agent.protocol.control import (
     PEER_LOST_EXIT,
     RESCALE_EXIT,
     STANDBY_GENERATION,
-    WORLD_FILE,
-    timings_path,
+    ControlChannel,
+    NextWorld,
+    Timings,
 )
-from agent.elastic.world import World
+from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerExit, TrainerSupervisor
-from agent.world import TrainerWorld
+from agent.trainer import frameworks
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,7 @@ class _Rescale:
 
 
 def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
-    """This member's view of `world`, in the foundation's PADDLE_* terms."""
+    """This member's view of `world`: its rank, the endpoints, rank 0's as the master."""
     rank = world.rank_of(key)
     if rank is None:
         raise ValueError(f"{key} is not in generation {world.generation}")
@@ -143,7 +145,7 @@ class ElasticSupervisor:
         self._membership = membership
         self._job = job or "(unnamed)"
         self._trainer = trainer
-        self._control = control_dir
+        self._channel = ControlChannel(control_dir)
         self._rescales = rescales
         self._settings = settings
         self._backend = settings.backend or default_backend()
@@ -181,7 +183,7 @@ class ElasticSupervisor:
 
     def run(self, max_seconds: float = float("inf")) -> int:
         """Blocks until the job ends (trainer exit 0), we leave, or a failure; returns a status."""
-        self._control.mkdir(parents=True, exist_ok=True)
+        self._channel.directory.mkdir(parents=True, exist_ok=True)
         self._deadline = deadline = time.monotonic() + max_seconds
         world = self._membership.peek()
         if world is not None and world.finished:
@@ -209,14 +211,14 @@ class ElasticSupervisor:
         Survivors then never wait for our process start and import (seconds) during a
         scale-up: the new generation is decided when we can train at once.
         """
-        for name in (DRAIN_FILE, WORLD_FILE):
-            (self._control / name).unlink(missing_ok=True)
+        self._channel.clear()
         self._trainer.start(TrainerWorld(generation=STANDBY_GENERATION, backend=self._backend))
         self._standby = True
         deadline = time.monotonic() + self._settings.init_timeout
-        ready = timings_path(self._control, STANDBY_GENERATION)
         while time.monotonic() < deadline and self._stop_signal is None:
-            if ready.exists():
+            ready = self._channel.timings(STANDBY_GENERATION)
+            if ready is not None:
+                self._learn_framework(ready)
                 return None
             ended = self._trainer.wait(0.05)
             if ended is not None:
@@ -341,15 +343,14 @@ class ElasticSupervisor:
 
     def _hand_over(self, world: World | None, generation: int) -> None:
         """Writes the next world (None: leave) for the trainer, then asks it to drain."""
-        body: dict[str, object] = {"generation": generation}
-        if world is None:
-            body["leave"] = True
-        else:
-            body["env"] = trainer_world(world, self._key, self._backend).to_env()
-        tmp = self._control / f".{WORLD_FILE}.tmp"
-        tmp.write_text(json.dumps(body))
-        os.replace(tmp, self._control / WORLD_FILE)
-        (self._control / DRAIN_FILE).write_text(str(generation))
+        mine = None if world is None else trainer_world(world, self._key, self._backend)
+        self._channel.hand_over(NextWorld(generation, mine))
+
+    def _learn_framework(self, timings: Timings) -> None:
+        """Later trainers start in the variables of the framework this one reported using."""
+        if timings.framework and timings.framework != self._trainer.framework.name:
+            self._trainer.framework = frameworks.get(timings.framework)
+            log.info("the trainer trains with %s", timings.framework)
 
     def _on_exit(self, ended: TrainerExit) -> int | None:
         running = self._running
@@ -401,8 +402,7 @@ class ElasticSupervisor:
 
     def _start(self, world: World) -> None:
         self._trainer_mode = "process"  # until the new trainer reports what it can do
-        (self._control / DRAIN_FILE).unlink(missing_ok=True)
-        (self._control / WORLD_FILE).unlink(missing_ok=True)
+        self._channel.clear()
         if self._rescale is not None and self._rescale.drained == 0.0:
             self._rescale.drained = self._wall()
         self._trainer.start(trainer_world(world, self._key, self._backend))
@@ -439,11 +439,8 @@ class ElasticSupervisor:
 
     def _reported_step(self, generation: int) -> int | None:
         """The step the trainer said it finished at (None when it did not say)."""
-        try:
-            raw = json.loads(timings_path(self._control, generation).read_text())
-            return int(raw[FINISHED_STEP])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        timings = self._channel.timings(generation)
+        return None if timings is None else timings.finished_step
 
     def _job_done(self, step: int | None, late: bool = False) -> int:
         """Records the finish (ours, or one we read), leaves, then exits 0 or idles."""
@@ -492,18 +489,16 @@ class ElasticSupervisor:
         running = self._running
         if running is None:
             return
-        try:
-            raw = json.loads(timings_path(self._control, running.generation).read_text())
-        except (OSError, ValueError):
-            raw = {}
-        times = {k: float(v) for k, v in raw.items() if isinstance(v, int | float)}
-        if "reinit" in raw:
-            self._trainer_mode = str(raw["reinit"])
+        reported = self._channel.timings(running.generation)
+        times = reported or Timings()
+        if reported is not None:
+            self._trainer_mode = reported.reinit
+            self._learn_framework(reported)
         rescale = self._rescale
         if (
             rescale is not None
             and rescale.in_process
-            and "started" not in times
+            and times.started is None
             and self._wall() - rescale.decided > self._settings.drain_timeout
         ):
             log.error(
@@ -513,27 +508,30 @@ class ElasticSupervisor:
             self._rescale = None
             self._stop_trainer()
             return
-        if "initialised" in times:
+        if times.initialised is not None:
             self._initialised = True
             self._initialised_gen = running.generation
-        if "first_step" in times:
+        if times.first_step is not None:
             self._resets = 0
             if rescale is not None and rescale.generation == running.generation:
                 self._record(rescale, times)
                 self._rescale = None
 
-    def _record(self, r: _Rescale, t: Mapping[str, float]) -> None:
+    def _record(self, r: _Rescale, t: Timings) -> None:
+        """Feeds one rescale's pause and phases (`t` has every milestone to `first_step`)."""
+        started, imported, master = t.started or 0.0, t.imported or 0.0, t.master or 0.0
+        initialised, first_step = t.initialised or 0.0, t.first_step or 0.0
         if r.in_process:  # no new process: the trainer stopped and re-formed at "started"
-            r.drained = r.spawned = t["started"]
-        spawned = r.spawned or t.get("started", r.drained)
+            r.drained = r.spawned = started
+        spawned = r.spawned or t.started or r.drained
         phases = {
             "detect": max(0.0, r.decided - r.noticed),
             "drain": max(0.0, r.drained - r.decided),
-            "rendezvous": max(0.0, spawned - r.drained) + (t["master"] - t["imported"]),
-            "init": (t["imported"] - spawned) + (t["initialised"] - t["master"]),
-            "restore": t["first_step"] - t["initialised"],
+            "rendezvous": max(0.0, spawned - r.drained) + (master - imported),
+            "init": (imported - spawned) + (initialised - master),
+            "restore": first_step - initialised,
         }
-        pause = t["first_step"] - r.decided
+        pause = first_step - r.decided
         self._rescales.record(pause, phases)
         log.info(
             "rescale to generation %d: pause %.2f s (%s)",
@@ -576,8 +574,8 @@ class ElasticSupervisor:
 def control_env(control_dir: Path, state_dir: Path, member: str) -> dict[str, str]:
     """What the elastic trainer API needs in its environment."""
     return {
-        "EDL_CONTROL_DIR": str(control_dir),
-        "EDL_STATE_DIR": str(state_dir),
-        "EDL_MEMBER": member,
+        names.CONTROL_DIR: str(control_dir),
+        names.STATE_DIR: str(state_dir),
+        names.MEMBER: member,
         "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
     }

@@ -1,4 +1,4 @@
-"""HPA policy simulator and tuner: a decision-exact model of the HPA controller (v1.34).
+"""HPA policy simulator and tuner: a decision-exact model of the HPA controller (v1.34-1.35).
 
 `HorizontalController.step()` reconciles one sync from externally supplied metric values,
 so the same trace can drive this model and a real kube-controller-manager. The CLI

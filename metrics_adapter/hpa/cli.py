@@ -27,7 +27,7 @@ from metrics_adapter.hpa.spec import (
     ResourceMetricSource,
 )
 from metrics_adapter.hpa.trace import MetricTrace, PrometheusQuery, load_prometheus, load_trace
-from metrics_adapter.hpa.tune import Objective, Tuner
+from metrics_adapter.hpa.tune import GRID, TOLERANCE_GRID, Objective, Tuner
 from metrics_adapter.quantity import parse_quantity
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -97,8 +97,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     ctl.add_argument("--initial-readiness-delay", type=duration, default=30.0, help="default 30s")
     ctl.add_argument(
         "--configurable-tolerance",
-        action="store_true",
-        help="feature gate HPAConfigurableTolerance (off by default in v1.34)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="feature gate HPAConfigurableTolerance (beta, on by default in v1.35; "
+        "--no-configurable-tolerance models v1.33-1.34, where it is off)",
     )
     sim = parser.add_argument_group("simulated cluster")
     sim.add_argument(
@@ -158,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--max-rounds", type=int, default=3, help="coordinate-descent rounds (default 3)"
+    )
+    tune.add_argument(
+        "--search-tolerance",
+        action="store_true",
+        help="also search per-HPA behavior.*.tolerance (needs HPAConfigurableTolerance)",
     )
     tune.add_argument("--output", type=Path, help="also write the recommended manifest here")
     tune.add_argument("--plot", type=Path, help="PNG of the recommended HPA's run")
@@ -237,8 +244,8 @@ def _warn_tolerance(
     rules = [r for r in (behavior.scale_up, behavior.scale_down) if r is not None]
     if any(r.tolerance is not None for r in rules):
         print(
-            "edl-hpa: warning: spec.behavior.*.tolerance is ignored without "
-            "--configurable-tolerance (HPAConfigurableTolerance is off by default in v1.34)",
+            "edl-hpa: warning: spec.behavior.*.tolerance is ignored with "
+            "--no-configurable-tolerance (as by v1.33-1.34, where HPAConfigurableTolerance is off)",
             file=err,
         )
 
@@ -288,7 +295,12 @@ def tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.max_rounds < 1:
         raise UsageError("--max-rounds must be >= 1")
     objective = Objective(args.reach_within, args.under_weight, args.over_weight, args.pause_weight)
-    tuner = Tuner(hpa.spec, trace, settings, controller, objective, max_rounds=args.max_rounds)
+    if args.search_tolerance and not controller.configurable_tolerance:
+        raise UsageError("--search-tolerance needs the HPAConfigurableTolerance gate on")
+    grid = {**GRID, **TOLERANCE_GRID} if args.search_tolerance else GRID
+    tuner = Tuner(
+        hpa.spec, trace, settings, controller, objective, grid=grid, max_rounds=args.max_rounds
+    )
     result = tuner.run(progress=lambda line: print(f"edl-hpa: {line}", file=err))
     manifest = manifest_with_behavior(hpa, result.best.behavior())
     print(f"objective: {objective.describe()}", file=out)

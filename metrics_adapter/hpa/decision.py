@@ -14,7 +14,7 @@ SCALING_LIMITED = "ScalingLimited"
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    """kube-controller-manager flags that change HPA decisions (defaults of v1.34)."""
+    """kube-controller-manager flags that change HPA decisions (defaults of v1.35)."""
 
     sync_period: float = 15.0
     """--horizontal-pod-autoscaler-sync-period, seconds."""
@@ -26,8 +26,10 @@ class ControllerSettings:
     """--horizontal-pod-autoscaler-cpu-initialization-period, seconds (CPU only)."""
     initial_readiness_delay: float = 30.0
     """--horizontal-pod-autoscaler-initial-readiness-delay, seconds (CPU only)."""
-    configurable_tolerance: bool = False
-    """Feature gate HPAConfigurableTolerance (alpha, off by default in 1.34)."""
+    configurable_tolerance: bool = True
+    """Feature gate HPAConfigurableTolerance: beta and on by default since 1.35 (per-HPA
+    ``behavior.*.tolerance`` is read); alpha and off in 1.33-1.34, where the API server drops
+    the field (model those with False)."""
 
 
 @dataclass(frozen=True)

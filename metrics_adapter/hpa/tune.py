@@ -191,9 +191,7 @@ class Tuner:
         self._simulation = simulation
         self._controller = controller
         self._objective = objective
-        self._grid = grid or (
-            {**GRID, **TOLERANCE_GRID} if controller.configurable_tolerance else GRID
-        )
+        self._grid = grid or GRID
         self._max_rounds = max_rounds
         self._cache: dict[BehaviorParams, tuple[Score, SimulationResult]] = {}
 

@@ -65,7 +65,7 @@ class PrometheusCollector:
         Raises:
             SourceError: on transport errors or a non-success answer.
         """
-        names = sorted(self._catalogue.current.needed_series)
+        names = sorted(self._catalogue.needed_series)
         promql = '{__name__=~"' + "|".join(names) + '"}'
         try:
             resp = self._session.get(self._url, params={"query": promql}, timeout=self._timeout)

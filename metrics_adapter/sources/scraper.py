@@ -89,7 +89,7 @@ class PodScraper:
         """Scrape one pod now; returns whether samples were stored."""
         self._metrics.scrapes.inc()
         started = time.monotonic()
-        needed = self._catalogue.current.needed_series
+        needed = self._catalogue.needed_series
         try:
             text = self._fetch(pod.scrape_url or "")
             samples = parse_exposition(text, needed.__contains__, self._store.max_series_per_pod)

@@ -4,7 +4,9 @@
   built by tests/e2e/controlplane/build.sh when missing (done once, before the first test, so
   a cold build does not count against a test's timeout).
 * `metrics_adapter` (session): `edl-adapter serve` behind the aggregation layer, Available.
-* `e2e_ns` (per test): a fresh namespace with a pod runner (the stand-in kubelet).
+* `e2e_ns` (per test): a fresh namespace with a pod runner (the stand-in kubelet); a test
+  that parametrizes `kubelet_nodes` gets Node objects and a runner that only runs the pods
+  the scheduler bound to them (it must run kube-scheduler: `ControlPlane.start_scheduler`).
 * `edl_images` (session): EDL's container images from `make images`, built before any test
   starts when a selected test uses them.
 * When a test fails, the tail of every component's log is attached to its report.
@@ -21,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +33,7 @@ from kubernetes import client, config
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.install import ensure_images
+from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.processes import HarnessError
 
@@ -175,11 +178,19 @@ def _venv_env() -> dict[str, str]:
 
 
 @pytest.fixture
+def kubelet_nodes() -> tuple[NodeSpec, ...]:
+    """Nodes for the namespace's pod runner (none: it runs every pod, unbound); names get
+    the namespace as prefix. Tests parametrize it to get nodes."""
+    return ()
+
+
+@pytest.fixture
 def e2e_ns(
     request: pytest.FixtureRequest,
     control_plane: ControlPlane,
     kube_api: client.ApiClient,
     loopback_pool: LoopbackAddressPool,
+    kubelet_nodes: tuple[NodeSpec, ...],
 ) -> Iterator[E2ENamespace]:
     core = client.CoreV1Api(kube_api)
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())
@@ -190,7 +201,10 @@ def e2e_ns(
     runner = PodRunner(
         runner_api,
         PodRunnerSettings(
-            namespace=name, log_dir=control_plane.log_dir / "pods", base_env=_venv_env()
+            namespace=name,
+            log_dir=control_plane.log_dir / "pods",
+            base_env=_venv_env(),
+            nodes=tuple(replace(n, name=f"{name}-{n.name}") for n in kubelet_nodes),
         ),
         loopback_pool,
     )

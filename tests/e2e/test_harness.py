@@ -20,7 +20,7 @@ from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
 def test_control_plane_serves_kubectl(control_plane: ControlPlane, kubectl: Kubectl) -> None:
     assert kubectl("get", "--raw", "/readyz").strip() == "ok"
     version = json.loads(kubectl("get", "--raw", "/version"))
-    assert version["gitVersion"].startswith("v1.34.")
+    assert version["gitVersion"].startswith("v1.35.")
     # The aggregator's front-proxy settings are published for extension API servers.
     cm = json.loads(
         kubectl(

@@ -14,7 +14,10 @@ EDL_AGENT_HOST); the adapter's Service becomes `type: ExternalName` pointing at 
 kube-proxy stand-in (harness/serviceproxy.py: pod IPs are loopback addresses, which an
 EndpointSlice may not hold), keeping its selector and ports; on 2 shared cores the HPA may grow
 the job to 2 pods (not 8) and the job runs longer (more epochs, a short simulated step) so it
-is still training when the HPA acts.
+is still training when the HPA acts. The example's HPA sizes by the sizer's
+`desired_replicas`, which needs Nodes and a scheduler; this module's cluster has neither
+(tests/e2e/test_sizing.py has both), so the overlay puts in the per-pod throughput rules of
+the example's alternative, `hpa-throughput.yaml`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from kubernetes import client, config
 
 from tests.e2e.conftest import _LOG_SOURCES, Kubectl, _work_root
@@ -45,6 +49,7 @@ from tests.e2e.harness.install import (
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.serviceproxy import ServiceProxy
 from tests.e2e.harness.waiting import wait_for
+from tests.kustomize_support import ROOT
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -118,10 +123,14 @@ class Cluster:
             },
             *({"op": "add", "path": f"{container}/command/-", "value": a} for a in more),
         )
+        alternative = ROOT / "manifests/examples/digits-trainer/hpa-throughput.yaml"
+        throughput = yaml.safe_load(alternative.read_text())["spec"]
         hpa = json_patch(
             "HorizontalPodAutoscaler",
             TRAINER,
             {"op": "replace", "path": "/spec/maxReplicas", "value": 2},
+            {"op": "replace", "path": "/spec/metrics", "value": throughput["metrics"]},
+            {"op": "replace", "path": "/spec/behavior", "value": throughput["behavior"]},
         )
         return write_overlay(
             self.overlays / key,

@@ -2,18 +2,31 @@
 
 Scraped over HTTP while training: counters grow, the world is 2 with ranks 0 and 1, and
 `promtool check metrics` accepts the exposition. After training the counters are exact.
+Once with Paddle (the demo's agents) and once with PyTorch (the same MLP, data and steps,
+launched with torchrun's variables): the same series, the same exact figures.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
-from examples.demo import LocalAgent, fetch, scrape, start_agents, stop_agents
+from examples.demo import (
+    REPO_ROOT,
+    LocalAgent,
+    fetch,
+    free_port,
+    scrape,
+    start_agents,
+    stop_agents,
+)
 
 EPOCHS = 60
 BATCH = 32
@@ -29,16 +42,39 @@ GROWING = (
 )
 
 
-@pytest.fixture(scope="module")
-def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalAgent]]:
+def start_torch_agents(workdir: Path, trainer_args: Sequence[str]) -> list[LocalAgent]:
+    """Like the demo's agents, around `examples.train_digits_torch`, with torchrun's variables."""
+    base = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    agents = []
+    for rank in range(2):
+        log = workdir / f"agent-{rank}.log"
+        cmd = [sys.executable, "-m", "agent", "run", "--host", "127.0.0.1", "--port", "0",
+               "--metrics-dir", str(workdir / f"metrics-{rank}"), "--flush-seconds", "0.2",
+               "--linger-seconds", "120", "--",
+               sys.executable, "-m", "examples.train_digits_torch", *trainer_args]  # fmt: skip
+        with log.open("wb") as out:
+            env = {**base, "RANK": str(rank)}
+            proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=out)
+        agents.append(LocalAgent(rank, proc, log))
+    return agents
+
+
+@pytest.fixture(scope="module", params=["paddle", "torch"])
+def agents(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[list[LocalAgent]]:
     workdir = tmp_path_factory.mktemp("agents")
-    started = start_agents(
-        2,
-        workdir,
-        ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)],
-        flush_seconds=0.2,
-        linger_seconds=120,
-    )
+    args = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)]
+    if request.param == "torch":
+        started = start_torch_agents(workdir, args)
+    else:
+        started = start_agents(2, workdir, args, flush_seconds=0.2, linger_seconds=120)
     try:
         for a in started:
             a.wait_for_port(60)

@@ -1,9 +1,10 @@
-"""Elastic digits training through real agents and real Paddle gloo on 127.0.0.1.
+"""Elastic digits training through real agents and a real gloo collective on 127.0.0.1.
 
 The world goes 1 -> 3 -> 2 -> 1: agents B and C join, C's trainer is SIGKILLed mid-step (a
 scale-down, not a job failure), B is SIGTERMed (a clean leave). The ledger must show every
 sample of every epoch trained exactly once in the lineage of the final model, the restored
 global step never goes back, and the accuracy matches a one-process run of the same seed.
+The same scenario runs for each framework (Paddle, PyTorch) in both re-init modes.
 """
 
 from __future__ import annotations
@@ -23,14 +24,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.elastic.ledger import verify
-from agent.elastic.protocol import timings_path
+from agent.protocol.control import ControlChannel, Timings
+from agent.trainer.ledger import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 EPOCHS = 10
 TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", "64", "--seed", "3"]
 NUM_TRAIN = 1437  # 80 % of sklearn's 1797 digits
+SCRIPTS = {
+    "paddle": "examples.train_digits_elastic",
+    "torch": "examples.train_digits_torch_elastic",
+}
+"""The same elastic digits example, per framework."""
 
 
 def free_port() -> int:
@@ -55,9 +61,14 @@ class Job:
     """Agents of one elastic job on a local membership store, started and stopped by a test."""
 
     def __init__(
-        self, tmp: Path, train_args: list[str] = TRAIN_ARGS, step_sleep: float = 0.1
+        self,
+        tmp: Path,
+        train_args: list[str] = TRAIN_ARGS,
+        step_sleep: float = 0.1,
+        script: str = SCRIPTS["paddle"],
     ) -> None:
         self.tmp = tmp
+        self.script = script
         self.train_args = train_args
         self.step_sleep = step_sleep
         self.store = tmp / "store"
@@ -87,7 +98,7 @@ class Job:
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
                "--min", "1", "--max", "4", "--on-finished", on_finished, "--",
-               PY, "-m", "examples.train_digits_elastic", *self.train_args,
+               PY, "-m", self.script, *self.train_args,
                "--step-sleep", str(self.step_sleep), "--result", str(self.result)]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -109,14 +120,18 @@ class Job:
                     best = max(best, int(json.loads(line)["s"]))
         return best
 
+    def timings(self) -> list[Timings]:
+        """Every generation's timings reported by every trainer of this job."""
+        found = []
+        for path in self.tmp.glob("*/control/timings-g*.json"):
+            found.append(Timings.from_json(path.read_text()))
+        return found
+
     def stepped(self, name: str, generation: int, steps: int) -> bool:
         """`name`'s trainer finished `steps` steps in `generation` (its first step is marked)."""
-        path = timings_path(self.tmp / name / "control", generation)
-        try:
-            first = json.loads(path.read_text()).get("first_step")
-        except (OSError, ValueError):
-            return False
-        return first is not None and time.time() - float(first) > steps * 0.05
+        timings = ControlChannel(self.tmp / name / "control").timings(generation)
+        first = None if timings is None else timings.first_step
+        return first is not None and time.time() - first > steps * 0.05
 
     def trainer_of(self, name: str) -> psutil.Process:
         kids = psutil.Process(self.procs[name].pid).children()
@@ -148,7 +163,7 @@ class Job:
                 proc.wait(10)
         for proc in psutil.process_iter(["cmdline"]):
             cmd = proc.info["cmdline"] or []
-            if "examples.train_digits_elastic" in cmd and str(self.result) in cmd:
+            if self.script in cmd and str(self.result) in cmd:
                 proc.kill()
 
 
@@ -166,10 +181,12 @@ def job(tmp_path: Path) -> Iterator[Job]:
                 print(f"---- {name}\n" + "\n".join(tail))
 
 
-def reference_accuracy(tmp: Path, train_args: list[str] = TRAIN_ARGS) -> float:
+def reference_accuracy(
+    tmp: Path, train_args: list[str] = TRAIN_ARGS, script: str = SCRIPTS["paddle"]
+) -> float:
     out = tmp / "reference.json"
     subprocess.run(
-        [PY, "-m", "examples.train_digits_elastic", *train_args, "--result", str(out)],
+        [PY, "-m", script, *train_args, "--result", str(out)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=300,
         capture_output=True,
     )  # fmt: skip
@@ -178,10 +195,13 @@ def reference_accuracy(tmp: Path, train_args: list[str] = TRAIN_ARGS) -> float:
 
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("reinit", ["auto", "process"])
+@pytest.mark.parametrize("framework", list(SCRIPTS))
 def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
-    job: Job, reinit: str
+    job: Job, framework: str, reinit: str
 ) -> None:
-    """`auto` re-initialises survivors in-process where Paddle allows; `process` is the fallback."""
+    """`auto` re-initialises survivors in-process where the framework allows (the self-test);
+    `process` is the fallback. The agents are not told the framework: they learn it from the
+    warm trainer."""
     sizes: list[int] = []
 
     def at(size: int, steps: int, who: str) -> Callable[[], bool]:
@@ -194,6 +214,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
         return check
 
     job.extra_env["EDL_REINIT"] = reinit
+    job.script = SCRIPTS[framework]
     job.start("a")
     wait_for("world of 1 training", at(1, 10, "a"), 120, job.procs)
     job.start("b")
@@ -218,13 +239,14 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     final = json.loads(job.result.read_text())
     assert final["global_step"] == report.steps == EPOCHS * -(-NUM_TRAIN // 64)
     assert final["world_size"] == 1
-    assert abs(final["accuracy"] - reference_accuracy(job.tmp)) <= 0.01
+    assert abs(final["accuracy"] - reference_accuracy(job.tmp, script=job.script)) <= 0.01
 
     assert "edl_trainer_rescales_total 2.0" in metrics
     assert "edl_trainer_job_finished 0.0" in metrics
     late_agents_do_not_restart_the_finished_job(job, final["global_step"])
-    modes = {json.loads(p.read_text()).get("reinit") for p in job.tmp.glob("*/control/timings-*")}
-    assert modes == ({"in-process"} if reinit == "auto" else {"process"})
+    timings = job.timings()
+    assert {t.reinit for t in timings} == ({"in-process"} if reinit == "auto" else {"process"})
+    assert {t.framework for t in timings} == {framework}
     for phase in ("detect", "drain", "rendezvous", "init", "restore"):
         assert f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}' in metrics
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.elastic.ledger import verify
+from agent.trainer.ledger import verify
 from tests.integration.test_elastic_digits import NUM_TRAIN, Job, wait_for
 
 

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from agent.cli import parse_args
 from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.hpa.manifest import parse_hpa
 from metrics_adapter.selector import LabelSelector
+from metrics_adapter.sizing.kube_objects import (
+    JOB_LABEL,
+    MAX_WORKERS,
+    MIN_WORKERS,
+    JobDefaults,
+    deployment_from,
+    job_from,
+)
+from metrics_adapter.sizing.provider import DESIRED_REPLICAS
 from tests.kustomize_support import ROOT, render
 
 EXAMPLE = "manifests/examples/digits-trainer"
@@ -18,11 +29,38 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return doc
 
 
-def test_hpa_is_valid_and_names_served_metrics_of_its_deployment() -> None:
+def test_sizing_hpa_reads_desired_replicas_of_its_job() -> None:
     docs = render(EXAMPLE)
     deploy = one(docs, "Deployment")
-    hpa = parse_hpa(one(docs, "HorizontalPodAutoscaler"))
-    assert hpa.spec.scale_target_ref.kind == "Deployment"
+    raw = one(docs, "HorizontalPodAutoscaler")
+    hpa = parse_hpa(raw)
+    assert hpa.spec.scale_target_ref.name == deploy["metadata"]["name"]
+    (metric,) = raw["spec"]["metrics"]
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["name"] == DESIRED_REPLICAS
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}
+    selector = metric["external"]["metric"]["selector"]["matchLabels"]
+    assert selector == {JOB_LABEL: deploy["metadata"]["labels"][JOB_LABEL]}
+    behavior = raw["spec"]["behavior"]
+    assert behavior["scaleUp"]["tolerance"] == behavior["scaleDown"]["tolerance"] == "0"
+    # The sizer's bounds agree with the HPA's.
+    annotations = deploy["metadata"]["annotations"]
+    assert int(annotations[MAX_WORKERS]) == hpa.spec.max_replicas
+    assert int(annotations[MIN_WORKERS]) == hpa.spec.min_replicas
+
+
+def test_the_sizer_reads_the_example_as_a_job() -> None:
+    deploy = one(render(EXAMPLE), "Deployment")
+    record = deployment_from({**deploy, "metadata": {**deploy["metadata"], "namespace": "ml"}})
+    assert record is not None and record.problem is None
+    job = job_from(record, {}, JobDefaults())
+    assert job.error is None
+    assert (job.min_replicas, job.max_replicas, job.worker.cpu) == (1, 8, 1.0)
+
+
+def test_throughput_hpa_alternative_names_served_metrics() -> None:
+    deploy = one(render(EXAMPLE), "Deployment")
+    hpa = parse_hpa(yaml.safe_load((ROOT / EXAMPLE / "hpa-throughput.yaml").read_text()))
     assert hpa.spec.scale_target_ref.name == deploy["metadata"]["name"]
     served = MetricCatalogue.default().custom
     assert hpa.spec.metrics

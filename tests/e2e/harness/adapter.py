@@ -66,6 +66,10 @@ class AdapterSettings:
     so a load change shows in the HPA within seconds instead of the default 30 s."""
     access_log: bool = True
     """`--access-log`: every request in the adapter's log (the HPA's queries included)."""
+    name: str = "edl-adapter"
+    """The process name and its log file (`<name>.log`): several adapters may run."""
+    kubeconfig: Path | None = None
+    """`--kubeconfig` (default: the control plane's admin kubeconfig)."""
 
 
 class MetricsAdapter:
@@ -86,7 +90,7 @@ class MetricsAdapter:
             f"--tls-cert-file={self.pki.adapter.cert}",
             f"--tls-private-key-file={self.pki.adapter.key}",
             "--source=kubernetes",
-            f"--kubeconfig={control_plane.kubeconfig}",
+            f"--kubeconfig={s.kubeconfig or control_plane.kubeconfig}",
             f"--pod-selector={s.pod_selector}",
             f"--scrape-interval={s.scrape_interval}",
             f"--authentication={s.authentication}",
@@ -95,9 +99,7 @@ class MetricsAdapter:
             *self._catalogue_args(),
             *s.extra_args,
         ]
-        self.process = ManagedProcess(
-            "edl-adapter", argv, control_plane.log_dir / "edl-adapter.log"
-        )
+        self.process = ManagedProcess(s.name, argv, control_plane.log_dir / f"{s.name}.log")
 
     def _catalogue_args(self) -> list[str]:
         if self.settings.window is None:
@@ -105,7 +107,7 @@ class MetricsAdapter:
         text = resources.files("metrics_adapter").joinpath("catalogue.default.yaml").read_text()
         catalogue = yaml.safe_load(text)
         catalogue["window"] = self.settings.window
-        path = self.cp.work_dir / "adapter-catalogue.yaml"
+        path = self.cp.work_dir / f"{self.settings.name}-catalogue.yaml"
         path.write_text(yaml.safe_dump(catalogue, sort_keys=False))
         return [f"--metrics-config={path}"]
 

@@ -1,4 +1,7 @@
-"""A real etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, for e2e tests.
+"""A real etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler) on 127.0.0.1.
+
+kube-scheduler is started on demand (`start_scheduler`): tests whose pods are run by the
+pod runner without nodes must not have a scheduler marking them unschedulable.
 
 The binaries come from `tests/e2e/controlplane/build.sh` (built from the Go module proxy and
 cached outside the clone). Every port is picked free at start; every wait is bounded; `stop()`
@@ -12,6 +15,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +63,7 @@ def ensure_binaries(timeout_s: float = 3600.0) -> Path:
         out = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
         raise HarnessError(f"control-plane build failed (rc={done.returncode}):\n{out}")
     bin_dir = Path(done.stdout.strip().splitlines()[-1])
-    for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         if not os.access(bin_dir / name, os.X_OK):
             raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")
     return bin_dir
@@ -103,6 +107,7 @@ class ControlPlane:
         self.etcd: ManagedProcess | None = None
         self.apiserver: ManagedProcess | None = None
         self.controller_manager: ManagedProcess | None = None
+        self.scheduler: ManagedProcess | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -131,7 +136,7 @@ class ControlPlane:
 
         The logs, PKI and kubeconfig stay in `work_dir`; etcd's data is removed.
         """
-        for proc in (self.controller_manager, self.apiserver, self.etcd):
+        for proc in (self.scheduler, self.controller_manager, self.apiserver, self.etcd):
             if proc is not None:
                 try:
                     proc.stop()
@@ -140,7 +145,43 @@ class ControlPlane:
         shutil.rmtree(self.work_dir / "etcd-data", ignore_errors=True)
 
     def components(self) -> list[ManagedProcess]:
-        return [p for p in (self.etcd, self.apiserver, self.controller_manager) if p]
+        procs = (self.etcd, self.apiserver, self.controller_manager, self.scheduler)
+        return [p for p in procs if p]
+
+    def start_scheduler(self) -> None:
+        """Starts kube-scheduler (same module and version) and waits for its /healthz.
+
+        Raises:
+            HarnessError: it did not become healthy; the message has its log tail.
+        """
+        port = free_port()
+        argv = [
+            str(self.settings.bin_dir / "kube-scheduler"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.work_dir / 'scheduler-certs'}",
+            "--v=2",
+        ]
+        self.scheduler = ManagedProcess("kube-scheduler", argv, self.log_dir / "kube-scheduler.log")
+        self.scheduler.start()
+
+        def healthy() -> bool:
+            with warnings.catch_warnings():  # its serving cert is self-signed
+                warnings.simplefilter("ignore")
+                r = requests.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=5)
+            return r.status_code == 200
+
+        self._wait_healthy(self.scheduler, healthy)
+
+    def stop_scheduler(self) -> None:
+        """Stops kube-scheduler (no-op when it is not running)."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
 
     def log_tails(self, lines: int = 30) -> str:
         """Every component's last log lines, for a failing test's report."""

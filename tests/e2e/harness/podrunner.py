@@ -7,10 +7,17 @@ can listen on the same container port, as in a real cluster), starts its first c
 expansion and the common `fieldRef`s, as the kubelet does), and reports it through the real
 `pods/status` subresource: `Running`, `podIP(s)`, `startTime`, conditions, container status;
 `Ready` once the readiness probe (or the first container port) answers. When the pod is deleted
-the process is stopped. Pods are left unbound (no `nodeName`), so a ReplicaSet scale-down
-deletes them at once. With `PodRunnerSettings.processes` set to `containers.PodmanContainers`
-the pods run from their images instead (podman, host network); an image that is not there
-shows as the kubelet shows it: a waiting container with reason `ErrImagePull`.
+the process is stopped. With `PodRunnerSettings.processes` set to
+`containers.PodmanContainers` the pods run from their images instead (podman, host network);
+an image that is not there shows as the kubelet shows it: a waiting container with reason
+`ErrImagePull`.
+
+Two modes of placement. Without `nodes` (the default) the runner runs every pod of its
+namespace and leaves them unbound (no `nodeName`), so a ReplicaSet scale-down deletes them
+at once; no scheduler may run then. With `nodes` it is the kubelet of those Node objects
+(`harness/nodes.py`): it registers them with their allocatable, the real kube-scheduler
+binds pods to them, and it runs only the pods bound to its nodes (a Pending pod waits for
+the scheduler, as on a real cluster).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import requests
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.harness.nodes import FakeNodes, NodeSpec
 from tests.e2e.harness.processes import ManagedProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -165,6 +173,8 @@ class _RunningPod:
     restarts: int = 0
     gave_up: bool = False
     next_restart: float = 0.0
+    stopping: bool = False
+    """Being stopped for a deletion: not restarted, still listed until its process is gone."""
 
 
 @dataclass
@@ -185,6 +195,8 @@ class PodRunnerSettings:
     """A container that exits is restarted (restartPolicy Always) at most this often."""
     watch_timeout_s: int = 3
     """Server-side watch timeout; bounds how long `stop()` waits for the watch thread."""
+    nodes: tuple[NodeSpec, ...] = ()
+    """Node objects to be the kubelet of (empty: run every pod, unbound)."""
     processes: PodProcesses = field(default_factory=LocalProcesses)
     """Local processes, or containers from the pods' images (harness/containers.py)."""
 
@@ -207,10 +219,13 @@ class PodRunner:
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
         self.events: list[str] = []
+        self.nodes = FakeNodes(self.core, settings.nodes) if settings.nodes else None
 
     # ---- public ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.nodes is not None:
+            self.nodes.register()
         for target, name in ((self._watch_loop, "watch"), (self._supervise_loop, "supervise")):
             t = threading.Thread(target=target, name=f"podrunner-{name}", daemon=True)
             t.start()
@@ -227,6 +242,8 @@ class PodRunner:
         for p in pods:
             p.process.stop(grace_s=5)
             self.addresses.give_back(p.ip)
+        if self.nodes is not None:
+            self.nodes.remove()
 
     def running(self) -> dict[str, str]:
         """Pod name -> loopback address, for pods whose process runs now."""
@@ -290,11 +307,15 @@ class PodRunner:
             return
         with self._lock:
             known = uid in self._pods
-        if not known and (pod.status.phase in (None, "Pending")):
+        if not known and pod.status.phase in (None, "Pending") and self._runs_here(pod):
             try:
                 self._launch(pod)
             except Exception as e:
                 self._error(f"launch {pod.metadata.name}: {e!r}\n{traceback.format_exc()}")
+
+    def _runs_here(self, pod: Any) -> bool:
+        """Without nodes: every pod. With nodes: pods bound to one of them."""
+        return self.nodes is None or (pod.spec.node_name or "") in self.nodes.names
 
     # ---- pod lifecycle ---------------------------------------------------------------------
 
@@ -360,9 +381,14 @@ class PodRunner:
 
     def _kill(self, uid: str, pod: Any) -> None:
         with self._lock:
-            running = self._pods.pop(uid, None)
+            running = self._pods.get(uid)
+            if running is not None:
+                running.stopping = True
         if running is not None:
+            # Listed (by `running()`) until the process is gone, then forgotten.
             running.process.stop(grace_s=5)
+            with self._lock:
+                self._pods.pop(uid, None)
             self.addresses.give_back(running.ip)
             self.events.append(f"{_now()} stopped {running.namespace}/{running.name}")
         if pod.metadata.deletion_timestamp is not None:
@@ -393,6 +419,8 @@ class PodRunner:
                     self._error(f"supervise {p.name}: {e!r}")
 
     def _supervise(self, p: _RunningPod) -> None:
+        if p.stopping:
+            return
         if not p.process.alive():
             if p.gave_up:
                 return

@@ -14,7 +14,7 @@ from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.evaluator import MetricEvaluator
 from metrics_adapter.pods import OwnerRef, PodRegistry, PodTarget
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.service import MetricsService
+from metrics_adapter.service import ScrapedPodsProvider
 from metrics_adapter.settings import AdapterSettings
 from metrics_adapter.store import MetricStore, Sample
 
@@ -65,6 +65,7 @@ class Harness:
     store: MetricStore
     catalogue: CatalogueHolder
     metrics: AdapterMetrics
+    provider: ScrapedPodsProvider
 
     def feed(self, pod: PodTarget, samples: list[Sample]) -> None:
         self.store.ingest(pod.key, samples)
@@ -81,7 +82,7 @@ def build(
     registry.replace_all(pods)
     store = MetricStore(capacity=16, expire_after=120.0, clock=clock)
     holder = CatalogueHolder(catalogue or MetricCatalogue.default())
-    service = MetricsService(registry, MetricEvaluator(store, 30.0, clock), holder)
+    service = ScrapedPodsProvider(registry, MetricEvaluator(store, 30.0, clock), holder)
     metrics = AdapterMetrics(CollectorRegistry())
     chain: list[Authenticator] = []
     app = create_app(
@@ -93,7 +94,7 @@ def build(
         ready=lambda: registry.synced,
         clock=clock,
     )
-    return Harness(app, clock, registry, store, holder, metrics)
+    return Harness(app, clock, registry, store, holder, metrics, service)
 
 
 def standard() -> Harness:

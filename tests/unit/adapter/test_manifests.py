@@ -28,6 +28,7 @@ def test_base_has_every_piece() -> None:
     }
     assert ("ClusterRoleBinding", "system:auth-delegator", None) in bindings
     assert ("RoleBinding", "extension-apiserver-authentication-reader", "kube-system") in bindings
+    assert ("RoleBinding", "edl-metrics-adapter-sizing-history", "edl-system") in bindings
     services = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "APIService")}
     assert set(services) == {
         "v1beta2.custom.metrics.k8s.io",
@@ -77,3 +78,46 @@ def test_production_overlay_uses_a_ca_bundle() -> None:
     (deploy,) = by_kind(docs, "Deployment")
     volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
     assert volumes["serving-cert"]["secret"]["secretName"] == "edl-metrics-adapter-tls"
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    return {
+        (group, resource, verb, name)
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames", ["*"])
+    }
+
+
+def test_adapter_rbac_is_exactly_what_it_calls() -> None:
+    docs = render("manifests/base")
+    (cluster_role,) = [
+        d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == "edl-metrics-adapter"
+    ]
+    assert _grants(cluster_role["rules"]) == {
+        ("", "pods", "get", "*"),  # scraped pods and owners
+        ("", "pods", "list", "*"),
+        ("", "pods", "watch", "*"),
+        ("apps", "replicasets", "get", "*"),
+        ("", "nodes", "list", "*"),  # the sizer's capacity watch
+        ("", "nodes", "watch", "*"),
+        ("scheduling.k8s.io", "priorityclasses", "list", "*"),
+        ("scheduling.k8s.io", "priorityclasses", "watch", "*"),
+        ("apps", "deployments", "list", "*"),
+        ("apps", "deployments", "watch", "*"),
+        ("", "events", "create", "*"),  # an Event per decision
+    }
+    (role,) = [d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("sizing-history")]
+    assert role["metadata"]["namespace"] == "edl-system"
+    assert _grants(role["rules"]) == {
+        ("", "configmaps", "get", "edl-sizing-history"),
+        ("", "configmaps", "update", "edl-sizing-history"),
+        ("", "configmaps", "create", "*"),
+    }
+    (deploy,) = by_kind(docs, "Deployment")
+    settings = settings_from_args(
+        build_parser().parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    )
+    assert settings.sizing and settings.sizing_history_configmap == "edl-sizing-history"

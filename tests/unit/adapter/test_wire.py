@@ -6,7 +6,7 @@ import json
 
 from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.pods import DescribedObject
-from metrics_adapter.service import MetricPoint
+from metrics_adapter.provider import MetricPoint
 from metrics_adapter.wire import MetricListRenderer, metric_value_list, status
 from tests.unit.adapter.helpers import T0, agent_samples, build, trainer
 

@@ -42,6 +42,8 @@ def test_trainer_flags_after_the_separator_are_not_ours() -> None:
         (["run"], {}, "missing trainer command"),
         (["--", "x"], {}, "missing verb"),
         (["walk", "--", "x"], {}, "invalid choice: 'walk'"),
+        (["run", "--framework", "jax", "--", "x"], {}, "unknown framework 'jax': expected one"),
+        (["run", "--", "x"], {"EDL_FRAMEWORK": "mxnet"}, "unknown framework 'mxnet'"),
     ],
 )
 def test_bad_input_is_one_config_error(argv: list[str], env: dict[str, str], message: str) -> None:
@@ -50,15 +52,46 @@ def test_bad_input_is_one_config_error(argv: list[str], env: dict[str, str], mes
     assert "\n" not in str(info.value)
 
 
-def test_a_plain_agent_does_not_import_paddle() -> None:
-    """`agent.elastic` pulls in Paddle; the plain agent must not pay seconds of import for it."""
+def test_the_framework_comes_from_the_flag_then_edl_framework() -> None:
+    assert parse_args(["run", "--", "x"], {})[0].framework == "auto"
+    assert parse_args(["run", "--", "x"], {"EDL_FRAMEWORK": "torch"})[0].framework == "torch"
+    flag = ["run", "--framework", "paddle", "--", "x"]
+    assert parse_args(flag, {"EDL_FRAMEWORK": "torch"})[0].framework == "paddle"
+
+
+@pytest.mark.parametrize("elastic", [[], ["--elastic", "--job", "j", "--membership", "local:/m"]])
+def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
+    """The agent process only maps worlds to variables; importing Paddle or torch would cost it
+    seconds and hundreds of MB (both are imported by trainers only)."""
     import subprocess
     import sys
 
+    argv = ["run", "--port", "1", *elastic, "--", "x"]
     code = (
-        "import sys, agent.cli\n"
-        "agent.cli.parse_args(['run', '--port', '1', '--', 'x'], {})\n"
-        "assert 'paddle' not in sys.modules, 'paddle was imported'\n"
+        "import sys, agent.cli, agent.elastic.runner, agent.elastic.supervisor\n"
+        "from agent.protocol.world import TrainerWorld\n"
+        f"agent.cli.parse_args({argv!r}, {{}})\n"
+        "for name in ('paddle', 'torch'):\n"
+        "    agent.cli.launched_framework(name, {}).launch_env(TrainerWorld())\n"
+        "bad = [m for m in ('paddle', 'torch', 'numpy') if m in sys.modules]\n"
+        "assert not bad, f'imported {bad}'\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_old_import_paths_still_reach_the_trainer_library() -> None:
+    """Scripts written against the first layout keep working (docs/agent.md, docs/elastic.md)."""
+    import agent.elastic.sampler
+    import agent.elastic.trainer
+    import agent.training
+    import agent.world
+    from agent.protocol.world import TrainerWorld
+    from agent.trainer.elastic import ElasticTrainer
+    from agent.trainer.sampler import ElasticSampler
+    from agent.trainer.session import start_session
+
+    assert agent.training.start_session is start_session
+    assert agent.elastic.trainer.ElasticTrainer is ElasticTrainer
+    assert agent.elastic.sampler.ElasticSampler is ElasticSampler
+    assert agent.world.TrainerWorld is TrainerWorld

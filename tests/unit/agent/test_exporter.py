@@ -13,8 +13,8 @@ import pytest
 from agent.app import create_registry
 from agent.errors import ExporterError
 from agent.exporter import ExporterLimits, MetricsServer
+from agent.protocol.world import TrainerWorld
 from agent.readiness import Readiness
-from agent.world import TrainerWorld
 
 
 class StubTrainer:

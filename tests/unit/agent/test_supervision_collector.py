@@ -9,9 +9,9 @@ import pytest
 from agent.app import create_registry
 from agent.config import AgentSettings
 from agent.errors import ConfigError
+from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerSupervisor
-from agent.world import TrainerWorld
 
 from .conftest import scrape
 

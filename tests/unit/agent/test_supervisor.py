@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import TrainerStartError
+from agent.protocol.world import TrainerWorld
 from agent.supervisor import TrainerState, TrainerSupervisor
-from agent.world import TrainerWorld
+from agent.trainer import frameworks
 
 PY = sys.executable
 
@@ -46,6 +47,22 @@ def test_the_trainer_gets_the_world_and_metrics_env(tmp_path: Path) -> None:
     assert env["EDL_TRAINER_INCARNATION"] == "1"
     assert env["EDL_METRICS_FLUSH_SECONDS"] == "0.5"
     assert env["KEEP"] == "me"
+
+
+def test_a_torch_trainer_gets_the_world_in_torchs_variables(tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    world = TrainerWorld(rank=1, world_size=2, generation=7, master="127.0.0.1:29500")
+    sup = supervisor(
+        tmp_path, f"import json,os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))", world
+    )
+    sup.framework = frameworks.get("torch")
+    sup.start()
+    ended = sup.wait(20)
+    assert ended is not None and ended.status == 0
+    env = json.loads(out.read_text())
+    assert (env["RANK"], env["WORLD_SIZE"], env["EDL_GENERATION"]) == ("1", "2", "7")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")
+    assert not [k for k in env if k.startswith("PADDLE_")]
 
 
 def test_a_crashing_trainer_is_reported_with_its_status(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from prometheus_client.registry import CollectorRegistry
 from agent.collectors.health import CollectorHealth
 from agent.collectors.trainer import TrainerReportCollector
 from agent.flushing import ReportFlusher
+from agent.protocol.world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.reports import TrainerReport, report_path, write_report
-from agent.world import TrainerWorld
 
 from .conftest import scrape
 

@@ -8,7 +8,7 @@ import pytest
 
 from agent.errors import ConfigError, MetricsDirError
 from agent.reports import read_reports
-from agent.training import start_session
+from agent.trainer.session import start_session
 
 
 def test_under_the_agent_the_session_reports_to_its_incarnation_file(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.elastic.sampler import ElasticSampler
+from agent.trainer.sampler import ElasticSampler
 
 
 def run(sampler: ElasticSampler, sizes: list[int]) -> dict[int, Counter[int]]:

@@ -1,31 +1,35 @@
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
-from agent.elastic.protocol import FINISHED_STEP, WORLD_FILE, timings_path
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
 from agent.elastic.world import Member, World
+from agent.protocol.control import ControlChannel, NextWorld, Timings
+from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerExit
-from agent.world import TrainerWorld
+from agent.trainer import frameworks
 
 
 class FakeTrainer:
     """Stands in for TrainerSupervisor + a trainer that follows the control-dir protocol."""
 
-    def __init__(self, control: Path, exit_status: int) -> None:
-        self.control = control
+    def __init__(self, control: Path, exit_status: int, reports: str = "paddle") -> None:
+        self.channel = ControlChannel(control)
         self.exit_status = exit_status
+        self.reports = reports
+        """The framework the fake trainer says it imported."""
+        self.framework = frameworks.get("paddle")
+        """Set by the supervisor, as on the real TrainerSupervisor."""
         self.worlds: list[TrainerWorld] = []
         self.running = False
         self.generation = -1
@@ -36,32 +40,33 @@ class FakeTrainer:
     def start(self, world: TrainerWorld) -> int:
         self.worlds.append(world)
         self.running, self.generation = True, world.generation
-        self._mark({"imported": time.time(), "reinit": "process"})
+        self._mark(Timings(imported=time.time(), reinit="process", framework=self.reports))
         return 4242
 
     def update_world(self, world: TrainerWorld) -> None:
         self.worlds.append(world)
 
-    def _mark(self, body: dict[str, Any]) -> None:
-        timings_path(self.control, self.generation).write_text(json.dumps(body))
+    def _mark(self, timings: Timings) -> None:
+        self.channel.report(self.generation, timings)
 
     def wait(self, timeout: float | None = None) -> TrainerExit | None:
         time.sleep(min(timeout or 0.0, 0.02))
         if not self.running:
             return None
-        world_file = self.control / WORLD_FILE
-        if self.generation == 0 and world_file.exists():
-            raw = json.loads(world_file.read_text())
-            self.generation = raw["generation"]
+        handed = self.channel.next_world()
+        if self.generation == 0 and handed is not None:
+            self.generation = handed.generation
             now = time.time()
-            self._mark({k: now for k in ("imported", "master", "initialised", "first_step")})
+            self._mark(Timings(started=now, imported=now, master=now, initialised=now,
+                               first_step=now, framework=self.reports))  # fmt: skip
             self.exit_at = now + 0.3
         if self.exit_at is not None and time.time() >= self.exit_at:
             self.running = False
             status = self.status or self.exit_status
             if status == 0:  # as ElasticTrainer does when the script ends
-                raw = json.loads(timings_path(self.control, self.generation).read_text())
-                self._mark({**raw, FINISHED_STEP: 184})
+                reported = self.channel.timings(self.generation)
+                assert reported is not None
+                self._mark(replace(reported, finished=time.time(), finished_step=184))
             return TrainerExit(status, 1.0, 1)
         return None
 
@@ -75,7 +80,7 @@ class FakeTrainer:
 
 
 def agent(
-    tmp_path: Path, exit_status: int, on_finished: str = "exit"
+    tmp_path: Path, exit_status: int, on_finished: str = "exit", reports: str = "paddle"
 ) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
     store = LocalStore.create(tmp_path / "store")
     me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
@@ -83,7 +88,7 @@ def agent(
     membership = Membership(store, me, settings)
     control = tmp_path / "control"
     control.mkdir()
-    fake = FakeTrainer(control, exit_status)
+    fake = FakeTrainer(control, exit_status, reports)
     sup = ElasticSupervisor(
         membership,
         fake,  # type: ignore[arg-type]
@@ -99,10 +104,10 @@ def test_warm_trainer_gets_the_world_and_the_job_ends_with_its_status(tmp_path: 
     sup, fake, heartbeat = agent(tmp_path, exit_status=0)
     assert sup.run(max_seconds=20) == 0
     assert fake.worlds[0].generation == 0  # started warm, before joining
-    handed = json.loads((tmp_path / "control" / WORLD_FILE).read_text())
-    assert handed["generation"] == 1
-    assert handed["env"]["PADDLE_TRAINERS_NUM"] == "1"
-    assert handed["env"]["PADDLE_DISTRI_BACKEND"] == "gloo"
+    handed = ControlChannel(tmp_path / "control").next_world()
+    assert handed is not None and handed.generation == 1 and handed.world is not None
+    assert handed.world.world_size == 1
+    assert handed.world.backend == "gloo"
     assert fake.worlds[-1].world_size == 1 and fake.worlds[-1].generation == 1
     assert not heartbeat.exists()  # left the job once it was done
     world = World.from_json((tmp_path / "store" / "world.json").read_text())
@@ -171,8 +176,8 @@ def test_a_standby_that_reads_a_finished_world_stops_its_trainer(tmp_path: Path)
     fake.start = start_then_finish  # type: ignore[method-assign]
     assert sup.run(max_seconds=20) == 0
     assert [w.generation for w in fake.worlds] == [0]  # only the warm stand-by
-    handed = json.loads((tmp_path / "control" / WORLD_FILE).read_text())
-    assert handed.get("leave") is True and not fake.running
+    assert ControlChannel(tmp_path / "control").next_world() == NextWorld(1, None)  # leave
+    assert not fake.running
     assert sup.job_finished and not heartbeat.exists()
 
 
@@ -187,9 +192,18 @@ def test_sigterm_leaves_cleanly(tmp_path: Path) -> None:
     fake.exit_at = None
     sup.request_stop(signal.SIGTERM)
     assert sup.run(max_seconds=20) == 0
-    handed = json.loads((tmp_path / "control" / WORLD_FILE).read_text())
-    assert handed.get("leave") is True
+    handed = ControlChannel(tmp_path / "control").next_world()
+    assert handed is not None and handed.world is None  # told to leave
     assert not heartbeat.exists()
+
+
+@pytest.mark.parametrize("name", list(frameworks.FRAMEWORKS))
+def test_later_trainers_start_in_the_framework_the_warm_trainer_reported(
+    tmp_path: Path, name: str
+) -> None:
+    sup, fake, _ = agent(tmp_path, exit_status=0, reports=name)
+    assert sup.run(max_seconds=20) == 0
+    assert fake.framework.name == name
 
 
 def test_trainer_world_maps_ranks_and_endpoints() -> None:

@@ -352,10 +352,10 @@ def test_default_scale_down_window_comes_from_the_flag() -> None:
 def test_per_hpa_tolerance_needs_the_feature_gate() -> None:
     behavior = {"scaleUp": {"tolerance": "0.05"}, "scaleDown": {"tolerance": "0.5"}}
     values = uniform(10, 1070)  # ratio 1.07
-    gate_off = HorizontalController(hpa_spec(behavior=behavior))
-    gate_on = HorizontalController(
-        hpa_spec(behavior=behavior), ControllerSettings(configurable_tolerance=True)
+    gate_off = HorizontalController(  # v1.33-1.34
+        hpa_spec(behavior=behavior), ControllerSettings(configurable_tolerance=False)
     )
+    gate_on = HorizontalController(hpa_spec(behavior=behavior))  # v1.35: on by default
     assert gate_off.step(15, 10, values).desired_replicas == 10
     assert gate_on.step(15, 10, values).desired_replicas == 11  # ceil(10.7)
 

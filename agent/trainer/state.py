@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from agent.elastic.errors import StateTransferError
+from agent.protocol.errors import StateTransferError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +36,7 @@ class TrainingState:
     extra: dict[str, Any]
 
     def to_bytes(self) -> bytes:
-        """Pickled (tensors already turned into numpy arrays)."""
+        """Pickled (the framework has already turned its tensors into numpy arrays)."""
         return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
@@ -51,17 +49,6 @@ class TrainingState:
         if not isinstance(state, cls):
             raise StateTransferError(f"not a training state: {type(state).__name__}")
         return state
-
-
-def to_numpy(value: Any) -> Any:
-    """A state dict with every Paddle tensor replaced by a numpy array (picklable, portable)."""
-    if isinstance(value, dict):
-        return {k: to_numpy(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(to_numpy(v) for v in value)
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        return value.numpy()
-    return value
 
 
 def save_local(directory: Path, state: TrainingState) -> None:

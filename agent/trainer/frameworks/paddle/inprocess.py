@@ -1,7 +1,7 @@
 """In-process re-initialisation of Paddle's gloo collective (private APIs, version-gated).
 
-Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (reference/elastic.md §2.4:
-the default group, the global TCPStore and the comm-context keys are all set once). This
+Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (the default group, the global
+TCPStore and the comm-context keys are all set once; a second call returns the stale world). This
 module side-steps every one of those singletons instead of resetting them: each generation
 gets its own `ProcessGroupGloo` with group id ``GID_BASE + generation`` and its own `Group`,
 passed explicitly to every collective, over a `core.TCPStore` for the generation's master
@@ -24,8 +24,9 @@ from typing import Any
 import paddle
 import paddle.distributed as dist
 
-from agent.elastic.errors import ElasticError
-from agent.world import TrainerWorld
+from agent.protocol.errors import ElasticError
+from agent.protocol.world import TrainerWorld
+from agent.trainer.frameworks.paddle import FRAMEWORK
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def form_group(world: TrainerWorld, timeout_seconds: int, stores: StoreCache) ->
     3 s connect retry.
     """
     core, parallel, group_cls = _private_api()
-    os.environ.update(world.to_env())
+    os.environ.update(FRAMEWORK.launch_env(world))
     parallel._global_parallel_env = None  # dist.get_rank() must see the new rank
     host, _, port = world.master.rpartition(":")
     gid = GID_BASE + world.generation

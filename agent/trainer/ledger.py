@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-ENV_LEDGER = "EDL_SAMPLE_LEDGER"
-
 
 class SampleLedger:
     """Appends this trainer's records to its own file in the ledger directory."""

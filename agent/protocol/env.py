@@ -1,0 +1,39 @@
+"""Every environment variable that crosses the agent -> trainer boundary, named once.
+
+The agent sets the first group when it starts a trainer; the second group are trainer settings a
+user may set on the agent (its environment passes through). A framework's own variables
+(`PADDLE_*`, `RANK`, `MASTER_ADDR`, ...) are not here: each framework maps the neutral world to
+them at launch (`agent.trainer.frameworks`).
+"""
+
+from __future__ import annotations
+
+# -- set by the agent -------------------------------------------------------------------------
+METRICS_DIR = "EDL_METRICS_DIR"
+"""Where the trainer writes its metrics report."""
+INCARNATION = "EDL_TRAINER_INCARNATION"
+"""Which start of the trainer this is (1, 2, ...)."""
+FLUSH_SECONDS = "EDL_METRICS_FLUSH_SECONDS"
+"""How often the trainer rewrites its report."""
+GENERATION = "EDL_GENERATION"
+"""Generation of the trainer's world (0: a warm stand-by that has no world yet)."""
+FRAMEWORK = "EDL_FRAMEWORK"
+"""Which registered framework the trainer uses (`paddle`, `torch`); unset: the trainer detects."""
+CONTROL_DIR = "EDL_CONTROL_DIR"
+"""The elastic control channel (`agent.protocol.control`)."""
+STATE_DIR = "EDL_STATE_DIR"
+"""This member's local copy of the training state."""
+MEMBER = "EDL_MEMBER"
+"""The agent's member id (names ledger files)."""
+
+# -- trainer settings a user may set on the agent ----------------------------------------------
+CHECKPOINT_SECONDS = "EDL_CHECKPOINT_SECONDS"
+"""Also save the local state copy this often (bounds the loss if every trainer hangs)."""
+MASTER_WAIT = "EDL_MASTER_WAIT_SECONDS"
+"""How long a non-zero rank waits for rank 0's store to listen."""
+REINIT = "EDL_REINIT"
+"""``auto`` (in-process re-init where the self-test passes) or ``process``."""
+REINIT_WAIT = "EDL_REINIT_WAIT_SECONDS"
+"""How long a drained in-process trainer waits for its next world."""
+SAMPLE_LEDGER = "EDL_SAMPLE_LEDGER"
+"""Test mode: every rank appends the sample ids it trains to files in this directory."""

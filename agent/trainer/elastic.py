@@ -1,0 +1,471 @@
+"""The training-script side of elasticity: stop at a step boundary, hand state over, resume.
+
+Usage (the whole contract; see docs/elastic.md)::
+
+    with ElasticTrainer.start() as et:            # joins the collective of this generation
+        model, opt = build()                      # build the same way in every incarnation
+        sampler = ElasticSampler(len(data), global_batch=64, epochs=3, seed=0)
+        et.register(model, opt, sampler)          # then restores: the most advanced survivor
+        for plan in et.steps():                   #   broadcasts its state to everyone
+            loss = loss_fn(model, data[plan.indices]) * et.loss_scale(plan)
+            loss.backward()
+            et.all_reduce_gradients()             # before optimizer.step(), always
+            opt.step(); opt.zero_grad()
+    # a rescale request (or SIGTERM) ends `steps()` at a boundary agreed by all ranks, saves
+    # the state and exits with RESCALE_EXIT; a peer lost mid-step exits with PEER_LOST_EXIT.
+
+Framework-neutral: every collective goes through the `Collective` of the framework the script
+trains with (`agent.trainer.frameworks`: ``EDL_FRAMEWORK``, ``start(framework=...)``, or the
+one framework the script has imported). Importing this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, NoReturn
+
+from agent.protocol import env as names
+from agent.protocol.control import (
+    PEER_LOST_EXIT,
+    RESCALE_EXIT,
+    STANDBY_GENERATION,
+    ControlChannel,
+    Timings,
+)
+from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
+from agent.protocol.world import TrainerWorld
+from agent.trainer import frameworks
+from agent.trainer.frameworks.base import Collective, Framework, ReduceOp, Reducer
+from agent.trainer.ledger import SampleLedger
+from agent.trainer.sampler import ElasticSampler, StepPlan
+from agent.trainer.session import TrainingSession, start_session
+from agent.trainer.state import TrainingState, load_local, save_local
+
+log = logging.getLogger(__name__)
+
+
+class PeerLost(ElasticError):
+    """A collective failed: a peer died or left mid-step."""
+
+
+@dataclass(frozen=True)
+class ElasticTrainerSettings:
+    """Set by the elastic agent in the trainer's environment; all optional when run bare."""
+
+    control_dir: Path | None = None
+    """EDL_CONTROL_DIR: the agent asks for a drain here and reads timings back."""
+    state_dir: Path | None = None
+    """EDL_STATE_DIR: this member's local copy of the training state."""
+    ledger_dir: Path | None = None
+    """EDL_SAMPLE_LEDGER: test mode, record every sample id trained."""
+    member: str = "local"
+    """EDL_MEMBER: this agent's member id (names ledger files)."""
+    checkpoint_seconds: float = 30.0
+    """EDL_CHECKPOINT_SECONDS: also save the local copy this often (bounds loss on a hang)."""
+    master_wait_seconds: float = 120.0
+    """EDL_MASTER_WAIT_SECONDS: how long a non-zero rank waits for rank 0's store to listen."""
+    reinit: str = "auto"
+    """EDL_REINIT: ``auto`` (in-process when the self-test passes) or ``process`` (always
+    restart the trainer process on a rescale)."""
+    reinit_wait_seconds: float = 60.0
+    """EDL_REINIT_WAIT_SECONDS: how long a drained in-process trainer waits for its next world."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
+        """Reads the ``EDL_*`` variables."""
+
+        def path(name: str) -> Path | None:
+            raw = env.get(name, "").strip()
+            return Path(raw) if raw else None
+
+        return cls(
+            control_dir=path(names.CONTROL_DIR),
+            state_dir=path(names.STATE_DIR),
+            ledger_dir=path(names.SAMPLE_LEDGER),
+            member=env.get(names.MEMBER, "local") or "local",
+            checkpoint_seconds=float(env.get(names.CHECKPOINT_SECONDS) or cls.checkpoint_seconds),
+            master_wait_seconds=float(env.get(names.MASTER_WAIT) or cls.master_wait_seconds),
+            reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
+            reinit_wait_seconds=float(env.get(names.REINIT_WAIT) or cls.reinit_wait_seconds),
+        )
+
+
+def wait_for_listener(endpoint: str, timeout: float, interval: float = 0.05) -> float:
+    """Polls until `endpoint` accepts TCP connections; returns the seconds waited.
+
+    Why: a framework's store client may retry slowly (Paddle's every 3 s), so dialling before
+    rank 0 listens can cost seconds per rescale; polling here costs at most `interval`.
+    """
+    host, _, port = endpoint.rpartition(":")
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=interval * 4):
+                return time.monotonic() - start
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise RendezvousTimeout(
+                    f"rank 0's store {endpoint} not listening after {timeout:.0f} s"
+                ) from e
+            time.sleep(interval)
+
+
+class ElasticTrainer:
+    """One trainer incarnation in one generation: collective, state hand-off, agreed stops."""
+
+    def __init__(
+        self,
+        session: TrainingSession,
+        settings: ElasticTrainerSettings,
+        framework: Framework,
+        collective: Collective,
+        started_at: float | None = None,
+    ) -> None:
+        self.session = session
+        self.settings = settings
+        self.framework = framework
+        """The framework the script trains with (its name is reported to the agent)."""
+        self.rank = session.rank
+        self.world_size = session.world_size
+        self.generation = session.generation
+        self.global_step = 0
+        self._collective_of = collective
+        self._channel = ControlChannel(settings.control_dir) if settings.control_dir else None
+        self._timings = Timings(started=started_at or time.time())
+        self._model: Any = None
+        self._optimizer: Any = None
+        self._sampler: ElasticSampler | None = None
+        self._extra: dict[str, Any] = {}
+        self._reducer: Reducer | None = None
+        self._stop_signal = False
+        self._in_collective = False
+        self._last_save = time.monotonic()
+        self._first_step_reported = False
+        self._restored = False
+        self._ledger = self._open_ledger()
+        self._inprocess = False
+
+    def _open_ledger(self) -> SampleLedger | None:
+        directory = self.settings.ledger_dir
+        if directory is None:
+            return None
+        return SampleLedger(directory, self.settings.member, self.generation, self.rank)
+
+    @property
+    def reinit_mode(self) -> str:
+        """``in-process`` or ``process``: how this trainer lives through a rescale."""
+        return "in-process" if self._inprocess else "process"
+
+    @classmethod
+    def start(
+        cls, env: Mapping[str, str] | None = None, framework: str | None = None
+    ) -> ElasticTrainer:
+        """Reads the world the agent gave us and brings the collective up (world > 1).
+
+        `framework` (a registry name) overrides ``EDL_FRAMEWORK``; without either, the one
+        registered framework the script has imported is used.
+        """
+        env = os.environ if env is None else env
+        chosen = frameworks.choose(env, framework)
+        trainer = cls(
+            start_session(env, framework=chosen),
+            ElasticTrainerSettings.from_env(env),
+            chosen,
+            chosen.collective(),
+        )
+        signal.signal(signal.SIGTERM, trainer._on_sigterm)
+        if trainer.settings.reinit == "auto":
+            why_not = trainer._collective_of.self_test(trainer.session.world.backend or "gloo")
+            trainer._inprocess = why_not is None
+            if why_not:
+                log.info("in-process re-init off (%s): rescales restart the process", why_not)
+        if trainer.generation == STANDBY_GENERATION and trainer._channel is not None:
+            trainer._wait_as_standby()
+        try:
+            trainer._init_collective()
+        except (RendezvousTimeout, PeerLost) as e:
+            trainer._exit(PEER_LOST_EXIT, f"cannot join generation {trainer.generation}: {e}")
+        return trainer
+
+    # -- collective ---------------------------------------------------------------------------
+
+    def _init_collective(self) -> None:
+        self._mark("imported")
+        world = self.session.world
+        if self.world_size > 1 and self.rank != 0 and world.master:
+            wait_for_listener(world.master, self.settings.master_wait_seconds)
+        self._mark("master")
+        self._collective(
+            self._collective_of.init, world, self._inprocess, self.settings.master_wait_seconds
+        )
+        if self.world_size > 1:
+            # Guard against a mixed rendezvous (a stale trainer of another generation).
+            gens = self._all_reduce([self.generation, -self.generation], ReduceOp.MAX)
+            if gens != [self.generation, -self.generation]:
+                raise PeerLost(f"ranks disagree on the generation: {gens}")
+        self._mark("initialised")
+
+    def _all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
+        result: list[int] = self._collective(self._collective_of.all_reduce_ints, values, op)
+        return result
+
+    def _collective(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._in_collective = True
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise PeerLost(f"collective failed in generation {self.generation}: {e}") from e
+        finally:
+            self._in_collective = False
+
+    def all_reduce_gradients(self) -> None:
+        """Sums-and-averages gradients across ranks (timed as communication)."""
+        if self._reducer is None:
+            if self._model is None:
+                raise ElasticError("register(model, optimizer, sampler) first")
+            self._reducer = self._collective_of.gradient_all_reduce(
+                self._model, self.session.recorder, self.world_size
+            )
+        self._collective(self._reducer)
+
+    def loss_scale(self, plan: StepPlan) -> float:
+        """Factor for a *summed* per-sample loss: the averaged gradient becomes the global mean.
+
+        However the global batch is split, the maths then matches one process.
+        """
+        return self.world_size / plan.global_count
+
+    # -- state --------------------------------------------------------------------------------
+
+    def register(self, model: Any, optimizer: Any, sampler: ElasticSampler, **extra: Any) -> None:
+        """Hands over what the state is made of, then restores it from the best survivor."""
+        self._model, self._optimizer, self._sampler = model, optimizer, sampler
+        self._extra = extra
+        self._restore()
+
+    def _snapshot(self) -> TrainingState:
+        assert self._sampler is not None
+        model, optimizer = self._collective_of.save_state(self._model, self._optimizer)
+        return TrainingState(
+            step=self.global_step,
+            generation=self.generation,
+            model=model,
+            optimizer=optimizer,
+            sampler=self._sampler.state_dict(),
+            extra=dict(self._extra),
+        )
+
+    def _apply(self, state: TrainingState) -> None:
+        assert self._sampler is not None
+        self._collective_of.load_state(self._model, self._optimizer, state.model, state.optimizer)
+        self._sampler.set_state_dict(state.sampler)
+        self._extra.update(state.extra)
+        self.global_step = state.step
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Small picklable values carried with the state (e.g. a learning-rate schedule)."""
+        return self._extra
+
+    def save(self) -> None:
+        """Writes the committed state to this member's local copy (no-op without a state dir).
+
+        Never before the restore finished: a freshly built model must not overwrite a
+        survivor's copy when the hand-off itself fails.
+        """
+        if self.settings.state_dir is not None and self._restored:
+            save_local(self.settings.state_dir, self._snapshot())
+            self._last_save = time.monotonic()
+
+    def _restore(self, state: TrainingState | None = None, how: str = "resumes") -> None:
+        """Everyone continues from the most advanced state: `state`, our local copy, or a peer's."""
+        if state is None and self.settings.state_dir is not None:
+            state = load_local(self.settings.state_dir)
+        if self.world_size > 1:
+            self._broadcast_state(state)
+        elif state is not None:
+            self._apply(state)
+        self._restored = True
+        self._mark("restored")
+        if self._ledger is not None and self.rank == 0:
+            self._ledger.restored(self.global_step)
+        log.info(
+            "generation %d rank %d/%d %s at step %d",
+            self.generation,
+            self.rank,
+            self.world_size,
+            how,
+            self.global_step,
+        )
+
+    def _broadcast_state(self, local: TrainingState | None) -> None:
+        mine = local.step if local is not None else -1
+        (best,) = self._all_reduce([mine], ReduceOp.MAX)
+        if best < 0:
+            return  # nobody has state: a fresh start, every rank built the same model
+        (src,) = self._all_reduce([self.rank if mine == best else self.world_size], ReduceOp.MIN)
+        blob = local.to_bytes() if src == self.rank and local is not None else b""
+        received: bytes = self._collective(self._collective_of.broadcast_bytes, blob, src)
+        try:
+            self._apply(TrainingState.from_bytes(received))
+        except StateTransferError:
+            raise
+        except Exception as e:
+            raise StateTransferError(f"cannot apply the state from rank {src}: {e}") from e
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def steps(self) -> Iterator[StepPlan]:
+        """Yields this rank's part of each step; stops at an agreed boundary on a rescale."""
+        sampler = self._sampler
+        if sampler is None:
+            raise ElasticError("register(model, optimizer, sampler) first")
+        recorder = self.session.recorder
+        while (plan := sampler.plan(self.rank, self.world_size)) is not None:
+            if self._ledger is not None:
+                self._ledger.intent(self.global_step, plan.epoch, plan.indices.tolist())
+            recorder.begin_step()
+            yield plan
+            recorder.end_step(samples=len(plan.indices))
+            sampler.advance(plan)
+            self.global_step += 1
+            if not self._first_step_reported:
+                self._mark("first_step")
+                self._first_step_reported = True
+            if self._stop_agreed():
+                if not self._inprocess:
+                    self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
+                self._reinit()
+            if time.monotonic() - self._last_save >= self.settings.checkpoint_seconds:
+                self.save()
+
+    def _reinit(self) -> None:
+        """Moves this live process into the next world (or exits when it is not in it)."""
+        self.save()  # insurance: if anything below fails, the process path resumes from here
+        world = self._await_world()
+        if world is None:
+            self._exit(RESCALE_EXIT, f"leaving at step {self.global_step}")
+        now = time.time()
+        self._adopt(world)
+        self._timings = Timings(started=now, imported=now)
+        self._stop_signal = False
+        try:
+            self._init_collective()
+            self._restore(self._snapshot(), how="continues in-process")
+        except (PeerLost, RendezvousTimeout, StateTransferError) as e:
+            self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
+
+    def _wait_as_standby(self) -> None:
+        """Started warm before our agent joined: wait (as long as the agent lives) for a world.
+
+        The framework is already imported by now, so the survivors never wait for our import.
+        """
+        self._mark("imported")
+        world = self._await_world(wait=float("inf"))
+        if world is None:
+            self._exit(RESCALE_EXIT, "told to leave before joining a world")
+        self._adopt(world)
+
+    def _adopt(self, world: TrainerWorld) -> None:
+        os.environ.update(self.framework.launch_env(world))  # for code that reads the env
+        self.session.world = world
+        self.rank, self.world_size, self.generation = world.rank, world.world_size, world.generation
+        self._first_step_reported = False
+        self._reducer = None
+        if self._ledger is not None:
+            self._ledger.close()
+        self._ledger = self._open_ledger()
+
+    def _await_world(self, wait: float | None = None) -> TrainerWorld | None:
+        if self._channel is None:
+            return None
+        wait = self.settings.reinit_wait_seconds if wait is None else wait
+        deadline = time.monotonic() + wait
+        parent = os.getppid()
+        while time.monotonic() < deadline and os.getppid() == parent:
+            handed = self._channel.next_world()
+            if handed is not None and handed.generation > self.generation:
+                return handed.world  # None: leave
+            time.sleep(0.02)
+        log.error("no next world within %.0f s (or the agent is gone)", wait)
+        return None
+
+    def drain_requested(self) -> bool:
+        """True once the agent asked this trainer to stop (or it got SIGTERM)."""
+        if self._stop_signal:
+            return True
+        return self._channel is not None and self._channel.drain_requested(self.generation)
+
+    def _stop_agreed(self) -> bool:
+        local = self.drain_requested()
+        if self.world_size == 1:
+            return local
+        (flag,) = self._all_reduce([1 if local else 0], ReduceOp.MAX)
+        return flag > 0
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_signal = True
+
+    # -- reporting and exit -------------------------------------------------------------------
+
+    def _mark(self, milestone: str, **values: float | int) -> None:
+        reached: dict[str, Any] = {milestone: time.time(), **values}
+        self._timings = replace(
+            self._timings,
+            rank=self.rank,
+            reinit=self.reinit_mode,
+            framework=self.framework.name,
+            **reached,
+        )
+        if self._channel is None:
+            return
+        try:
+            self._channel.report(self.generation, self._timings)
+        except OSError as e:
+            log.warning("cannot report timings to %s: %s", self._channel.directory, e)
+
+    def _exit(self, status: int, why: str) -> NoReturn:
+        try:
+            self.save()
+        except StateTransferError as e:
+            log.error("%s", e)
+        log.info("%s (exit %d)", why, status)
+        self.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip interpreter teardown: a framework's collective destructors can block on dead peers.
+        os._exit(status)
+
+    def close(self) -> None:
+        """Flushes the final metrics report and the ledger."""
+        self.session.close()
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
+    def __enter__(self) -> ElasticTrainer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, PeerLost):
+            # The failed collective came before optimizer.step(): the model is still the
+            # committed one, so saving it loses nothing but the unfinished step.
+            self._exit(PEER_LOST_EXIT, f"{exc}; saved step {self.global_step}")
+        if exc is None:  # the script is done: tell the agent at which step the job finished
+            self._mark("finished", finished_step=self.global_step)
+        self.close()

@@ -1,0 +1,148 @@
+"""The training API: what a training script imports to be measured by the agent.
+
+Usage (see docs/agent.md)::
+
+    from agent.trainer.session import start_session
+
+    session = start_session()           # reads the env the agent set; cheap without an agent
+    rec = session.recorder
+    for batch in loader:
+        rec.begin_step()
+        loss = model(batch).mean(); loss.backward()
+        allreduce()                     # a framework's gradients.GradientAllReduce, timed
+        opt.step(); opt.clear_grad()
+        rec.end_step(samples=len(batch))
+    session.close()
+
+Under `edl-agent run` the session writes its counters to `$EDL_METRICS_DIR` on a background
+thread; run bare (no `EDL_METRICS_DIR`), it records in memory only, so the same script works
+with and without the agent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from agent.errors import ConfigError
+from agent.flushing import ReportFlusher
+from agent.protocol import env as names
+from agent.protocol.world import TrainerWorld
+from agent.recording import StepRecorder
+from agent.reports import report_path
+from agent.trainer import frameworks
+from agent.trainer.frameworks.base import Framework
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """Trainer-side settings, set by the agent in the trainer's environment."""
+
+    metrics_dir: Path | None = None
+    """Where to write this incarnation's report (`EDL_METRICS_DIR`); None: record in memory."""
+    incarnation: int = 0
+    """Which start of the trainer this is, 1 for the first (`EDL_TRAINER_INCARNATION`)."""
+    flush_seconds: float = 1.0
+    """How often the report is rewritten (`EDL_METRICS_FLUSH_SECONDS`)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TrainerSettings:
+        """Reads the settings from the environment the agent gave the trainer."""
+        raw_dir = env.get(names.METRICS_DIR, "").strip()
+        try:
+            incarnation = int(env.get(names.INCARNATION, "0") or "0")
+        except ValueError as e:
+            raise ConfigError(f"{names.INCARNATION} must be an integer") from e
+        try:
+            flush = float(env.get(names.FLUSH_SECONDS, "1.0") or "1.0")
+        except ValueError as e:
+            raise ConfigError(f"{names.FLUSH_SECONDS} must be a number of seconds") from e
+        if flush <= 0:
+            raise ConfigError(f"{names.FLUSH_SECONDS} must be > 0")
+        return cls(Path(raw_dir) if raw_dir else None, incarnation, flush)
+
+
+class TrainingSession:
+    """A trainer incarnation's world and recorder, plus the flusher that reports them."""
+
+    def __init__(self, world: TrainerWorld, recorder: StepRecorder, flusher: ReportFlusher | None):
+        self.world = world
+        """The collective world this trainer was started in."""
+        self.recorder = recorder
+        """Record steps and communication here (bind it to a local in the training loop)."""
+        self._flusher = flusher
+
+    @property
+    def rank(self) -> int:
+        """This trainer's rank."""
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks training together."""
+        return self.world.world_size
+
+    @property
+    def generation(self) -> int:
+        """Generation of the current world (grows at every world change)."""
+        return self.world.generation
+
+    def flush(self) -> None:
+        """Writes the report now (e.g. before a planned exit); no-op without an agent."""
+        if self._flusher is not None:
+            self._flusher.flush()
+
+    def close(self) -> None:
+        """Stops flushing after a final report; idempotent."""
+        if self._flusher is not None:
+            self._flusher.close()
+            self._flusher = None
+
+    def __enter__(self) -> TrainingSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def start_session(
+    env: Mapping[str, str] | None = None,
+    recorder: StepRecorder | None = None,
+    framework: Framework | None = None,
+) -> TrainingSession:
+    """Builds the session from the environment and starts reporting if an agent is present.
+
+    The world is read through `framework` when given, else through whichever registered
+    framework's variables are set (each framework names its own).
+
+    Raises:
+        ConfigError: a framework's or an EDL_* variable is malformed.
+        MetricsDirError: `EDL_METRICS_DIR` is set but cannot be written.
+    """
+    env = os.environ if env is None else env
+    world = frameworks.world_from_env(env, framework)
+    settings = TrainerSettings.from_env(env)
+    recorder = recorder or StepRecorder()
+    flusher = None
+    if settings.metrics_dir is not None:
+        incarnation = settings.incarnation or os.getpid()
+        flusher = ReportFlusher(
+            recorder,
+            report_path(settings.metrics_dir, incarnation),
+            world,
+            incarnation,
+            settings.flush_seconds,
+        )
+        flusher.start()
+    session = TrainingSession(world, recorder, flusher)
+    atexit.register(session.close)
+    return session

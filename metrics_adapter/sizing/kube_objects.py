@@ -1,0 +1,399 @@
+"""Kubernetes objects (as the API's JSON) to the sizer's values, and the cluster view.
+
+Pure functions: a watch keeps compact records made here (only what the sizer reads, so
+memory stays small on large clusters), and :func:`assemble` turns them into a
+:class:`~metrics_adapter.sizing.capacity.ClusterSnapshot`.
+
+A **job** is a Deployment labelled ``edl.paddlepaddle.org/job: <name>``; its workers are
+the pods its selector matches. Its annotations (all optional):
+
+=====================================  ========  ====================================
+annotation                             default   meaning
+=====================================  ========  ====================================
+``edl.paddlepaddle.org/min-workers``   1         never fewer workers (a min that does
+                                                 not fit waits)
+``edl.paddlepaddle.org/max-workers``   16        never more workers
+``edl.paddlepaddle.org/weight``        1         fairness weight (>= 0)
+``edl.paddlepaddle.org/min-marginal-   0.05      grow only while one more worker adds
+speedup``                                        this share of one worker's throughput
+=====================================  ========  ====================================
+
+A worker's requests come from the pod template (containers' requests, a limit standing in
+for a missing request as the API server defaults it, the largest init container, the pod
+overhead); the job's priority from the template's ``priorityClassName`` (or the global
+default PriorityClass).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from metrics_adapter.selector import LabelSelector, Operator, Requirement
+from metrics_adapter.sizing.capacity import ClusterSnapshot
+from metrics_adapter.sizing.cluster import Job, Node, Pod, Taint, Toleration
+from metrics_adapter.sizing.resources import ResourceError, Resources
+
+JOB_LABEL = "edl.paddlepaddle.org/job"
+MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
+MAX_WORKERS = "edl.paddlepaddle.org/max-workers"
+WEIGHT = "edl.paddlepaddle.org/weight"
+MIN_MARGINAL_SPEEDUP = "edl.paddlepaddle.org/min-marginal-speedup"
+_ANNOTATIONS = (MIN_WORKERS, MAX_WORKERS, WEIGHT, MIN_MARGINAL_SPEEDUP)
+_TERMINAL = ("Succeeded", "Failed")
+_OPERATORS = {"In": Operator.IN, "NotIn": Operator.NOT_IN, "Exists": Operator.EXISTS}
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """Values for annotations a job leaves out."""
+
+    min_workers: int = 1
+    max_workers: int = 16
+    weight: float = 1.0
+    min_marginal_speedup: float = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A non-terminal pod that is not being deleted, as the sizer keeps it."""
+
+    pod: Pod
+    labels: Mapping[str, str]
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    """A trainer Deployment (one that carries the job label)."""
+
+    namespace: str
+    name: str
+    job: str
+    """The job's name (the label's value)."""
+    selector: LabelSelector
+    replicas: int
+    created: float
+    annotations: Mapping[str, str]
+    priority_class: str | None
+    worker: Resources
+    tolerations: tuple[Toleration, ...]
+    node_selector: Mapping[str, str]
+    problem: str | None = None
+    """Why the template cannot be read (bad quantities, an unsupported selector)."""
+    uid: str = ""
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClassRecord:
+    """A PriorityClass: its value and whether it is the global default."""
+
+    name: str
+    value: int
+    global_default: bool = False
+
+
+def timestamp(text: str | None) -> float:
+    """RFC 3339 (``2026-05-01T12:00:00Z``) to Unix seconds; 0 when absent or malformed."""
+    if not text:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What the scheduler counts for a pod spec.
+
+    Raises:
+        ResourceError: a quantity is malformed.
+    """
+    total = Resources()
+    for c in spec.get("containers") or []:
+        total = total + _container_requests(c)
+    for c in spec.get("initContainers") or []:
+        total = total.maximum(_container_requests(c))
+    return total + Resources.parse(spec.get("overhead"))
+
+
+def _container_requests(container: Mapping[str, Any]) -> Resources:
+    res = container.get("resources") or {}
+    merged = dict(res.get("limits") or {})
+    merged.update(res.get("requests") or {})
+    return Resources.parse(merged)
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            str(t.get("key") or ""),
+            str(t.get("operator") or "Equal"),
+            str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        )
+        for t in spec.get("tolerations") or []
+    )
+
+
+def node_from(obj: Mapping[str, Any]) -> Node:
+    """A Node object; a malformed allocatable amount counts as none (the node offers no room)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    try:
+        allocatable = Resources.parse(status.get("allocatable"))
+    except ResourceError:
+        allocatable = Resources()
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in spec.get("taints") or []
+    )
+    return Node(
+        name=str(meta.get("name", "")),
+        allocatable=allocatable,
+        ready=ready,
+        schedulable=not spec.get("unschedulable", False),
+        taints=taints,
+        labels=dict(meta.get("labels") or {}),
+    )
+
+
+def pod_from(obj: Mapping[str, Any]) -> PodRecord | None:
+    """A Pod object, or None when it no longer counts (terminal, or being deleted)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") in _TERMINAL:
+        return None
+    try:
+        requests = pod_requests(spec)
+    except ResourceError:
+        requests = Resources()  # the API server validated it; never seen in practice
+    pod = Pod(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        requests=requests,
+        priority=int(spec.get("priority") or 0),
+        node=spec.get("nodeName") or None,
+        tolerations=_tolerations(spec),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+    )
+    return PodRecord(pod, dict(meta.get("labels") or {}), timestamp(meta.get("creationTimestamp")))
+
+
+def selector_from(obj: Mapping[str, Any] | None) -> LabelSelector:
+    """A ``metav1.LabelSelector`` (matchLabels + matchExpressions).
+
+    Raises:
+        ValueError: an operator this selector cannot express.
+    """
+    obj = obj or {}
+    reqs = [
+        Requirement(str(k), Operator.EQUALS, (str(v),))
+        for k, v in sorted((obj.get("matchLabels") or {}).items())
+    ]
+    for e in obj.get("matchExpressions") or []:
+        op = e.get("operator")
+        if op == "DoesNotExist":
+            reqs.append(Requirement(str(e.get("key")), Operator.DOES_NOT_EXIST))
+        elif op in _OPERATORS:
+            values = tuple(str(v) for v in e.get("values") or [])
+            reqs.append(Requirement(str(e.get("key")), _OPERATORS[op], values))
+        else:
+            raise ValueError(f"selector operator {op!r} is not supported")
+    return LabelSelector(tuple(reqs))
+
+
+def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
+    """A Deployment carrying the job label, or None for any other Deployment."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    job = (meta.get("labels") or {}).get(JOB_LABEL)
+    if not job or meta.get("deletionTimestamp"):
+        return None
+    template = (spec.get("template") or {}).get("spec") or {}
+    problem = None
+    try:
+        worker = pod_requests(template)
+    except ResourceError as e:
+        worker, problem = Resources(), f"its pod template has a bad request: {e}"
+    try:
+        selector = selector_from(spec.get("selector"))
+    except ValueError as e:
+        selector, problem = (
+            LabelSelector((Requirement(JOB_LABEL, Operator.DOES_NOT_EXIST),)),
+            str(e),
+        )
+    annotations = {
+        k: str(v) for k, v in (meta.get("annotations") or {}).items() if k in _ANNOTATIONS
+    }
+    replicas = spec.get("replicas")
+    return DeploymentRecord(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        job=str(job),
+        selector=selector,
+        replicas=1 if replicas is None else int(replicas),
+        created=timestamp(meta.get("creationTimestamp")),
+        annotations=annotations,
+        priority_class=template.get("priorityClassName") or None,
+        worker=worker,
+        tolerations=_tolerations(template),
+        node_selector=dict(template.get("nodeSelector") or {}),
+        problem=problem,
+        uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 0),
+    )
+
+
+def priority_class_from(obj: Mapping[str, Any]) -> PriorityClassRecord:
+    """A PriorityClass object."""
+    meta = obj.get("metadata") or {}
+    return PriorityClassRecord(
+        str(meta.get("name", "")), int(obj.get("value") or 0), bool(obj.get("globalDefault"))
+    )
+
+
+def _annotation(
+    annotations: Mapping[str, str], key: str, default: float, integer: bool
+) -> tuple[float, str | None]:
+    raw = annotations.get(key)
+    if raw is None:
+        return default, None
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        return default, f"annotation {key}: {raw!r} is not {kind}"
+    return value, None
+
+
+def job_from(
+    d: DeploymentRecord,
+    classes: Mapping[str, PriorityClassRecord],
+    defaults: JobDefaults,
+) -> Job:
+    """The sizer's Job for a trainer Deployment (``error`` set when it cannot be sized)."""
+    a = d.annotations
+    low, e1 = _annotation(a, MIN_WORKERS, defaults.min_workers, True)
+    high, e2 = _annotation(a, MAX_WORKERS, defaults.max_workers, True)
+    weight, e3 = _annotation(a, WEIGHT, defaults.weight, False)
+    threshold, e4 = _annotation(a, MIN_MARGINAL_SPEEDUP, defaults.min_marginal_speedup, False)
+    errors = [e for e in (d.problem, e1, e2, e3, e4) if e]
+    if not errors and low < 1:
+        errors.append(f"annotation {MIN_WORKERS}: {int(low)} must be at least 1")
+    priority = 0
+    if d.priority_class is not None:
+        cls = classes.get(d.priority_class)
+        if cls is None:
+            errors.append(f"PriorityClass {d.priority_class!r} does not exist")
+        else:
+            priority = cls.value
+    else:
+        priority = next((c.value for c in classes.values() if c.global_default), 0)
+    return Job(
+        namespace=d.namespace,
+        name=d.name,
+        worker=d.worker,
+        replicas=d.replicas,
+        min_replicas=int(low),
+        max_replicas=int(high),
+        weight=weight,
+        min_marginal_speedup=threshold,
+        priority=priority,
+        arrival=d.created,
+        tolerations=d.tolerations,
+        node_selector=d.node_selector,
+        error="; ".join(errors) or None,
+    )
+
+
+def assemble(
+    nodes: Iterable[Node],
+    pods: Iterable[PodRecord],
+    deployments: Iterable[DeploymentRecord],
+    classes: Iterable[PriorityClassRecord],
+    defaults: JobDefaults | None = None,
+) -> ClusterSnapshot:
+    """The cluster view: pods attributed to their job, jobs with priority and last growth."""
+    by_class = {c.name: c for c in classes}
+    deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
+    per_namespace: dict[str, list[DeploymentRecord]] = {}
+    claimed: dict[tuple[str, str], list[str]] = {}
+    for d in deps:
+        per_namespace.setdefault(d.namespace, []).append(d)
+        claimed.setdefault((d.namespace, d.job), []).append(d.name)
+    jobs: dict[str, Job] = {}
+    names: dict[str, str] = {}
+    for d in deps:
+        job = job_from(d, by_class, defaults or JobDefaults())
+        others = [n for n in claimed[(d.namespace, d.job)] if n != d.name]
+        if others:
+            clash = f"Deployments {', '.join(sorted([d.name, *others]))} carry {JOB_LABEL}={d.job}"
+            job = _with_error(job, clash)
+        jobs[job.key] = job
+        names[job.key] = d.job
+    last_growth: dict[str, float] = {}
+    out_pods = []
+    owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
+    for record in sorted(pods, key=lambda r: (r.pod.namespace, r.pod.name)):
+        pod = record.pod
+        index = owners.get(pod.namespace)
+        owner = index.owner(record.labels) if index is not None else None
+        if owner is not None:
+            key = f"{owner.namespace}/{owner.name}"
+            pod = Pod(
+                pod.namespace, pod.name, pod.requests, pod.priority, pod.node, key,
+                pod.tolerations, pod.node_selector,
+            )  # fmt: skip
+            last_growth[key] = max(last_growth.get(key, 0.0), record.created)
+        out_pods.append(pod)
+    for key, when in last_growth.items():
+        if when:
+            jobs[key] = replace(jobs[key], last_rescale=when)
+    return ClusterSnapshot(
+        tuple(sorted(nodes, key=lambda n: n.name)),
+        tuple(out_pods),
+        tuple(jobs[k] for k in sorted(jobs)),
+        job_names=names,
+    )
+
+
+class _SelectorIndex:
+    """Finds the first Deployment (by name) whose selector matches a pod's labels.
+
+    Selectors that start with an equality (``app=trainer``) are indexed by it, so a pod is
+    checked against the few Deployments that could match, not against all of them.
+    """
+
+    def __init__(self, deployments: list[DeploymentRecord]) -> None:
+        self._order = {d.name: i for i, d in enumerate(deployments)}
+        self._by_pair: dict[tuple[str, str], list[DeploymentRecord]] = {}
+        self._keys: list[str] = []
+        self._other: list[DeploymentRecord] = []
+        for d in deployments:
+            first = d.selector.requirements[0] if d.selector.requirements else None
+            if first is not None and first.operator is Operator.EQUALS:
+                if first.key not in self._keys:
+                    self._keys.append(first.key)
+                self._by_pair.setdefault((first.key, first.values[0]), []).append(d)
+            else:
+                self._other.append(d)
+
+    def owner(self, labels: Mapping[str, str]) -> DeploymentRecord | None:
+        found = [
+            d
+            for key in self._keys
+            if key in labels
+            for d in self._by_pair.get((key, labels[key]), ())
+            if d.selector.matches(labels)
+        ]
+        found += [d for d in self._other if d.selector.matches(labels)]
+        return min(found, key=lambda d: self._order[d.name]) if found else None
+
+
+def _with_error(job: Job, message: str) -> Job:
+    return replace(job, error=f"{job.error}; {message}" if job.error else message)

@@ -1,0 +1,93 @@
+"""The sizer's series on the adapter's ``/metrics`` (names and labels: docs/metrics-contract.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from metrics_adapter.sizing.decision import Plan, Reason
+from metrics_adapter.sizing.resources import GPU, Resources
+
+_JOB = ["namespace", "job", "deployment"]
+
+
+class SizingMetrics:
+    """Gauges per job (removed when the job goes), cluster totals, counters."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def job_gauge(name: str, text: str) -> Gauge:
+            return Gauge(f"edl_adapter_sizing_{name}", text, _JOB, registry=registry)
+
+        self.desired = job_gauge("desired_replicas", "Replicas desired_replicas serves the job.")
+        self.current = job_gauge("current_replicas", "The job's replicas at the decision.")
+        self.min = job_gauge("min_replicas", "The job's minimum workers.")
+        self.max = job_gauge("max_replicas", "The job's maximum workers.")
+        self.marginal = job_gauge(
+            "marginal_speedup", "Fitted gain of one more worker, relative to one worker."
+        )
+        self.limited_by = Gauge(
+            "edl_adapter_sizing_limited_by",
+            "1 for what stopped the job at its size in the last decision.",
+            [*_JOB, "reason"],
+            registry=registry,
+        )
+        self.free = Gauge(
+            "edl_adapter_sizing_free",
+            "Free room over schedulable nodes after headroom (cores, bytes, devices).",
+            ["resource"],
+            registry=registry,
+        )
+        self.allocatable = Gauge(
+            "edl_adapter_sizing_allocatable",
+            "Allocatable over schedulable nodes (cores, bytes, devices).",
+            ["resource"],
+            registry=registry,
+        )
+        self.protected = Gauge(
+            "edl_adapter_sizing_protected_pending_pods",
+            "Pending pods of priority at least a job's, placed before any job grows.",
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "edl_adapter_sizing_decisions", "Sizing rounds completed.", registry=registry
+        )
+        self.errors = Counter(
+            "edl_adapter_sizing_errors",
+            "Inputs the sizer refused, by reason (each also an Event on the Deployment).",
+            ["reason"],
+            registry=registry,
+        )
+        self._labels: dict[str, tuple[str, str, str]] = {}
+
+    def publish(self, plan: Plan, names: Mapping[str, str]) -> None:
+        """Set every series from one plan; jobs no longer planned lose their series."""
+        self.decisions.inc()
+        _set_resources(self.free, plan.free)
+        _set_resources(self.allocatable, plan.allocatable)
+        self.protected.set(len(plan.protected))
+        fresh: dict[str, tuple[str, str, str]] = {}
+        for key, d in plan.jobs.items():
+            namespace, _, deployment = key.partition("/")
+            labels = (namespace, names.get(key, deployment), deployment)
+            fresh[key] = labels
+            self.desired.labels(*labels).set(d.desired)
+            self.current.labels(*labels).set(d.current)
+            self.min.labels(*labels).set(d.min_replicas)
+            self.max.labels(*labels).set(d.max_replicas)
+            self.marginal.labels(*labels).set(d.marginal_speedup)
+            for reason in Reason:
+                self.limited_by.labels(*labels, reason.value).set(d.limited_by is reason)
+        for key, labels in self._labels.items():
+            if fresh.get(key) != labels:
+                for gauge in (self.desired, self.current, self.min, self.max, self.marginal):
+                    gauge.remove(*labels)
+                for reason in Reason:
+                    self.limited_by.remove(*labels, reason.value)
+        self._labels = fresh
+
+
+def _set_resources(gauge: Gauge, r: Resources) -> None:
+    gauge.labels("cpu").set(r.cpu)
+    gauge.labels("memory").set(r.memory)
+    gauge.labels(GPU).set(r.gpu)

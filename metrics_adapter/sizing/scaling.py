@@ -1,0 +1,134 @@
+"""How a job's throughput grows with workers: the Universal Scalability Law, fitted per job.
+
+    X(n) = lambda * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
+
+``sigma`` is contention (the serial share), ``kappa`` coherency (the cost every pair of
+workers adds, e.g. the all-reduce), ``lambda`` one worker's throughput. Decisions only
+use ratios (speed-up S(n) = X(n) / X(1)), so lambda cancels and a job never measured still
+has a curve: the prior's.
+
+The fit is linear least squares on n / X(n) = a + b (n - 1) + c n (n - 1) with a = 1/lambda,
+b = sigma/lambda, c = kappa/lambda, constrained to b, c >= 0, plus two prior rows that pull
+sigma and kappa towards the prior with the weight of ``prior_weight`` observations at the
+largest size seen. With fewer than two sizes the prior's sigma and kappa are used as they
+are (one size only fixes lambda).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPrior:
+    """What is assumed before a job has been measured at two sizes."""
+
+    sigma: float = 0.05
+    kappa: float = 0.002
+    weight: float = 0.1
+    """How many observations (at the largest size seen) the prior is worth once data exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingCurve:
+    """A fitted (or prior) USL curve."""
+
+    sigma: float
+    kappa: float
+    lam: float | None = None
+    """One worker's throughput (samples/s); None when the job was never measured."""
+    sizes: int = 0
+    """Distinct sizes the fit rests on (0 or 1: the prior's shape)."""
+    largest: int = 0
+    """Largest size measured (0: none)."""
+
+    def speedup(self, n: int) -> float:
+        """S(n) = X(n) / X(1); 0 for n <= 0."""
+        if n <= 0:
+            return 0.0
+        return n / (1.0 + self.sigma * (n - 1) + self.kappa * n * (n - 1))
+
+    def marginal(self, n: int) -> float:
+        """What worker n + 1 adds, relative to one worker: S(n + 1) - S(n)."""
+        return self.speedup(n + 1) - self.speedup(n)
+
+    def throughput(self, n: int) -> float | None:
+        """Predicted samples/s at ``n`` workers (None: never measured)."""
+        return None if self.lam is None else self.lam * self.speedup(n)
+
+
+def fit_usl(observed: Mapping[int, float], prior: ScalingPrior = ScalingPrior()) -> ScalingCurve:
+    """Fit the curve to measured throughput per size (sizes < 1 and values <= 0 ignored)."""
+    points = sorted((n, x) for n, x in observed.items() if n >= 1 and x > 0 and math.isfinite(x))
+    if not points:
+        return ScalingCurve(prior.sigma, prior.kappa)
+    largest = points[-1][0]
+    if len(points) == 1:
+        n, x = points[0]
+        shape = ScalingCurve(prior.sigma, prior.kappa)
+        return ScalingCurve(prior.sigma, prior.kappa, x / shape.speedup(n), 1, largest)
+    scale = sum(n / x for n, x in points) / len(points)
+    rows = [((1.0, n - 1.0, n * (n - 1.0)), n / x / scale) for n, x in points]
+    w = math.sqrt(max(prior.weight, 0.0))
+    rows.append(((-prior.sigma * w * (largest - 1), w * (largest - 1), 0.0), 0.0))
+    rows.append(
+        ((-prior.kappa * w * largest * (largest - 1), 0.0, w * largest * (largest - 1)), 0.0)
+    )
+    a, b, c = _nonnegative_least_squares(rows)
+    if a <= 0:
+        return ScalingCurve(prior.sigma, prior.kappa, None, len(points), largest)
+    return ScalingCurve(b / a, c / a, 1.0 / (a * scale), len(points), largest)
+
+
+_Row = tuple[tuple[float, float, float], float]
+
+
+def _nonnegative_least_squares(rows: list[_Row]) -> tuple[float, float, float]:
+    """Minimise ||A theta - y|| with b, c >= 0, trying each of the 4 active sets."""
+    best: tuple[float, tuple[float, float, float]] | None = None
+    for free_b, free_c in itertools.product((True, False), repeat=2):
+        keep = [0] + ([1] if free_b else []) + ([2] if free_c else [])
+        solved = _least_squares(rows, keep)
+        if solved is None or solved[1] < -1e-12 or solved[2] < -1e-12:
+            continue
+        theta = (solved[0], max(0.0, solved[1]), max(0.0, solved[2]))
+        residual = sum((sum(r[i] * theta[i] for i in range(3)) - y) ** 2 for r, y in rows)
+        if best is None or residual < best[0] - 1e-15:
+            best = (residual, theta)
+    return best[1] if best is not None else (0.0, 0.0, 0.0)
+
+
+def _least_squares(rows: list[_Row], keep: list[int]) -> tuple[float, float, float] | None:
+    """Unconstrained least squares over the columns in ``keep`` (normal equations)."""
+    k = len(keep)
+    ata = [[sum(r[keep[i]] * r[keep[j]] for r, _ in rows) for j in range(k)] for i in range(k)]
+    aty = [sum(r[keep[i]] * y for r, y in rows) for i in range(k)]
+    solution = _solve(ata, aty)
+    if solution is None:
+        return None
+    theta = [0.0, 0.0, 0.0]
+    for i, column in enumerate(keep):
+        theta[column] = solution[i]
+    return theta[0], theta[1], theta[2]
+
+
+def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(rhs)
+    m = [[*row, rhs[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-14:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for c in range(col, n + 1):
+                m[r][c] -= f * m[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
+    return x
