@@ -121,26 +121,37 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
     AdapterServer(settings, app_factory, cert, context_factory).run()
 
 
-def serve_hello(port: int) -> None:
-    """The same server serving a one-line Flask app: the stack's own ceiling."""
+def serve_hello(port: int, inline: bool) -> None:
+    """The same server serving a one-line Flask app: the stack's own ceiling (``inline``:
+    answered on the event loop, as the adapter's own app is)."""
     from flask import Flask
 
+    from metrics_adapter.blocking import INLINE_EXTENSION
     from metrics_adapter.server import AdapterServer
     from metrics_adapter.settings import AdapterSettings
 
     def app_factory() -> Any:
         app = Flask("hello")
         app.add_url_rule("/", "hello", lambda: "ok")
+        if inline:
+            app.extensions[INLINE_EXTENSION] = True
         return app
 
     settings = AdapterSettings(host="127.0.0.1", port=port, tls=False, log_level="warning")
     AdapterServer(settings, app_factory, None, None).run()
 
 
-def bench_hello(seconds: float) -> tuple[float, float, float]:
+def bench_hello(seconds: float, inline: bool) -> tuple[float, float, float]:
     port = free_port()
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve-hello", "--port", str(port)],
+        [
+            sys.executable,
+            __file__,
+            "--serve-hello",
+            "--port",
+            str(port),
+            *(["--inline"] if inline else []),
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -468,10 +479,11 @@ def main() -> None:
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--tls", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-tls-runs", action="store_true", help="skip the TLS measurements")
     args = parser.parse_args()
     if args.serve_hello:
-        serve_hello(args.port)
+        serve_hello(args.port, args.inline)
         return
     if args.serve is not None:
         serve_filled(args.serve, args.port, args.tls, Path(args.workdir))
@@ -484,11 +496,12 @@ def main() -> None:
         f"{'req/s x4':>8} {'RSS MB':>7} {'RSS@load':>8} {'body KB':>8}"
     )
     print(header)
-    p50, p99, rate = bench_hello(4.0)
-    print(
-        f"{'-':>6} {'hello':>7} {'http':>5} {p50:>7.2f} {p99:>7.2f} {rate:>7.0f}   "
-        "(same server + Flask serving 'ok': the stack's ceiling on this machine)"
-    )
+    for inline, where in ((False, "on an app thread"), (True, "on the event loop")):
+        p50, p99, rate = bench_hello(4.0, inline)
+        print(
+            f"{'-':>6} {'hello':>7} {'http':>5} {p50:>7.2f} {p99:>7.2f} {rate:>7.0f}   "
+            f"(same server + Flask serving 'ok' {where}: the stack's ceiling here)"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
         workdir = Path(tmp)
         for pods in sizes:

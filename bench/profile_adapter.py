@@ -2,10 +2,11 @@
 
 It starts bench_adapter.py's filled server (``--pods`` pods' samples in the store, plain
 HTTP, the production code path: the asyncio front end and the app's threads), drives one
-query with ``--clients`` keep-alive clients for ``--seconds`` while ``py-spy record``
-samples every thread of that process, then prints the functions holding the most samples,
-inclusive (the function and what it calls) and self (the function's own code). Idle threads
-are not sampled, so percentages are of the time some thread of the server was busy.
+query with ``--clients`` keep-alive clients for ``--seconds`` while ``py-spy record --gil``
+samples the thread holding the GIL in that process, then prints the functions holding the most
+samples, inclusive (the function and what it calls) and self (the function's own code). So
+percentages are of the time the process ran Python code (one thread at a time: the GIL), the
+time a request costs the process.
 
 Run: ``.venv/bin/python bench/profile_adapter.py [--pods 1000] [--query pods|pod|deploy]
 [--seconds 10] [--clients 1] [--top 25]`` (py-spy comes with the ``dev`` extra).
@@ -58,7 +59,7 @@ def summarize(raw: Path, top: int) -> str:
         own[frames[-1]] += count
         for name in set(frames):
             inclusive[name] += count
-    lines = [f"{total} samples of busy threads"]
+    lines = [f"{total} samples"]
     for title, counter in (("inclusive", inclusive), ("self", own)):
         lines.append(f"-- {title}")
         for name, count in counter.most_common(top):
@@ -76,6 +77,11 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument(
+        "--waiting",
+        action="store_true",
+        help="sample threads waiting for the GIL too (default: only the thread holding it)",
+    )
     args = ap.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
@@ -117,6 +123,7 @@ def main() -> None:
                     "--output",
                     str(raw),
                     "--nonblocking",
+                    *([] if args.waiting else ["--gil"]),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -21,6 +21,7 @@ from metrics_adapter.auth.attributes import request_attributes
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
 from metrics_adapter.auth.identity import Credentials
+from metrics_adapter.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, WouldBlock
 from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
 from metrics_adapter.provider import ExternalMetricInfo, MetricsProvider, custom_metric_values
 from metrics_adapter.router import Route, RouteKind, parse_path, split_raw_path
@@ -81,6 +82,7 @@ def create_app(
     authorised like any other non-resource path.
     """
     app = Flask("metrics_adapter")
+    app.extensions[INLINE_EXTENSION] = True  # network waits defer (metrics_adapter.blocking)
     renderer = wire.MetricListRenderer()
     allow_all = isinstance(authorizer, AlwaysAllowAuthorizer)
     app.config["EDL_ADAPTER_SETTINGS"] = settings
@@ -190,6 +192,9 @@ def create_app(
             resp = dispatch(route)
         except AdapterError as e:
             resp = _json(e.code, wire.status(e.code, e.reason, e.message), request.method == "HEAD")
+        except WouldBlock:  # on the event loop: the front end runs it again on a thread
+            environ[DEFERRED_ENVIRON_KEY] = True
+            return Response(status=503)
         except Exception:
             log.exception("internal error serving %s %s", request.method, raw)
             resp = _json(

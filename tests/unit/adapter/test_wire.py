@@ -21,13 +21,23 @@ def points(n: int) -> list[MetricPoint]:
 
 
 def test_renderer_matches_json_dumps_for_both_versions() -> None:
-    renderer = MetricListRenderer(max_entries=4)  # tiny: exercises the cache reset
-    for version in ("v1beta1", "v1beta2"):
-        for n in (0, 1, 7, 1200):
-            expected = json.loads(json.dumps(metric_value_list(version, points(n))))
-            assert json.loads(renderer.render(version, points(n))) == expected
-            streamed = b"".join(renderer.render_chunks(version, points(n), chunk_items=5))
-            assert json.loads(streamed) == expected
+    renderer = MetricListRenderer()
+    for n in (0, 1, 7, 1200):
+        kept = points(n)  # rendered again below: from the text kept on each point
+        for version in ("v1beta1", "v1beta2", "v1beta1"):
+            expected = json.dumps(metric_value_list(version, points(n)), separators=(",", ":"))
+            assert renderer.render(version, kept) == expected.encode()
+            streamed = b"".join(renderer.render_chunks(version, kept, chunk_items=5))
+            assert streamed == expected.encode()
+
+
+def test_each_point_keeps_its_text_per_version() -> None:
+    (point,) = points(1)
+    MetricListRenderer().render("v1beta2", [point])
+    assert point.rendered is not None and set(point.rendered) == {"v1beta2"}
+    MetricListRenderer().render("v1beta1", [point])
+    assert set(point.rendered) == {"v1beta1", "v1beta2"}
+    assert json.loads(point.rendered["v1beta1"])["metricName"] == "samples_per_second"
 
 
 def test_status_shape() -> None:
