@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -129,10 +129,10 @@ def create_app(
         if kind is RouteKind.EXTERNAL:
             info = ExternalMetricInfo(route.metric)
             external = provider.get_external_metric(route.namespace, selector, info)
-            _observe_age([p.timestamp for p in external])
+            _observe_age(p.timestamp for p in external)
             return _json(200, wire.external_value_list(external), head)
         points = custom_metric_values(provider, route, selector, metric_selector)
-        _observe_age([p.timestamp for p in points])
+        _observe_age(p.timestamp for p in points)
         if head:
             return Response(b"", status=200, mimetype="application/json")
         if len(points) <= _STREAM_ABOVE_ITEMS:
@@ -144,9 +144,10 @@ def create_app(
             renderer.render_chunks(route.version, points), 200, mimetype="application/json"
         )
 
-    def _observe_age(timestamps: list[float]) -> None:
-        if timestamps:
-            metrics.sample_age.observe(max(0.0, clock() - min(timestamps)))
+    def _observe_age(timestamps: Iterable[float]) -> None:
+        oldest = min(timestamps, default=None)
+        if oldest is not None:
+            metrics.sample_age.observe(max(0.0, clock() - oldest))
 
     # Every request is answered by `handle`; this catch-all rule only spares Flask's URL map
     # the cost of failing to match (it never dispatches: `handle` always returns a response).

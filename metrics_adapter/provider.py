@@ -125,7 +125,11 @@ class MetricsProvider(Protocol):
         info: CustomMetricInfo,
         metric_selector: LabelSelector,
     ) -> list[MetricPoint]:
-        """Every matching object's value (``namespace`` None: root-scoped objects)."""
+        """Every matching object's value (``namespace`` None: root-scoped objects).
+
+        The list is never changed once returned: the same list may be answered again while
+        nothing it rests on changed (and its rendered body kept with it).
+        """
         ...
 
     def list_all_metrics(self) -> list[CustomMetricInfo]:

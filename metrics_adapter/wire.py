@@ -73,13 +73,30 @@ class MetricListRenderer:
     An item's text depends only on its point (object, metric, value, time, window) and the
     version, so it is written once per point and kept on it (``MetricPoint.rendered``); the
     scraped-pods provider keeps a pod's point until the pod's next scrape, so re-reads of the
-    same values, the usual traffic, only join cached text. Memory follows the points: nothing
-    is kept here.
+    same values, the usual traffic, only join cached text. The providers also keep whole
+    answers (the same list object while nothing changed), so the last bodies rendered are
+    kept for the lists they were rendered from (``max_bodies`` of them, ``max_bytes`` in all).
     """
+
+    def __init__(self, max_bodies: int = 64, max_bytes: int = 16 * 2**20) -> None:
+        self._bodies: dict[tuple[str, int], tuple[list[MetricPoint], bytes]] = {}
+        self._bytes = 0
+        self._max_bodies = max_bodies
+        self._max_bytes = max_bytes
 
     def render(self, version: str, points: list[MetricPoint]) -> bytes:
         """The list as JSON bytes (identical to ``json.dumps(metric_value_list(...))``)."""
-        return b"".join(self.render_chunks(version, points, len(points) or 1))
+        key = (version, id(points))
+        kept = self._bodies.get(key)
+        if kept is not None and kept[0] is points:  # the very list (it is held: no id reuse)
+            return kept[1]
+        body = b"".join(self.render_chunks(version, points, len(points) or 1))
+        if len(self._bodies) >= self._max_bodies or self._bytes + len(body) > self._max_bytes:
+            self._bodies, self._bytes = {}, 0
+        if len(body) <= self._max_bytes:
+            self._bodies[key] = (points, body)
+            self._bytes += len(body)
+        return body
 
     def render_chunks(
         self, version: str, points: list[MetricPoint], chunk_items: int = 512

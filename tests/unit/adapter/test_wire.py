@@ -68,3 +68,17 @@ def test_large_pod_lists_stream_valid_json() -> None:
     items = json.loads(resp.get_data())["items"]
     assert len(items) == 2500
     assert {i["value"] for i in items} == {"10"}
+
+
+def test_a_kept_list_is_rendered_once_and_a_new_list_afresh() -> None:
+    renderer = MetricListRenderer(max_bodies=2)
+    kept = points(3)
+    body = renderer.render("v1beta2", kept)
+    assert renderer.render("v1beta2", kept) is body  # the same list: the kept body
+    assert renderer.render("v1beta1", kept) != body  # another version: its own body
+    other = points(3)
+    other[0].value = 99.0  # an equal-looking but different list renders from its points
+    assert json.loads(renderer.render("v1beta2", other))["items"][0]["value"] == "99"
+    for _ in range(3):  # bounded: more lists than max_bodies empty the cache
+        renderer.render("v1beta2", points(1))
+    assert renderer.render("v1beta2", kept) == body
