@@ -320,9 +320,9 @@ def server_rss(pid: int) -> float:
     return sum(p.memory_info().rss for p in workers) / 2**20
 
 
-def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
-    port = free_port()
-    child = subprocess.Popen(
+def start_filled(pods: int, port: int, tls: bool, workdir: Path) -> subprocess.Popen[bytes]:
+    """The real server with ``pods`` pods' samples in its store, as a child process."""
+    return subprocess.Popen(
         [
             sys.executable,
             __file__,
@@ -336,8 +336,13 @@ def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
+
+
+def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
+    port = free_port()
+    child = start_filled(pods, port, tls, workdir)
     try:
         wait_ready(port, tls, pods)
         rss_ready = server_rss(child.pid)

@@ -28,7 +28,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_adapter import QUERIES, QUERY, RawClient, free_port, wait_ready  # noqa: E402
+from bench.bench_adapter import (  # noqa: E402
+    QUERIES,
+    QUERY,
+    RawClient,
+    free_port,
+    start_filled,
+    wait_ready,
+)
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
@@ -90,21 +97,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="profile-adapter-") as tmp:
         work = Path(tmp)
         port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "bench" / "bench_adapter.py"),
-                "--serve",
-                str(args.pods),
-                "--port",
-                str(port),
-                "--workdir",
-                str(work),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        server = start_filled(args.pods, port, False, work)
         try:
             wait_ready(port, False, args.pods)
             raw = work / "profile.txt"
