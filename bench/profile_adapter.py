@@ -48,8 +48,9 @@ def frame_name(frame: str) -> str:
     return f"{m['func']} ({Path(m['file']).name})"
 
 
-def summarize(raw: Path, top: int) -> str:
-    """Inclusive and self sample shares per function from py-spy's ``--format raw``."""
+def summarize(raw: Path, top: int, rate: int, requests: int) -> str:
+    """Inclusive and self sample shares per function from py-spy's ``--format raw``, and the
+    Python time (GIL held) per request: samples / sampling rate / requests."""
     inclusive: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = 0
@@ -66,7 +67,8 @@ def summarize(raw: Path, top: int) -> str:
         own[frames[-1]] += count
         for name in set(frames):
             inclusive[name] += count
-    lines = [f"{total} samples"]
+    per_request = total / rate * 1000 / max(1, requests)
+    lines = [f"{total} samples: {per_request:.3f} ms of Python (GIL held) per request"]
     for title, counter in (("inclusive", inclusive), ("self", own)):
         lines.append(f"-- {title}")
         for name, count in counter.most_common(top):
@@ -141,7 +143,7 @@ def main() -> None:
                 f"profile_adapter: {args.pods} pods, {query}, {args.clients} client(s): "
                 f"{sum(counts) / args.seconds:.0f} req/s while sampled"
             )
-            print(summarize(raw, args.top))
+            print(summarize(raw, args.top, args.rate, sum(counts)))
         finally:
             server.terminate()
             server.wait(15)
