@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test venv system-deps controlplane monitoring-crds images lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane monitoring-crds images lint unit integration e2e bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
@@ -54,8 +54,13 @@ e2e: venv system-deps controlplane monitoring-crds
 test: venv system-deps controlplane monitoring-crds lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
+# The whole loop on this machine, no cluster (about 2 minutes on 2 cores): examples/demo/.
 demo: venv
 	$(BIN)/python -m examples.demo
+
+# The same story on a real control plane (built from the Go module proxy on first use).
+demo-cluster: venv
+	$(BIN)/python -m examples.demo.on_cluster
 
 # bench_adapter_peer.py also builds prometheus-adapter (bench/peer/build.sh, cached) and the control plane.
 bench: venv system-deps

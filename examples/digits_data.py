@@ -43,6 +43,9 @@ def elastic_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         help="simulated compute per sample of this rank's share (seconds): throughput then "
         "grows with the number of workers, as real data-parallel compute does",
     )
+    parser.add_argument(
+        "--log-every", type=int, default=0, help="rank 0 prints its loss every N steps (0: never)"
+    )
     parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:

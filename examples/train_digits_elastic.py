@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             optimizer.clear_grad()
             if args.step_sleep or args.sample_sleep:
                 time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
+            if args.log_every and et.rank == 0 and weight and et.global_step % args.log_every == 0:
+                # the mean over this rank's share of the global batch: an estimate of the loss
+                print(f"step {et.global_step} loss {float(loss) / len(idx):.4f}", flush=True)
         model.eval()
         with paddle.no_grad():
             predicted = model(paddle.to_tensor(x_test)).argmax(axis=1).numpy()
@@ -64,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "global_step": et.global_step,
             "generation": et.generation,
             "world_size": et.world_size,
+            "train_samples": len(x_train),
+            "epochs": args.epochs,
         }
         print(f"rank {et.rank}/{et.world_size}: {json.dumps(figures)}", flush=True)
         if args.result is not None and et.rank == 0:

@@ -314,7 +314,11 @@ def _add_sizing_options(serve: Any, d: AdapterSettings) -> None:
         d.sizing_capacity,
         choices=sorted(CAPACITY_SOURCES),
     )
-    _add(g, "--sizing-capacity-file", "cluster description YAML (for --sizing-capacity static)")
+    _add(
+        g,
+        "--sizing-capacity-file",
+        "cluster description YAML (for --sizing-capacity static; re-read when it changes)",
+    )
     _add(g, "--sizing-history", "history store", d.sizing_history, choices=sorted(HISTORY_STORES))
     _add(g, "--sizing-history-configmap", "history ConfigMap name", d.sizing_history_configmap)
     _add(

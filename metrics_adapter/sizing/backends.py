@@ -14,7 +14,7 @@ from typing import Any
 
 from metrics_adapter.errors import ConfigError
 from metrics_adapter.settings import AdapterSettings
-from metrics_adapter.sizing.capacity import CapacitySource, StaticCapacitySource
+from metrics_adapter.sizing.capacity import CapacitySource, FileCapacitySource
 from metrics_adapter.sizing.history import HistoryStore, MemoryHistoryStore
 from metrics_adapter.sizing.kube_objects import JobDefaults
 
@@ -46,7 +46,7 @@ def _static_capacity(ctx: BackendContext) -> CapacitySource:
     if path is None:
         raise ConfigError("--sizing-capacity static needs --sizing-capacity-file")
     try:
-        return StaticCapacitySource.from_file(path)
+        return FileCapacitySource(path)
     except ValueError as e:
         raise ConfigError(str(e)) from e
 

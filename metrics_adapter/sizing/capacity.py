@@ -23,6 +23,7 @@ a mapping or a YAML file, for demos, tests and simulators::
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,8 +32,11 @@ from typing import Any, Protocol
 
 import yaml
 
+from metrics_adapter.filewatch import FileWatcher
 from metrics_adapter.sizing.cluster import Job, Node, Pod, Taint, Toleration
 from metrics_adapter.sizing.resources import ResourceError, Resources
+
+log = logging.getLogger(__name__)
 
 
 class CapacityError(ValueError):
@@ -90,6 +94,29 @@ class StaticCapacitySource:
         """Swap in a new snapshot."""
         with self._lock:
             self._snapshot = snapshot
+
+
+class FileCapacitySource:
+    """A capacity YAML file, re-read when its content changes (``--sizing-capacity static``).
+
+    Whoever simulates the cluster (``make demo``) rewrites the file as pods come and go. A new
+    version that does not parse is logged and the last good snapshot stays in force.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._watch = FileWatcher(path)
+        self._watch.prime()  # before the read: a write after it is seen as a change
+        self._source = StaticCapacitySource.from_file(path)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The file's latest valid content."""
+        if self._watch.changed():
+            try:
+                self._source.replace(StaticCapacitySource.from_file(self._path).snapshot())
+            except CapacityError as e:
+                log.warning("keeping the last good capacity: %s", e)
+        return self._source.snapshot()
 
 
 def snapshot_from_dict(doc: Any, source: str = "<capacity>") -> ClusterSnapshot:

@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from examples.demo import REPO_ROOT, fetch
+from examples.demo.probe import fetch
+from tests.integration.local_agents import REPO_ROOT
 
 PY = sys.executable
 AGENT = [PY, "-m", "agent", "run", "--host", "127.0.0.1"]

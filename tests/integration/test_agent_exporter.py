@@ -18,15 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.demo import (
-    REPO_ROOT,
-    LocalAgent,
-    fetch,
-    free_port,
-    scrape,
-    start_agents,
-    stop_agents,
-)
+from examples.demo.probe import fetch, free_port, scrape
+from tests.integration.local_agents import REPO_ROOT, LocalAgent, start_agents, stop_agents
 
 EPOCHS = 60
 BATCH = 32

@@ -1,0 +1,7 @@
+"""`python -m examples.demo`: the embedded demo (`make demo`)."""
+
+import sys
+
+from examples.demo.cli import main
+
+sys.exit(main())

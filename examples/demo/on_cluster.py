@@ -1,0 +1,422 @@
+"""`make demo-cluster`: the same story on a real control plane (the e2e harness's).
+
+What runs, all on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager (with the real
+HPA controller, syncing every second) and kube-scheduler, built from the Go module proxy
+(``tests/e2e/controlplane/build.sh``, cached in ``~/.cache/edl``); one Node object with 3 CPUs
+whose kubelet is the e2e pod runner (it runs each bound pod's command as a local process on
+its own 127.x.y.z address); the real ``edl-adapter`` with its sizer on the Kubernetes capacity
+source, behind the aggregation layer (APIService, front-proxy mTLS, delegated auth).
+
+The job is the repository's example, ``manifests/examples/digits-trainer``: its Deployment
+(adapted only where a local process differs from a container: the command's arguments, a
+token kubeconfig for the ServiceAccount, no volume), its RBAC and its HPA
+``hpa-sizing.yaml`` on ``desired_replicas``, unchanged. The other work are Deployments: a
+batch job of 2 pods at the start, and a service of 2 pods of PriorityClass
+``edl-demo-urgent`` (value 1000, ``preemptionPolicy: Never``: it waits for room, and the sizer
+makes it).
+
+``python -m examples.demo.on_cluster [--short] [--plain] [--out DIR]``; the kubeconfig to
+watch it with ``kubectl`` is printed at the start.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, TextIO
+
+import requests
+import yaml
+from kubernetes import config
+
+from examples.demo.cli import main
+from examples.demo.control import HPA_FILE
+from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
+from examples.demo.story import Stage
+from examples.demo.telemetry import JobTelemetry, World, parse_world
+from examples.demo.view import ClusterState, PodView, Sizer, cluster_state
+from metrics_adapter.quantity import parse_quantity
+from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
+from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
+from tests.e2e.harness.nodes import NodeSpec
+from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
+from tests.e2e.harness.waiting import wait_for
+
+EXAMPLE = REPO_ROOT / "manifests" / "examples" / "digits-trainer"
+NAMESPACE = "ml"
+DEPLOYMENT = "digits-trainer"
+METRICS_PORT = 9400
+URGENT = "edl-demo-urgent"
+SIZING_ARGS = [
+    "--sizing", "--sizing-interval=1s", "--sizing-history-interval=2s",
+    "--sizing-history-namespace=edl-system", "--sizing-hold-off=5s", "--sizing-exploration=3",
+]  # fmt: skip
+"""The demo's time runs faster than a cluster's: decisions every second, a short hold-off,
+and (one size measured) the maximum of 3 tried at once."""
+INTERESTING = ("SuccessfulRescale", "SizingGrow", "SizingShrink", "FailedScheduling")
+"""Events shown as they happen: the HPA's rescales, the sizer's decisions, the scheduler's
+"no room"."""
+
+
+COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "ServiceAccount": f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+    "Role": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles",
+    "RoleBinding": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings",
+    "Deployment": f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
+    "HorizontalPodAutoscaler": (
+        f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers"
+    ),
+}
+"""Where each kind the demo creates lives in kube-apiserver's REST API."""
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+_SELECTOR = re.compile(r"\(&LabelSelector\{.*\}\)")
+"""The Go dump of a metric's selector in the HPA's messages (the job label, said already)."""
+
+
+class Kube:
+    """kube-apiserver's REST API, JSON in and out, as the cluster admin."""
+
+    def __init__(self, cp: Any) -> None:
+        self._cp = cp
+
+    def get(self, path: str) -> dict[str, Any]:
+        """GET; {} when it is not there."""
+        r = self._cp.request("GET", path, ok=(200, 404))
+        doc: dict[str, Any] = r.json() if r.status_code == 200 else {}
+        return doc
+
+    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """POST a manifest's object to its collection."""
+        created: dict[str, Any] = self._cp.request(
+            "POST", COLLECTIONS[doc["kind"]], json=doc, ok=(201,)
+        ).json()
+        return created
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to a subresource (e.g. a ServiceAccount's token)."""
+        answer: dict[str, Any] = self._cp.request("POST", path, json=body, ok=(200, 201)).json()
+        return answer
+
+    def delete(self, kind: str, name: str) -> None:
+        """DELETE (gone already is fine)."""
+        self._cp.request("DELETE", f"{COLLECTIONS[kind]}/{name}", ok=(200, 202, 404))
+
+    def scale(self, deployment: str, replicas: int) -> None:
+        """What `kubectl scale` does."""
+        self._cp.request(
+            "PATCH", f"{COLLECTIONS['Deployment']}/{deployment}/scale",
+            json={"spec": {"replicas": replicas}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+
+    def pods(self, selector: str = "") -> list[dict[str, Any]]:
+        """The namespace's pods (matching ``selector``)."""
+        query = f"?labelSelector={urllib.parse.quote(selector)}" if selector else ""
+        items: list[dict[str, Any]] = self.get(PODS + query).get("items", [])
+        return items
+
+
+def _bound(pod: dict[str, Any]) -> bool:
+    return bool(pod["spec"].get("nodeName"))
+
+
+def _deleting(pod: dict[str, Any]) -> bool:
+    return "deletionTimestamp" in pod["metadata"]
+
+
+def _app(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"].get("labels", {}).get("app", "?"))
+
+
+def _cpu(pod: dict[str, Any]) -> int:
+    requests_ = pod["spec"]["containers"][0].get("resources", {}).get("requests", {})
+    return int(float(requests_.get("cpu", "0")))
+
+
+class KubeStage:
+    """The story's other work as Deployments of 1-CPU sleeper pods."""
+
+    slots = 3
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def add_workload(self, name: str, count: int, cpu: int, priority: int) -> None:
+        """A Deployment ``name`` of ``count`` pods (PriorityClass ``edl-demo-urgent`` when
+        ``priority`` > 0)."""
+        spec: dict[str, Any] = {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": name,
+                    "image": "edl-demo.invalid/sleeper:local",
+                    "command": ["python", "-c", "import time; time.sleep(3600)"],
+                    "resources": {"requests": {"cpu": str(cpu), "memory": "64Mi"}},
+                }
+            ],
+        }
+        if priority > 0:
+            spec["priorityClassName"] = URGENT
+        labels = {"app": name}
+        self._kube.create({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": count, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": spec}},
+        })  # fmt: skip
+
+    def remove_workload(self, name: str) -> None:
+        """Deletes the Deployment (its pods go with it)."""
+        self._kube.delete("Deployment", name)
+
+    def workload_bound(self, name: str) -> bool:
+        """All its pods are scheduled and none is being deleted."""
+        want = self._kube.get(f"{COLLECTIONS['Deployment']}/{name}").get("spec", {})
+        live = [p for p in self._kube.pods(f"app={name}") if not _deleting(p)]
+        return len(live) == want.get("replicas", -1) and all(_bound(p) for p in live)
+
+
+def trainer_deployment(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """The example's Deployment, with what a local process needs instead of a container."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLE / "deployment.yaml").read_text())
+    doc["metadata"]["annotations"]["edl.paddlepaddle.org/max-workers"] = "3"  # 3 slots
+    pod = doc["spec"]["template"]["spec"]
+    pod.pop("volumes", None)
+    (c,) = pod["containers"]
+    c.pop("volumeMounts", None)
+    dashdash = c["command"].index("--")
+    agent = [a if a != "8" else "3" for a in c["command"][:dashdash]]  # --max, as the annotation
+    c["command"] = [*agent[:3], "--host=$(POD_IP)", f"--port={METRICS_PORT}", *agent[3:], "--",
+                    "python", "-m", "examples.train_digits_elastic", *args]  # fmt: skip
+    local = [e for e in c["env"] if e["name"] != "EDL_AGENT_METRICS_DIR"]  # an emptyDir there
+    c["env"] = local + [{"name": k, "value": v} for k, v in env.items()]
+    c["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        c[probe]["httpGet"]["port"] = METRICS_PORT  # the pod runner reads numbers only
+    return doc
+
+
+class ClusterDemo(Demo):
+    """``make demo-cluster``: the story on the real control plane."""
+
+    title = "on a real control plane (1 node, 3 CPUs)"
+    command = "python -m examples.demo.on_cluster"
+
+    def __init__(self, opts: DemoOptions, out: TextIO = sys.stdout) -> None:
+        super().__init__(opts, out)
+        self.cp: Any = None
+        self.runner: Any = None
+        self.adapter: Any = None
+        self.kube: Kube | None = None
+        self._pods: list[dict[str, Any]] = []
+        self._replicas = 1
+        self._hpa: tuple[str, int | None] = ("-", None)
+        self._seen: set[str] = set()
+
+    def _k(self) -> Kube:
+        assert self.kube is not None, "the control plane is not up"
+        return self.kube
+
+    # -- bring-up -----------------------------------------------------------------------------
+
+    def start(self) -> Stage:
+        """Control plane (built if needed), scheduler, node, adapter, RBAC."""
+        self.say(
+            "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler from "
+            "~/.cache/edl, built from the Go module proxy if missing (once: about 6 minutes on "
+            "2 cores) ..."
+        )
+        began = time.monotonic()
+        bin_dir = ensure_binaries()
+        took = time.monotonic() - began
+        self.say(f"  {'built' if took > 30 else 'found'} in {took:.0f} s: {bin_dir}")
+        began = time.monotonic()
+        self.cp = cp = ControlPlane(
+            ControlPlaneSettings(bin_dir=bin_dir, work_dir=self.work / "cluster")
+        )
+        cp.start()
+        cp.start_scheduler()
+        self.kube = kube = Kube(cp)
+        for ns in (NAMESPACE, "edl-system"):
+            kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        venv = str(Path(sys.executable).parent)
+        # the pod runner watches through the Kubernetes client (whose loader has no types)
+        api = config.new_client_from_config(config_file=str(cp.kubeconfig))  # type: ignore[no-untyped-call]
+        self.runner = PodRunner(
+            api,
+            PodRunnerSettings(
+                namespace=NAMESPACE,
+                log_dir=self.work / "pods",
+                base_env={**self.env(), "PATH": f"{venv}:/usr/local/bin:/usr/bin:/bin"},
+                nodes=(NodeSpec("laptop", cpu="3", memory="16Gi"),),
+            ),
+            LoopbackAddressPool(),
+        )
+        self.runner.start()
+        self.adapter = MetricsAdapter(cp, AdapterSettings(extra_args=SIZING_ARGS))
+        self.adapter.start()
+        self.adapter.register()
+        self.adapter.wait_available(timeout_s=90)
+        kube.create({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": URGENT}, "value": 1000, "preemptionPolicy": "Never",
+        })  # fmt: skip
+        for doc in yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text()):
+            kube.create(doc)
+        self.say(f"  control plane, node and adapter up in {time.monotonic() - began:.0f} s")
+        return KubeStage(kube)
+
+    def _agent_kubeconfig(self) -> Path:
+        """The example's ServiceAccount token in a kubeconfig (a pod would mount it)."""
+        token = self._k().post(
+            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/edl-trainer/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 7200}},
+        )["status"]["token"]  # fmt: skip
+        ca = base64.b64encode(self.cp.pki.ca.cert.read_bytes()).decode()
+        path = self.work / "trainer.kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "edl",
+            "clusters": [{"name": "edl", "cluster": {"server": self.cp.server,
+                                                     "certificate-authority-data": ca}}],
+            "users": [{"name": "edl-trainer", "user": {"token": token}}],
+            "contexts": [{"name": "edl", "context": {"cluster": "edl", "user": "edl-trainer",
+                                                     "namespace": NAMESPACE}}],
+        }))  # fmt: skip
+        return path
+
+    def launch(self) -> None:
+        """Once the batch job runs: the example's trainer Deployment and HPA."""
+        kube = self._k()
+        stage = KubeStage(kube)
+        wait_for(lambda: stage.workload_bound("batch"), timeout_s=120, what="the batch job")
+        env = {
+            "KUBECONFIG": str(self._agent_kubeconfig()),
+            "EDL_ELASTIC_DIR": f"{self.work / 'pods'}/$(POD_NAME)",
+            "EDL_SAMPLE_LEDGER": str(self.work / "ledger"),
+            "EDL_AGENT_METRICS_DIR": f"{self.work / 'pods'}/$(POD_NAME)/metrics",
+            **AGENT_ENV,
+        }
+        args = self.trainer(*self.job_args(), python="python")[3:]
+        kube.create(trainer_deployment(args, env))
+        kube.create(yaml.safe_load(HPA_FILE.read_text()))
+        self.say(f"  export KUBECONFIG={self.cp.kubeconfig}")
+        self.say(f"  kubectl -n {NAMESPACE} get hpa,deployments,pods -o wide   # while it runs")
+        self.say(f"  logs: {self.work / 'cluster' / 'logs'} (control plane, adapter), "
+                 f"{self.work / 'pods'} (pods); Ctrl-C stops everything")  # fmt: skip
+        self.say("")
+
+    # -- each tick ----------------------------------------------------------------------------
+
+    def telemetry(self) -> JobTelemetry:
+        """The world record is the job's ConfigMap ``edl-digits-world``."""
+        kube = self._k()
+        path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/edl-{self.job.name}-world"
+
+        def read() -> World:
+            return parse_world(kube.get(path).get("data", {}).get("world") or "")
+
+        return JobTelemetry(read, self.opts.global_batch)
+
+    def sync_agents(self) -> dict[str, tuple[str, int, Path]]:
+        """The trainer pods whose processes the pod runner runs."""
+        running: dict[str, str] = self.runner.running()
+        return {
+            name: (ip, METRICS_PORT, self.work / "pods" / f"{NAMESPACE}_{name}.log")
+            for name, ip in running.items()
+            if name.startswith(f"{DEPLOYMENT}-")
+        }
+
+    def react(self, t: float) -> None:
+        """Nothing to drive (the controllers do it): read what they did."""
+        kube = self._k()
+        self._pods = kube.pods()
+        deployment = kube.get(f"{COLLECTIONS['Deployment']}/{DEPLOYMENT}")
+        self._replicas = int(deployment.get("spec", {}).get("replicas", 0))
+        status = kube.get(f"{COLLECTIONS['HorizontalPodAutoscaler']}/{DEPLOYMENT}").get(
+            "status", {}
+        )
+        read = "-"
+        for m in status.get("currentMetrics") or []:
+            average = m.get("external", {}).get("current", {}).get("averageValue")
+            if average is not None:  # the status holds the value per current replica
+                total = parse_quantity(str(average)) * int(status.get("currentReplicas") or 0)
+                read = f"{float(total):g} (status: averageValue {average})"
+        self._hpa = (read, status.get("desiredReplicas"))
+        events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events").get("items", [])
+        for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime"))):
+            # a repeated event is the same object with a higher count
+            seen = f"{e['metadata']['uid']}/{e.get('count', 1)}"
+            if seen in self._seen or e.get("reason") not in INTERESTING:
+                continue
+            self._seen.add(seen)
+            obj = e.get("involvedObject", {})
+            who = f"{str(obj.get('kind', '')).lower()}/{obj.get('name', '')}"
+            message = _SELECTOR.sub("", str(e.get("message", "")))
+            self.log.add(t, f"event {e['reason']} on {who}: {message}")
+
+    def sizer(self) -> Sizer | None:
+        """The adapter's ``/debug/sizing`` (as the cluster admin)."""
+        pki = self.cp.pki
+        try:
+            r = requests.get(f"{self.adapter.url}/debug/sizing", timeout=3,
+                             cert=(str(pki.admin.cert), str(pki.admin.key)),
+                             verify=str(pki.ca.cert))  # fmt: skip
+            plan = r.json().get("plan") or {}
+        except (requests.RequestException, ValueError):
+            return None
+        for entry in plan.get("jobs", []):
+            if entry.get("job") == f"{NAMESPACE}/{DEPLOYMENT}":
+                return sizer_of(entry)
+        return None
+
+    def cluster_state(self) -> ClusterState:
+        """Counted from the pods as the API lists them."""
+        pods = [
+            PodView(_app(p), _cpu(p), _bound(p), _deleting(p), int(p["spec"].get("priority", 0)))
+            for p in self._pods
+            if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        return cluster_state(pods, KubeStage.slots, self._replicas, *self._hpa)
+
+    def drained(self, since_finish: float) -> bool:
+        """The finished job's agents idle ready (the example's ``--on-finished idle``)."""
+        return True
+
+    def stop_job(self) -> list[int]:
+        """Deletes the HPA and scales the trainers to 0 (what a user does once it is done);
+        returns the restart counts of containers that restarted."""
+        kube = self._k()
+        restarts = [
+            int(s["restartCount"])
+            for p in kube.pods("app=trainer")
+            for s in p.get("status", {}).get("containerStatuses", [])
+            if s.get("restartCount")
+        ]
+        kube.delete("HorizontalPodAutoscaler", DEPLOYMENT)
+        kube.scale(DEPLOYMENT, 0)
+        try:
+            wait_for(lambda: not kube.pods("app=trainer"), timeout_s=90, what="the trainers gone")
+        except Exception as e:
+            raise DemoError(f"the trainer pods did not go away: {e}") from e
+        return restarts
+
+    def shutdown(self) -> None:
+        """Pod runner, adapter, control plane; never raises."""
+        for part in (self.runner, self.adapter, self.cp):
+            if part is None:
+                continue
+            try:
+                part.stop()
+            except Exception as e:  # the rest must still stop
+                self.say(f"stopping {type(part).__name__}: {e!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(kind=ClusterDemo))

@@ -1,0 +1,41 @@
+"""Small input files for the simulator's tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from metrics_adapter.clustersim.inputs import (
+    BACKGROUND_COLUMNS,
+    CLUSTER_COLUMNS,
+    CURVE_COLUMNS,
+    WORKLOAD_COLUMNS,
+)
+
+LINEAR_CURVE = [("lin", n, 10.0 * n) for n in (1, 2, 3, 4)]
+"""10 samples/s per worker, measured at 1-4 workers."""
+
+
+def write_csv(path: Path, columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> Path:
+    lines = [",".join(columns), *(",".join(str(v) for v in row) for row in rows)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def inputs(
+    tmp_path: Path,
+    jobs: list[tuple[object, ...]],
+    nodes: list[tuple[object, ...]] | None = None,
+    curves: list[tuple[object, ...]] | None = None,
+    background: list[tuple[object, ...]] | None = None,
+) -> list[str]:
+    """The `edl-sim run` file arguments for these rows."""
+    args = [
+        "--workload", str(write_csv(tmp_path / "workload.csv", WORKLOAD_COLUMNS, jobs)),
+        "--curves", str(write_csv(tmp_path / "curves.csv", CURVE_COLUMNS, curves or LINEAR_CURVE)),
+        "--cluster",
+        str(write_csv(tmp_path / "cluster.csv", CLUSTER_COLUMNS, nodes or [("n", 1, 4, "8Gi", 0)])),
+    ]  # fmt: skip
+    if background is not None:
+        path = write_csv(tmp_path / "background.csv", BACKGROUND_COLUMNS, background)
+        args += ["--background", str(path)]
+    return args
