@@ -184,7 +184,8 @@ class HttpFront:
     Any other app runs on the threads only.
 
     Args:
-        app: the WSGI application (called on ``threads`` worker threads).
+        app: the WSGI application (on the event loop when it can defer, else on ``threads``
+            worker threads).
         limits: deadlines and sizes.
         context: the TLS server context (None: plain HTTP).
         threads: app threads.
