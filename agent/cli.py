@@ -29,9 +29,9 @@ from agent.config import AgentSettings
 from agent.errors import AgentError, ConfigError, TrainerStartError
 from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
-from agent.supervisor import TrainerSupervisor
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
+from agent.trainer_process import TrainerSupervisor
 
 if TYPE_CHECKING:
     from agent.elastic.runner import ElasticOptions

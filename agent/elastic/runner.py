@@ -47,8 +47,8 @@ from agent.protocol.world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir
 from agent.rescales import RescaleLog
-from agent.supervisor import TrainerSupervisor
 from agent.trainer import frameworks
+from agent.trainer_process import TrainerSupervisor
 
 log = logging.getLogger(__name__)
 

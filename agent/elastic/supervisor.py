@@ -47,8 +47,8 @@ from agent.protocol.control import (
 from agent.protocol.world import TrainerWorld
 from agent.reports import read_report
 from agent.rescales import RescaleLog
-from agent.supervisor import TrainerExit, TrainerSupervisor
 from agent.trainer import frameworks
+from agent.trainer_process import TrainerExit, TrainerSupervisor
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ AGENT = """
 import sys, time
 from pathlib import Path
 from agent.protocol.world import TrainerWorld
-from agent.supervisor import TrainerSupervisor
+from agent.trainer_process import TrainerSupervisor
 trainer = [sys.executable, "-c", '''
 import os, time
 from agent.trainer.lease import watch_agent

@@ -11,7 +11,7 @@ from agent.config import AgentSettings
 from agent.errors import ConfigError
 from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
-from agent.supervisor import TrainerSupervisor
+from agent.trainer_process import TrainerSupervisor
 
 from .conftest import scrape
 

@@ -16,8 +16,8 @@ from agent.elastic.world import Member, World
 from agent.protocol.control import ControlChannel, NextWorld, Timings
 from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
-from agent.supervisor import TrainerExit
 from agent.trainer import frameworks
+from agent.trainer_process import TrainerExit
 
 
 class FakeTrainer:

@@ -24,8 +24,8 @@ from agent.elastic.world import Member, World
 from agent.protocol.control import RESCALE_EXIT, ControlChannel, Timings
 from agent.protocol.world import TrainerWorld
 from agent.rescales import RescaleLog
-from agent.supervisor import TrainerExit
 from agent.trainer import frameworks
+from agent.trainer_process import TrainerExit
 
 ME = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
 PEER = Member(joined=2.0, id="b", incarnation="y", host="127.0.0.1", ports=(7002, 7003))

@@ -13,8 +13,8 @@ import pytest
 
 from agent.errors import TrainerStartError
 from agent.protocol.world import TrainerWorld
-from agent.supervisor import TrainerState, TrainerSupervisor
 from agent.trainer import frameworks
+from agent.trainer_process import TrainerState, TrainerSupervisor
 
 PY = sys.executable
 
