@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.errors import MetricsDirError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.reports import TrainerReport, write_report
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from agent.errors import TrainerStartError
 from agent.protocol import env as names
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import next_incarnation, report_path
 from agent.trainer.frameworks import get as get_framework

@@ -13,7 +13,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 
 

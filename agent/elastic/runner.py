@@ -43,7 +43,7 @@ from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
 from agent.protocol import env as names
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir
 from agent.rescales import RescaleLog

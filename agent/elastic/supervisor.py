@@ -44,7 +44,7 @@ from agent.protocol.control import (
     NextWorld,
     Timings,
 )
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.reports import read_report
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks

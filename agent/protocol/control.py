@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.errors import ConfigError
 from agent.protocol.errors import ProtocolError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 
 RESCALE_EXIT = 75
 """Exit status of a trainer that stopped at an agreed step boundary with its state saved."""

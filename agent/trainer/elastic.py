@@ -43,7 +43,7 @@ from agent.protocol.control import (
     Timings,
 )
 from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
 from agent.trainer.checkpointer import Checkpointer
 from agent.trainer.frameworks.base import Collective, Framework, ReduceOp, Reducer

@@ -32,7 +32,7 @@ from types import TracebackType
 from agent.errors import ConfigError
 from agent.flushing import ReportFlusher
 from agent.protocol import env as names
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.reports import report_path
 from agent.trainer import frameworks

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROCESS = """
 import json, sys
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.base import ReduceOp
 from agent.trainer.frameworks.paddle.collective import PaddleCollective
 from agent.trainer.rendezvous import RendezvousHost, meet

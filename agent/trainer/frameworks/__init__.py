@@ -13,7 +13,7 @@ from importlib import import_module
 
 from agent.errors import ConfigError
 from agent.protocol import env as names
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.base import Framework, generation_from_env
 
 FRAMEWORKS: dict[str, str] = {

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.errors import ConfigError
 from agent.protocol import env as names
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 
 if TYPE_CHECKING:
     from agent.recording import StepRecorder

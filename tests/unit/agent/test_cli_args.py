@@ -69,7 +69,7 @@ def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
     argv = ["run", "--port", "1", *elastic, "--", "x"]
     code = (
         "import sys, agent.cli, agent.elastic.runner, agent.elastic.supervisor\n"
-        "from agent.protocol.world import TrainerWorld\n"
+        "from agent.protocol.trainer_world import TrainerWorld\n"
         f"agent.cli.parse_args({argv!r}, {{}})\n"
         "for name in ('paddle', 'torch'):\n"
         "    agent.cli.launched_framework(name, {}).launch_env(TrainerWorld())\n"
@@ -86,7 +86,7 @@ def test_old_import_paths_still_reach_the_trainer_library() -> None:
     import agent.elastic.trainer
     import agent.training
     import agent.world
-    from agent.protocol.world import TrainerWorld
+    from agent.protocol.trainer_world import TrainerWorld
     from agent.trainer.elastic import ElasticTrainer
     from agent.trainer.sampler import ElasticSampler
     from agent.trainer.session import start_session

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocol.control import RESCALE_EXIT, ControlChannel, NextWorld
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.trainer import frameworks
 from agent.trainer.elastic import ElasticTrainer, ElasticTrainerSettings
@@ -78,7 +78,7 @@ from pathlib import Path
 logging.basicConfig(level=logging.INFO)
 sys.path.insert(0, sys.argv[2])
 from tests.unit.agent.test_elastic_trainer_joining import trainer
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 world = TrainerWorld(1, 2, 4, ("127.0.0.1:8", "127.0.0.1:9"), "127.0.0.1:9", "127.0.0.1:9", "gloo")
 et, _ = trainer(Path(sys.argv[1]), world)
 signal.signal(signal.SIGTERM, et._on_sigterm)

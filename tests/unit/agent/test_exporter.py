@@ -13,7 +13,7 @@ import pytest
 from agent.app import create_registry
 from agent.errors import ExporterError
 from agent.exporter import ExporterLimits, MetricsServer
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.errors import ConfigError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 AGENT = """
 import sys, time
 from pathlib import Path
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer_process import TrainerSupervisor
 trainer = [sys.executable, "-c", '''
 import os, time

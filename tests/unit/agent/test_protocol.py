@@ -9,7 +9,7 @@ import pytest
 from agent.errors import ConfigError
 from agent.protocol.control import ControlChannel, NextWorld, Timings
 from agent.protocol.errors import ProtocolError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 
 WORLD = TrainerWorld(1, 2, 5, ("h:1", "h:2"), "h:2", "h:1", "gloo")
 

@@ -9,7 +9,7 @@ import pytest
 from agent.app import create_registry
 from agent.config import AgentSettings
 from agent.errors import ConfigError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer_process import TrainerSupervisor
 

@@ -9,7 +9,7 @@ from prometheus_client.registry import CollectorRegistry
 from agent.collectors.health import CollectorHealth
 from agent.collectors.trainer import TrainerReportCollector
 from agent.flushing import ReportFlusher
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.reports import TrainerReport, report_path, write_report
 

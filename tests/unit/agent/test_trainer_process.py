@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import TrainerStartError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerState, TrainerSupervisor
 

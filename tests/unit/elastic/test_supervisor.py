@@ -14,7 +14,7 @@ from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
 from agent.elastic.world import Member, World
 from agent.protocol.control import ControlChannel, NextWorld, Timings
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerExit

@@ -22,7 +22,7 @@ from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor
 from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member, World
 from agent.protocol.control import RESCALE_EXIT, ControlChannel, Timings
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerExit

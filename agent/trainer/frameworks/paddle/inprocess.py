@@ -28,7 +28,7 @@ import paddle
 import paddle.distributed as dist
 
 from agent.protocol.errors import ElasticError
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.paddle import FRAMEWORK
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
-from agent.protocol.world import TrainerWorld
+from agent.protocol.trainer_world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
