@@ -52,7 +52,7 @@ from metrics_adapter.sizing.observe import SERIES as SIZING_SERIES
 from metrics_adapter.sizing.observe import ThroughputObserver
 from metrics_adapter.sizing.provider import Sizer, SizingProvider
 from metrics_adapter.sources import Component
-from metrics_adapter.sources.prometheus import PrometheusCollector
+from metrics_adapter.sources.prometheus import PrometheusSource
 from metrics_adapter.sources.scraper import PodScraper
 from metrics_adapter.sources.static import StaticPodDiscovery
 from metrics_adapter.store import MetricStore
@@ -217,7 +217,7 @@ class AdapterRuntime:
         if not s.prometheus_url:
             raise ConfigError("--source prometheus needs --prometheus-url")
         self.components.append(
-            PrometheusCollector(
+            PrometheusSource(
                 s.prometheus_url,
                 self.pods,
                 self.store,

@@ -23,7 +23,7 @@ may flip); docs/elastic.md §3."""
 
 
 @dataclass(frozen=True)
-class Sample:
+class TimelinePoint:
     """One tick of the timeline."""
 
     t: float
@@ -39,7 +39,7 @@ class Sample:
     loss: float | None
 
     @classmethod
-    def of(cls, s: Status) -> Sample:
+    def of(cls, s: Status) -> TimelinePoint:
         """The figures of one frame."""
         c = s.cluster
         return cls(
@@ -161,7 +161,7 @@ def turning_points(sizes: Sequence[int]) -> list[int]:
 
 def write_png(
     path: Path,
-    timeline: Sequence[Sample],
+    timeline: Sequence[TimelinePoint],
     rescales: Sequence[Rescale],
     acts: Sequence[tuple[float, str]],
     where: str,

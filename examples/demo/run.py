@@ -27,7 +27,7 @@ from examples.demo.control import HPA_FILE, AdapterFiles, DemoAdapter, HpaLoop, 
 from examples.demo.kubelet import AgentSettings, LocalKubelet
 from examples.demo.probe import free_port
 from examples.demo.processes import ProcessGroup
-from examples.demo.report import Sample, Summary, write_png
+from examples.demo.report import Summary, TimelinePoint, write_png
 from examples.demo.story import Stage, Story
 from examples.demo.telemetry import JobTelemetry, Training, local_world
 from examples.demo.view import (
@@ -237,7 +237,7 @@ class Demo:
         self.launch()
         telemetry = self.telemetry()
         total = o.epochs * train_samples
-        timeline: list[Sample] = []
+        timeline: list[TimelinePoint] = []
         view: View = LiveView(self.out) if o.live else PlainView(self.out)
         deadline = self.now() + o.timeout_s
         finished_at: float | None = None
@@ -263,7 +263,7 @@ class Demo:
                     self.cluster_state(), self._sizer, telemetry.last_pause, self.log.events,
                 )  # fmt: skip
                 view.show(status, self.log.take())
-                timeline.append(Sample.of(status))
+                timeline.append(TimelinePoint.of(status))
                 if finished_at is not None and self.drained(t - finished_at):
                     break
                 time.sleep(o.tick_s)

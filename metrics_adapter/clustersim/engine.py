@@ -70,7 +70,7 @@ class JobOutcome:
 
 
 @dataclass(frozen=True)
-class Sample:
+class ClusterSnapshot:
     """The cluster from ``time`` until the next sample."""
 
     time: float
@@ -92,7 +92,7 @@ class SimResult:
 
     policy: str
     jobs: tuple[JobOutcome, ...]
-    series: tuple[Sample, ...]
+    series: tuple[ClusterSnapshot, ...]
     end: float
     allocatable: tuple[float, float, float]
     """CPU, memory, GPU of all nodes."""
@@ -131,7 +131,7 @@ class Simulation:
         self._service_count = 0
         self._service_created = 0
         self._service_waits: list[float] = []
-        self._series: list[Sample] = []
+        self._series: list[ClusterSnapshot] = []
         self._preempted = 0
         self._finished = 0
         self._progress = progress
@@ -380,7 +380,7 @@ class Simulation:
 
     def _record(self) -> None:
         t = self._cluster.running
-        sample = Sample(
+        sample = ClusterSnapshot(
             self._now, t.cpu, t.memory, t.gpu, t.workers, self._service_count, t.services
         )
         if self._series:

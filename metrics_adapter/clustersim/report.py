@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from metrics_adapter.clustersim.engine import Sample, SimResult
+from metrics_adapter.clustersim.engine import ClusterSnapshot, SimResult
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _segments(series: Sequence[Sample], end: float) -> Iterable[tuple[float, float, Sample]]:
+def _segments(
+    series: Sequence[ClusterSnapshot], end: float
+) -> Iterable[tuple[float, float, ClusterSnapshot]]:
     for i, sample in enumerate(series):
         stop = series[i + 1].time if i + 1 < len(series) else end
         if stop > sample.time:

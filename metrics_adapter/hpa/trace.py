@@ -26,7 +26,7 @@ REQUIRED_COLUMNS = ("time_seconds", "metric", "value")
 
 
 @dataclass(frozen=True)
-class Sample:
+class TracePoint:
     """One recorded value; exactly one of `pod` and `object` is set."""
 
     time: float
@@ -49,7 +49,7 @@ class _Series:
 class MetricTrace:
     """Samples indexed by metric and series, answering "what was the value at time t"."""
 
-    def __init__(self, samples: Iterable[Sample]) -> None:
+    def __init__(self, samples: Iterable[TracePoint]) -> None:
         self._pods: dict[str, dict[str, _Series]] = {}
         self._objects: dict[str, dict[str, _Series]] = {}
         ordered = sorted(samples, key=lambda s: s.time)
@@ -106,7 +106,7 @@ def _decimal(raw: object, where: str) -> Decimal:
     return value
 
 
-def _sample(row: Mapping[str, Any], where: str) -> Sample:
+def _sample(row: Mapping[str, Any], where: str) -> TracePoint:
     time = _decimal(row.get("time_seconds"), f"{where} time_seconds")
     metric = str(row.get("metric") or "").strip()
     if not metric:
@@ -115,7 +115,7 @@ def _sample(row: Mapping[str, Any], where: str) -> Sample:
     obj = str(row.get("object") or "").strip() or None
     if pod is None and obj is None:
         raise TraceError(f"{where}: neither pod nor object is set")
-    return Sample(float(time), metric, _decimal(row.get("value"), f"{where} value"), pod, obj)
+    return TracePoint(float(time), metric, _decimal(row.get("value"), f"{where} value"), pod, obj)
 
 
 def _check_columns(columns: Sequence[str], where: str) -> None:
@@ -203,7 +203,7 @@ def load_prometheus(query: PrometheusQuery, session: requests.Session | None = N
     data = body.get("data") or {}
     if data.get("resultType") != "matrix":
         raise TraceError(f"Prometheus returned {data.get('resultType')!r}, expected a matrix")
-    samples: list[Sample] = []
+    samples: list[TracePoint] = []
     for series in data.get("result") or []:
         labels = series.get("metric") or {}
         name = query.metric or labels.get("__name__") or query.query
@@ -211,7 +211,7 @@ def load_prometheus(query: PrometheusQuery, session: requests.Session | None = N
         obj = None if pod else ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or name
         for stamp, raw in series.get("values") or []:
             value = _decimal(raw, f"Prometheus series {labels}")
-            samples.append(Sample(float(stamp) - query.start, name, value, pod, obj))
+            samples.append(TracePoint(float(stamp) - query.start, name, value, pod, obj))
     if not samples:
         raise TraceError(f"Prometheus returned no samples for {query.query!r}")
     return MetricTrace(samples)

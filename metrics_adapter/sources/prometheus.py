@@ -1,4 +1,4 @@
-"""PrometheusCollector: samples from instant queries against a real Prometheus HTTP API.
+"""PrometheusSource: samples from instant queries against a real Prometheus HTTP API.
 
 Every interval one instant query fetches the newest sample of each series the catalogue
 needs (``{__name__=~"a|b|c"}``); samples keep Prometheus's timestamps, so rates and
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 _SERIES_LABELS = frozenset({"__name__", "instance", "job", "gpu", "phase", "le", "quantile"})
 
 
-class PrometheusCollector:
+class PrometheusSource:
     """Feeds the store (and optionally the pod registry) from Prometheus instant queries."""
 
     def __init__(

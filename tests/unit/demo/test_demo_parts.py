@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
-from examples.demo.report import Sample, Summary, turning_points
+from examples.demo.report import Summary, TimelinePoint, turning_points
 from examples.demo.story import SERVICE, Story
 from examples.demo.telemetry import JobTelemetry, Training, World, local_world
 from examples.demo.view import ClusterState, Status, cluster_state, panel, progress_bar
@@ -158,7 +158,7 @@ def test_the_panel_shows_every_figure() -> None:
         training=_training(3, 5), progress=0.5, cluster=cluster, sizer=None, last_pause=None,
         events=["e1"],
     )  # fmt: skip
-    assert Sample.of(status).trainer_slots == 3
+    assert TimelinePoint.of(status).trainer_slots == 3
     text = "\n".join(panel(status))
     for needle in ("3/3", "[T T T]", "reads desired_replicas 3 -> sets replicas 3", "e1"):
         assert needle in text

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from metrics_adapter.hpa.controller import ControllerSettings
 from metrics_adapter.hpa.simulate import LoadModel, Simulation, SimulationSettings
-from metrics_adapter.hpa.trace import MetricTrace, Sample
+from metrics_adapter.hpa.trace import MetricTrace, TracePoint
 from metrics_adapter.hpa.tune import BehaviorParams, Objective, Tuner, params_from_behavior
 from tests.unit.hpa.helpers import hpa_spec, pods_metric
 
@@ -15,7 +15,9 @@ METRIC = "samples_per_second"
 
 def per_pod(points: list[tuple[float, dict[str, str]]]) -> MetricTrace:
     return MetricTrace(
-        Sample(t, METRIC, Decimal(v), pod=pod) for t, values in points for pod, v in values.items()
+        TracePoint(t, METRIC, Decimal(v), pod=pod)
+        for t, values in points
+        for pod, v in values.items()
     )
 
 
@@ -63,7 +65,7 @@ def test_replay_model_uses_recorded_pods_then_their_mean() -> None:
 
 
 def test_object_trace_drives_an_external_metric() -> None:
-    trace = MetricTrace([Sample(0, "queue", Decimal(45), object="q")])
+    trace = MetricTrace([TracePoint(0, "queue", Decimal(45), object="q")])
     external = {
         "type": "External",
         "external": {
@@ -111,7 +113,7 @@ def test_params_from_behavior_round_trip() -> None:
 
 
 def test_resource_utilization_uses_the_request_default_of_one_unit() -> None:
-    trace = MetricTrace(Sample(0, "cpu", Decimal("1.2"), pod=p) for p in ("a", "b"))
+    trace = MetricTrace(TracePoint(0, "cpu", Decimal("1.2"), pod=p) for p in ("a", "b"))
     cpu = {
         "type": "Resource",
         "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}},
