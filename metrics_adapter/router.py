@@ -58,16 +58,6 @@ class Route:
     metric: str = ""
 
     @property
-    def is_metric_read(self) -> bool:
-        """Whether this route reads metric values (vs discovery/health)."""
-        return self.kind in (
-            RouteKind.CUSTOM_OBJECTS,
-            RouteKind.CUSTOM_NAMESPACE,
-            RouteKind.CUSTOM_ROOT,
-            RouteKind.EXTERNAL,
-        )
-
-    @property
     def label(self) -> str:
         """A low-cardinality name for the adapter's own metrics."""
         if self.kind is RouteKind.CUSTOM_OBJECTS and self.resource == "pods":

@@ -19,7 +19,10 @@ class SourceKind(enum.Enum):
 
 
 class AuthMode(enum.Enum):
-    """``none`` (local demo/tests: everyone is allowed) or ``delegated`` (DESIGN 4.2)."""
+    """``none`` (local demo/tests: everyone is allowed) or ``delegated`` (`metrics_adapter.auth`).
+
+    Delegated: TokenReview + SubjectAccessReview, as kube-aggregator expects of an API server.
+    """
 
     NONE = "none"
     DELEGATED = "delegated"

@@ -23,15 +23,6 @@ from metrics_adapter.store import MetricStore
 
 log = logging.getLogger(__name__)
 
-_GROUPS = {
-    "ReplicaSet": "apps",
-    "Deployment": "apps",
-    "StatefulSet": "apps",
-    "DaemonSet": "apps",
-    "Job": "batch",
-    "CronJob": "batch",
-}
-
 
 def _group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""

@@ -1,4 +1,4 @@
-"""Authentication and authorization (DESIGN 4.2), through the real app edge."""
+"""Delegated authentication and authorization (`metrics_adapter.auth`), through the app edge."""
 
 from __future__ import annotations
 
