@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from metrics_adapter.catalogue import MetricDefinition, SeriesTerm
 from metrics_adapter.pods import PodKey
 from metrics_adapter.selector import LabelSelector
 from metrics_adapter.store import MetricStore
-
-
-class Point(NamedTuple):
-    """A derived value and the time of the newest sample it rests on."""
-
-    value: float
-    timestamp: float
+from metrics_adapter.window import Point
 
 
 class MetricEvaluator:
@@ -98,12 +91,8 @@ class MetricEvaluator:
             point = w.rate(window) if term.counter else w.latest()
             if point is None:
                 continue
-            if term.counter:
-                value, ts = point
-            else:
-                ts, value = point
-            values.append(value)
-            newest = max(newest, ts)
+            values.append(point.value)
+            newest = max(newest, point.timestamp)
         if not values:
             return None
         return Point(term.reduce.apply(values), newest)

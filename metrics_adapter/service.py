@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue, MetricDefinition
 from metrics_adapter.errors import NotFoundError
-from metrics_adapter.evaluator import MetricEvaluator, Point
+from metrics_adapter.evaluator import MetricEvaluator
 from metrics_adapter.pods import DescribedObject, PodKey, PodRegistry, PodTarget
 from metrics_adapter.provider import (
     CustomMetricInfo,
@@ -27,6 +27,7 @@ from metrics_adapter.provider import (
     MetricPoint,
 )
 from metrics_adapter.selector import LabelSelector
+from metrics_adapter.window import Point
 
 T = TypeVar("T")
 

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from array import array
+from typing import NamedTuple
+
+
+class Point(NamedTuple):
+    """A value and the time of the newest sample it rests on (value first, as in `MetricPoint`)."""
+
+    value: float
+    timestamp: float
 
 
 class MetricWindow:
@@ -44,28 +52,29 @@ class MetricWindow:
             return float("-inf")
         return self._data[2 * ((self._start + self.size - 1) % self.capacity)]
 
-    def latest(self) -> tuple[float, float] | None:
-        """The newest ``(timestamp, value)``, or None when empty."""
+    def latest(self) -> Point | None:
+        """The newest sample, or None when empty."""
         if not self.size:
             return None
         i = 2 * ((self._start + self.size - 1) % self.capacity)
-        return self._data[i], self._data[i + 1]
+        return Point(self._data[i + 1], self._data[i])
 
     def samples(self) -> list[tuple[float, float]]:
-        """All samples, oldest first."""
+        """All samples as ``(timestamp, value)``, the order of `add`, oldest first."""
         cap, start, data = self.capacity, self._start, self._data
         return [
             (data[2 * ((start + k) % cap)], data[2 * ((start + k) % cap) + 1])
             for k in range(self.size)
         ]
 
-    def rate(self, window_seconds: float) -> tuple[float, float] | None:
+    def rate(self, window_seconds: float) -> Point | None:
         """Per-second increase of a counter over the window ending at the newest sample.
 
         Like Prometheus ``rate()``, a drop in value is a counter reset (the process restarted):
         the post-reset value counts as the increase since the reset. Unlike it, the result is
         not extrapolated to the window edges: it is the exact average over the sampled span.
-        Returns ``(rate, newest timestamp)``, or None with fewer than two samples in the window.
+        Returns the rate at the newest sample's time, or None with fewer than two samples in
+        the window.
         """
         if self.size < 2:
             return None
@@ -89,7 +98,7 @@ class MetricWindow:
             used += 1
         if used < 2 or t_last <= t_first:
             return None
-        return increase / (t_last - t_first), t_last
+        return Point(increase / (t_last - t_first), t_last)
 
     def nbytes(self) -> int:
         """Approximate memory held by this window."""

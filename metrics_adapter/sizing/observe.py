@@ -95,10 +95,10 @@ class ThroughputObserver:
                 continue
             size, generation = size_w.latest(), self._steady(gen_w)
             rate = samples_w.rate(self._window)
-            if size is None or generation is None or rate is None or size[1] < 1:
+            if size is None or generation is None or rate is None or size.value < 1:
                 return None, None
-            worlds.add((size[1], generation))
-            total += rate[0]
+            worlds.add((size.value, generation))
+            total += rate.value
             reporting += 1
         if len(worlds) != 1:
             return None, None
@@ -133,8 +133,8 @@ class ThroughputObserver:
             if total is None or count is None:
                 continue
             before = self._pauses.get(key)
-            self._pauses[key] = (count[1], total[1])
-            if before is not None and count[1] > before[0]:
-                pause = (total[1] - before[1]) / (count[1] - before[0])
+            self._pauses[key] = (count.value, total.value)
+            if before is not None and count.value > before[0]:
+                pause = (total.value - before[1]) / (count.value - before[0])
                 newest = pause if newest is None else max(newest, pause)
         return newest

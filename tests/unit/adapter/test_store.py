@@ -13,7 +13,7 @@ from metrics_adapter.evaluator import MetricEvaluator
 from metrics_adapter.pods import PodKey
 from metrics_adapter.selector import LabelSelector
 from metrics_adapter.store import MetricStore, Sample
-from metrics_adapter.window import MetricWindow
+from metrics_adapter.window import MetricWindow, Point
 from tests.unit.adapter.helpers import T0, ManualClock
 
 POD = PodKey("ml", "trainer-0")
@@ -26,31 +26,32 @@ def window_of(points: list[tuple[float, float]], capacity: int = 64) -> MetricWi
     return w
 
 
+def rate_of(w: MetricWindow, window_seconds: float) -> float:
+    point = w.rate(window_seconds)
+    assert point is not None, "no rate"
+    return point.value
+
+
 def test_rate_of_a_steady_counter() -> None:
     w = window_of([(t, 10.0 * t) for t in range(0, 31)])
-    rate, ts = w.rate(30)  # type: ignore[misc]
-    assert rate == pytest.approx(10.0)
-    assert ts == 30
+    assert w.rate(30) == Point(value=pytest.approx(10.0), timestamp=30)
 
 
 def test_rate_handles_counter_reset() -> None:
     # 0..100 over 10 s, restart to 0, then 0..50 over 5 s: increase 100 + 50 (+0 at reset)
     pts = [(float(t), 10.0 * t) for t in range(0, 11)] + [(11.0, 0.0)]
     pts += [(11.0 + t, 10.0 * t) for t in range(1, 6)]
-    rate, _ = window_of(pts).rate(60)  # type: ignore[misc]
-    assert rate == pytest.approx(150.0 / 16.0)
+    assert rate_of(window_of(pts), 60) == pytest.approx(150.0 / 16.0)
 
 
 def test_reset_to_a_non_zero_value_counts_the_new_value() -> None:
-    rate, _ = window_of([(0, 100.0), (10, 5.0)]).rate(60)  # type: ignore[misc]
-    assert rate == pytest.approx(0.5)
+    assert rate_of(window_of([(0, 100.0), (10, 5.0)]), 60) == pytest.approx(0.5)
 
 
 def test_rate_uses_only_the_window() -> None:
     pts = [(float(t), 1000.0 * t) for t in range(0, 10)]  # fast phase
     pts += [(float(t), 9000.0 + (t - 9)) for t in range(10, 40)]  # slow phase: 1/s
-    rate, _ = window_of(pts).rate(20)  # type: ignore[misc]
-    assert rate == pytest.approx(1.0)
+    assert rate_of(window_of(pts), 20) == pytest.approx(1.0)
 
 
 def test_rate_needs_two_samples() -> None:
@@ -63,14 +64,14 @@ def test_out_of_order_and_duplicate_samples_are_dropped() -> None:
     w = window_of([(10, 1.0)])
     assert not w.add(10, 2.0)
     assert not w.add(5, 2.0)
-    assert w.latest() == (10, 1.0)
+    assert w.latest() == Point(value=1.0, timestamp=10)
 
 
 def test_capacity_bounds_the_ring() -> None:
     w = window_of([(float(t), float(t)) for t in range(1000)], capacity=8)
     assert w.size == 8
     assert [t for t, _ in w.samples()] == [float(t) for t in range(992, 1000)]
-    assert w.rate(1e9) == (pytest.approx(1.0), 999.0)
+    assert w.rate(1e9) == Point(value=pytest.approx(1.0), timestamp=999.0)
 
 
 @settings(max_examples=200, deadline=None)
@@ -83,8 +84,7 @@ def test_rate_matches_a_reference_implementation(increments: list[float], capaci
     w = window_of([(float(i), v) for i, v in enumerate(values)], capacity)
     kept = values[-capacity:]
     expected = (kept[-1] - kept[0]) / (len(kept) - 1)
-    rate, _ = w.rate(1e9)  # type: ignore[misc]
-    assert rate == pytest.approx(expected, rel=1e-9, abs=1e-6)
+    assert rate_of(w, 1e9) == pytest.approx(expected, rel=1e-9, abs=1e-6)
 
 
 def test_store_expires_silent_pods_and_drops_garbage_values() -> None:
