@@ -16,12 +16,12 @@ from pathlib import Path
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
 from agent.checkpoints.stats import CHECKPOINT_BUCKETS, read_stats
+from agent.collectors.families import histogram
 from agent.collectors.health import CollectorHealth
 
 _COUNTERS = (
@@ -53,15 +53,12 @@ class CheckpointCollector(Collector):
         if not found:
             return
         counts = [sum(column) for column in zip(*(c.bucket_counts for c in found), strict=True)]
-        cumulative, buckets = 0, []
-        for bound, n in zip((*CHECKPOINT_BUCKETS, float("inf")), counts, strict=True):
-            cumulative += n
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        yield HistogramMetricFamily(
+        yield histogram(
             "edl_trainer_checkpoint_seconds",
             "Time to write one durable checkpoint: copy of the state to commit of its manifest.",
-            buckets=buckets,
-            sum_value=sum(c.seconds_sum for c in found),
+            CHECKPOINT_BUCKETS,
+            counts,
+            sum(c.seconds_sum for c in found),
         )
         for attr, doc in _COUNTERS:
             yield CounterMetricFamily(

@@ -8,11 +8,11 @@ from typing import Protocol
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
+from agent.collectors.families import histogram
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 
@@ -26,10 +26,6 @@ class SupervisedTrainer(Protocol):
     def pid(self) -> int | None: ...  # noqa: D102
     @property
     def starts(self) -> int: ...  # noqa: D102
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 class SupervisionCollector(Collector):
@@ -64,18 +60,12 @@ class SupervisionCollector(Collector):
             "TrainerWorld changes this pod went through.",
             value=r.rescales,
         )
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, n in zip(
-            (*r.pause_bucket_bounds, float("inf")), r.pause_bucket_counts, strict=True
-        ):
-            cumulative += n
-            buckets.append((_le(bound), cumulative))
-        yield HistogramMetricFamily(
+        yield histogram(
             "edl_trainer_rescale_pause_seconds",
             "From the decision to rescale to the first step at the new world size.",
-            buckets=buckets,
-            sum_value=r.pause_seconds_sum,
+            r.pause_bucket_bounds,
+            r.pause_bucket_counts,
+            r.pause_seconds_sum,
         )
         phases = CounterMetricFamily(
             "edl_trainer_rescale_phase_seconds_total",

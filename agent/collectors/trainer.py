@@ -13,18 +13,14 @@ from pathlib import Path
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
+from agent.collectors.families import histogram
 from agent.collectors.health import CollectorHealth
 from agent.recording import STEP_DURATION_BUCKETS
 from agent.reports import read_reports
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 class TrainerReportCollector(Collector):
@@ -79,16 +75,12 @@ class TrainerReportCollector(Collector):
             "Optimizer steps completed by this pod's trainer (all incarnations).",
             value=steps,
         )
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, n in zip((*self._bounds, float("inf")), counts, strict=True):
-            cumulative += n
-            buckets.append((_le(bound), cumulative))
-        yield HistogramMetricFamily(
+        yield histogram(
             "edl_trainer_step_duration_seconds",
             "Wall time of one whole training step (compute + communication).",
-            buckets=buckets,
-            sum_value=hist_sum,
+            self._bounds,
+            counts,
+            hist_sum,
         )
         yield CounterMetricFamily(
             "edl_trainer_comm_seconds_total",
