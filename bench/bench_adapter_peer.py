@@ -65,7 +65,7 @@ from tests.e2e.harness.controlplane import (  # noqa: E402
     ensure_binaries,
 )
 from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port  # noqa: E402
-from tests.e2e.harness.waiting import wait_for  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 PEER_BUILD = ROOT / "bench" / "peer" / "build.sh"
 PEER_RULES = ROOT / "manifests" / "overlays" / "prometheus-adapter" / "rules.yaml"

@@ -44,7 +44,7 @@ from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
-from tests.e2e.harness.waiting import wait_for
+from tests.support.waiting import wait_for
 
 EXAMPLE = REPO_ROOT / "manifests" / "examples" / "digits-trainer"
 NAMESPACE = "ml"

@@ -8,7 +8,7 @@ from kubernetes import client
 
 from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.adapter import MetricsAdapter
-from tests.e2e.harness.waiting import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

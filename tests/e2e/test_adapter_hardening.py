@@ -26,10 +26,10 @@ from kubernetes import client
 from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import create_trainer_job
-from tests.slow_clients_support import HalfOpenConnections
-from tests.unit.adapter.pki import Issued, issue
+from tests.support.pki import Issued, issue
+from tests.support.slow_clients import HalfOpenConnections
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -28,7 +28,6 @@ from agent.checkpoints.local import LocalDirectory
 from agent.trainer.ledger import verify
 from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import create_trainer_job
 from tests.e2e.test_elastic_scale import (
     JOB,
@@ -39,6 +38,7 @@ from tests.e2e.test_elastic_scale import (
     grant_agent_access,
 )
 from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, reference_accuracy
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(360)
 

@@ -13,8 +13,8 @@ from kubernetes import client
 from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings
 from tests.e2e.harness.processes import HarnessError
-from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
+from tests.support.waiting import wait_for
 
 
 def test_control_plane_serves_kubectl(control_plane: ControlPlane, kubectl: Kubectl) -> None:

@@ -17,7 +17,6 @@ from kubernetes import client
 from metrics_adapter.quantity import parse_quantity
 from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
-from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import (
     TrainerJob,
     create_trainer_job,
@@ -26,6 +25,7 @@ from tests.e2e.harness.workloads import (
     object_metric_hpa,
     pods_metric_hpa,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -41,8 +41,8 @@ from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.hpa_diff import Report, StatePoller, Sync, read_syncs, replay
-from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import create_trainer_job
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

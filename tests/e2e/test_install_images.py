@@ -48,8 +48,8 @@ from tests.e2e.harness.install import (
 )
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.serviceproxy import ServiceProxy
-from tests.e2e.harness.waiting import wait_for
-from tests.kustomize_support import ROOT
+from tests.support.kustomize import ROOT
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(900)
 

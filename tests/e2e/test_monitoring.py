@@ -19,8 +19,8 @@ import yaml
 
 from tests.e2e.conftest import Kubectl
 from tests.e2e.harness.adapter import MetricsAdapter
-from tests.e2e.harness.waiting import wait_for
-from tests.kustomize_support import ROOT, render
+from tests.support.kustomize import ROOT, render
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -51,7 +51,6 @@ from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.nodes import NodeSpec
-from tests.e2e.harness.waiting import wait_for
 from tests.e2e.harness.workloads import events_for
 from tests.e2e.test_elastic_scale import (
     SERVICE_ACCOUNT,
@@ -61,7 +60,8 @@ from tests.e2e.test_elastic_scale import (
     grant_agent_access,
 )
 from tests.integration.test_elastic_digits import NUM_TRAIN
-from tests.kustomize_support import render
+from tests.support.kustomize import render
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -41,8 +41,8 @@ from tests.integration.test_adapter_static import (
     spawn,
     wait_until,
 )
-from tests.slow_clients_support import HalfOpenConnections
-from tests.unit.adapter.pki import Issued, issue, make_ca
+from tests.support.pki import Issued, issue, make_ca
+from tests.support.slow_clients import HalfOpenConnections
 
 pytestmark = pytest.mark.timeout(300)
 

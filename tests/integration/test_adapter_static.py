@@ -405,7 +405,7 @@ def test_static_file_reload_adds_and_removes_pods(setup: Setup) -> None:
 
 
 def test_requestheader_mtls_from_a_front_proxy(tmp_path: Path) -> None:
-    from tests.unit.adapter.pki import issue, make_ca
+    from tests.support.pki import issue, make_ca
 
     ca = make_ca("front-proxy-ca")
     files = {}

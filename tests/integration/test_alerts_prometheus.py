@@ -16,9 +16,9 @@ import pytest
 import requests
 import yaml
 
-from tests.dashboards_support import queries, series_in
 from tests.integration.test_adapter_static import free_port, spawn, wait_until
-from tests.monitoring_support import write_rule_file
+from tests.support.dashboards import queries, series_in
+from tests.support.monitoring import write_rule_file
 
 PROMETHEUS = shutil.which("prometheus")
 STALL_AFTER_STEPS = 20

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dashboards_support import queries
+from tests.support.dashboards import queries
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(

@@ -21,7 +21,7 @@ from metrics_adapter.sizing.kube_objects import (
     job_from,
 )
 from metrics_adapter.sizing.provider import DESIRED_REPLICAS
-from tests.kustomize_support import ROOT, render
+from tests.support.kustomize import ROOT, render
 
 EXAMPLE = "manifests/examples/digits-trainer"
 

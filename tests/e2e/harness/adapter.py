@@ -24,7 +24,7 @@ from tests.e2e.harness.controlplane import (
     ControlPlane,
 )
 from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port
-from tests.e2e.harness.waiting import WaitTimeout, wait_for
+from tests.support.waiting import WaitTimeout, wait_for
 
 API_SERVICES = (
     # (group, version, versionPriority): v1beta2 preferred, as the upstream adapters do.

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from tests.e2e.harness.processes import HarnessError
-from tests.e2e.harness.waiting import wait_for
+from tests.support.waiting import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_IMAGES = REPO_ROOT / "scripts" / "build-images.sh"

@@ -15,8 +15,8 @@ from metrics_adapter.auth.authn import (
 from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
 from metrics_adapter.auth.identity import ANONYMOUS, Credentials, RequestAttributes, UserInfo
 from metrics_adapter.errors import AuthError, ForbiddenError, UnauthorizedError
+from tests.support.pki import issue, make_ca
 from tests.unit.adapter.helpers import ManualClock, build, trainer
-from tests.unit.adapter.pki import issue, make_ca
 
 FRONT_PROXY_CA = make_ca("front-proxy-ca")
 OTHER_CA = make_ca("other-ca")

@@ -19,8 +19,8 @@ from metrics_adapter.auth.authn import (
 from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
 from metrics_adapter.auth.identity import RequestAttributes, UserInfo
 from metrics_adapter.errors import UnauthorizedError
+from tests.support.pki import issue, make_ca
 from tests.unit.adapter.helpers import ManualClock, build, trainer
-from tests.unit.adapter.pki import issue, make_ca
 from tests.unit.adapter.test_auth import FakeTokenReviewer, creds
 
 CA = make_ca("front-proxy-ca")

@@ -9,7 +9,7 @@ import pytest
 
 from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.cli import build_parser, settings_from_args
-from tests.kustomize_support import render
+from tests.support.kustomize import render
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import re
 from prometheus_client import CollectorRegistry, generate_latest
 
 from metrics_adapter.selfmetrics import AdapterMetrics
-from tests.dashboards_support import CONTRACT
+from tests.support.dashboards import CONTRACT
 
 
 def listed_adapter_series() -> dict[str, str]:

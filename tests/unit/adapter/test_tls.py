@@ -9,7 +9,7 @@ from pathlib import Path
 from cryptography import x509
 
 from metrics_adapter.tls import CertReloader, ServingCert, ensure_serving_cert, server_context
-from tests.unit.adapter.pki import Issued, issue, make_ca
+from tests.support.pki import Issued, issue, make_ca
 
 
 def served_subject(context: ssl.SSLContext) -> str:

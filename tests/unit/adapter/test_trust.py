@@ -8,7 +8,7 @@ from metrics_adapter.auth.authn import ClientCertAuthenticator, RequestHeaderAut
 from metrics_adapter.auth.identity import Credentials
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, TrustRefresher
 from metrics_adapter.errors import SourceError
-from tests.unit.adapter.pki import issue, make_ca
+from tests.support.pki import issue, make_ca
 
 OLD, NEW = make_ca("front-proxy-ca-1"), make_ca("front-proxy-ca-2")
 

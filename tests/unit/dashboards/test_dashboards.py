@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.dashboards_support import (
+from tests.support.dashboards import (
     DASHBOARDS,
     MONITORING_DOC,
     ROOT,
@@ -18,7 +18,7 @@ from tests.dashboards_support import (
     queries,
     series_in,
 )
-from tests.kustomize_support import render
+from tests.support.kustomize import render
 
 
 def test_there_are_dashboards() -> None:

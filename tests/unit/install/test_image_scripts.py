@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.kustomize_support import ROOT
+from tests.support.kustomize import ROOT
 
 
 def test_no_builder_and_no_apt_get_is_one_line_naming_what_to_install(tmp_path: Path) -> None:

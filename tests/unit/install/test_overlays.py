@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from tests.kustomize_support import ROOT, render
+from tests.support.kustomize import ROOT, render
 
 
 def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:

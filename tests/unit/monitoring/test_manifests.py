@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.dashboards_support import MONITORING_DOC, ROOT
-from tests.kustomize_support import render
+from tests.support.dashboards import MONITORING_DOC, ROOT
+from tests.support.kustomize import render
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:

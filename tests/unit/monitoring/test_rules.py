@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.dashboards_support import MONITORING_DOC, exported_series, series_in
-from tests.kustomize_support import render
-from tests.monitoring_support import alerts, promtool, records, rules, write_rule_file
+from tests.support.dashboards import MONITORING_DOC, exported_series, series_in
+from tests.support.kustomize import render
+from tests.support.monitoring import alerts, promtool, records, rules, write_rule_file
 
 CASES = Path(__file__).resolve().parent / "promtool"
 CASE_FILES = sorted(CASES.glob("*.yaml"))

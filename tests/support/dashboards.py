@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 CONTRACT = ROOT / "docs" / "metrics-contract.md"
 MONITORING_DOC = ROOT / "docs" / "monitoring.md"

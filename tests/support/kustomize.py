@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_RULE = ROOT / "manifests" / "monitoring" / "prometheusrule.yaml"
 PROMTOOL = shutil.which("promtool")
 
