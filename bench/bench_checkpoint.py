@@ -208,7 +208,8 @@ def part2() -> None:
 def whole_job_loss(tmp: Path, kill: bool) -> str:
     """One row of part 2: the job stopped whole after step 45, resumed by new agents."""
     from agent.trainer.ledger import verify
-    from tests.integration.test_elastic_digits import NUM_TRAIN, Job, wait_for
+    from tests.support.digits_job import NUM_TRAIN, Job, exit_codes
+    from tests.support.waiting import wait_for
 
     job = Job(tmp, ["--epochs", str(PART2_EPOCHS), "--seed", "1"], step_sleep=0.1)
     job.extra_env.update(
@@ -220,10 +221,11 @@ def whole_job_loss(tmp: Path, kill: bool) -> str:
         job.start("a")
         job.start("b")
         wait_for(
-            "a world of 2 past step 45",
             lambda: job.world()[1] == 2 and job.steps_done() >= 45,
-            300,
-            job.procs,
+            timeout_s=300,
+            what="a world of 2 past step 45",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         stop(job, kill)
         last, gen = job.steps_done(), job.world()[0]
@@ -231,9 +233,21 @@ def whole_job_loss(tmp: Path, kill: bool) -> str:
         t0 = time.monotonic()
         job.start("c")
         job.start("d")
-        wait_for("the resumed job", lambda: _stepped_after(job, gen), 300, job.procs)
+        wait_for(
+            lambda: _stepped_after(job, gen),
+            timeout_s=300,
+            what="the resumed job",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
+        )
         resumed_after = time.monotonic() - t0
-        wait_for("the end of the job", job.result.exists, 300, job.procs)
+        wait_for(
+            job.result.exists,
+            timeout_s=300,
+            what="the end of the job",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
+        )
     finally:
         job.stop_all()
     report = verify(job.ledger)

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,24 +48,11 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.integration.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
+from tests.support.net import free_port  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -148,11 +134,23 @@ def measure_event(
     before = scrape(agents.ports[watcher])
     t0 = time.time()
     action()
-    wait_for(f"world of {size}", lambda: agents.world()[1] == size, 120)
+    wait_for(
+        lambda: agents.world()[1] == size, timeout_s=120, what=f"world of {size}", interval_s=0.05
+    )
     gen = agents.world()[0]
-    wait_for("first step", lambda: agents.first_step(watcher, gen) is not None, 180)
+    wait_for(
+        lambda: agents.first_step(watcher, gen) is not None,
+        timeout_s=180,
+        what="first step",
+        interval_s=0.05,
+    )
     key = "edl_trainer_rescales_total"
-    wait_for("the rescale record", lambda: scrape(agents.ports[watcher])[key] > before[key], 30)
+    wait_for(
+        lambda: scrape(agents.ports[watcher])[key] > before[key],
+        timeout_s=30,
+        what="the rescale record",
+        interval_s=0.05,
+    )
     after = scrape(agents.ports[watcher])
     first = agents.first_step(watcher, gen)
     assert first is not None
@@ -175,8 +173,13 @@ def bench_edl(
     try:
         agents.start("a")
         agents.start("b")
-        wait_for("world of 2", lambda: agents.world()[1] == 2, 120)
-        wait_for("training", lambda: agents.first_step("a", agents.world()[0]) is not None, 180)
+        wait_for(lambda: agents.world()[1] == 2, timeout_s=120, what="world of 2", interval_s=0.05)
+        wait_for(
+            lambda: agents.first_step("a", agents.world()[0]) is not None,
+            timeout_s=180,
+            what="training",
+            interval_s=0.05,
+        )
         for r in range(rounds):
             joiner = f"c{r}"
             join = functools.partial(agents.start, joiner)
@@ -213,7 +216,9 @@ def launcher_events(
     comes, which nodes exited and their last telling log line (`log_of(name)`)."""
     launch("a")
     launch("b")
-    wait_for(f"{who} world of 2", lambda: first_at(2, 0) is not None, 180)
+    wait_for(
+        lambda: first_at(2, 0) is not None, timeout_s=180, what=f"{who} world of 2", interval_s=0.05
+    )
     rows: list[tuple[str, dict[str, float]]] = []
     for r in range(rounds):
         joiner = f"c{r}" if rounds > 1 else "c"
@@ -228,7 +233,7 @@ def launcher_events(
             act()
             try:
                 stepped = functools.partial(has_step, first_at, size, t0)
-                wait_for(f"{who} world of {size}", stepped, 150)
+                wait_for(stepped, timeout_s=150, what=f"{who} world of {size}", interval_s=0.05)
                 rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
             except TimeoutError as e:
                 print(f"{who}, round {r + 1}, {event}: {e}; {exits(nodes, log_of)}")

@@ -37,7 +37,7 @@ from tests.e2e.test_elastic_scale import (
     elastic_container,
     grant_agent_access,
 )
-from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, reference_accuracy
+from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(360)

@@ -36,7 +36,7 @@ from agent.trainer.ledger import verify
 from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
-from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, reference_accuracy
+from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)

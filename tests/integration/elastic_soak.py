@@ -39,7 +39,11 @@ from pathlib import Path
 import psutil
 
 from agent.trainer.ledger import concurrent_generations, training_spans, verify
-from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, Job
+from tests.support.digits_job import (
+    NUM_TRAIN,
+    SCRIPTS,
+    Job,
+)
 
 REMOVALS = ("sigterm", "kill_trainer", "kill_agent", "kill_pod", "stop_trainer")
 """Ways a member goes away; `join` is the only way one comes."""

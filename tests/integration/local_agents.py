@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.demo.probe import free_port
+from tests.support.waiting import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _SERVING = re.compile(r"serving /metrics on http://[^:]+:(\d+)")
@@ -37,16 +38,21 @@ class LocalAgent:
 
     def wait_for_port(self, timeout: float) -> int:
         """Reads the bound port from the agent's first log line (it listens on port 0)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = _SERVING.search(self.log_text())
-            if m:
-                self.port = int(m.group(1))
-                return self.port
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"agent {self.rank} did not start serving:\n{self.log_text()}")
+        m = wait_for(
+            lambda: _SERVING.search(self.log_text()),
+            timeout_s=timeout,
+            what=f"agent {self.rank} serving /metrics",
+            interval_s=0.05,
+            give_up=self.exited,
+            describe=self.log_text,
+        )
+        self.port = int(m.group(1))
+        return self.port
+
+    def exited(self) -> str | None:
+        """For `wait_for(give_up=...)`: why waiting on this agent is pointless, if it is."""
+        code = self.proc.poll()
+        return None if code is None else f"agent {self.rank} exited {code}"
 
 
 def start_agents(

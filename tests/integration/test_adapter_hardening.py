@@ -33,16 +33,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from tests.integration import http_fuzz
-from tests.integration.test_adapter_static import (
+from tests.integration.adapter_processes import (
     ADAPTER,
     Adapter,
     Proc,
-    free_port,
     spawn,
-    wait_until,
 )
+from tests.support.net import free_port
 from tests.support.pki import Issued, issue, make_ca
 from tests.support.slow_clients import HalfOpenConnections
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -137,7 +137,7 @@ def launch(workdir: Path, pod_list: list[dict[str, Any]], *args: str) -> Adapter
         return tls_get(port, "/healthz")[0] == 200
 
     try:
-        wait_until("edl-adapter /healthz", healthy, 60)
+        wait_for(healthy, timeout_s=60, what="edl-adapter /healthz", interval_s=0.2)
     except AssertionError:
         proc.stop()
         raise
@@ -281,7 +281,12 @@ def test_slow_handshakes_and_idle_connects_do_not_starve_it(guarded: Adapter) ->
                 failures.append(repr(e))
             time.sleep(0.05)
         # the server's handshake deadline (3 s here) dropped the half-open ones
-        wait_until("hostile connections dropped", lambda: holder.dropped >= 100, 30)
+        wait_for(
+            lambda: holder.dropped >= 100,
+            timeout_s=30,
+            what="hostile connections dropped",
+            interval_s=0.2,
+        )
     times.sort()
     print(
         f"\nunder 200 held connections: {len(times)} answers, p50 {times[len(times) // 2]:.1f} ms"
@@ -310,7 +315,12 @@ def test_an_expiring_front_proxy_certificate_is_refused_on_the_same_and_a_resume
     assert code == 200, body
     session = sock.session
     assert session is not None
-    wait_until("the certificate expired", lambda: time.time() > expiry + 1.0, 120)
+    wait_for(
+        lambda: time.time() > expiry + 1.0,
+        timeout_s=120,
+        what="the certificate expired",
+        interval_s=0.2,
+    )
     # the same, still open connection
     code, body = exchange(sock, QUERY, alice)
     assert code == 401, body
@@ -328,10 +338,11 @@ def test_an_expiring_front_proxy_certificate_is_refused_on_the_same_and_a_resume
     lines = guarded.proc.tail(400_000).splitlines()
     assert any('" 200 ' in ln and 'user="alice"' in ln for ln in lines)
     tls_get(guarded.port, QUERY, headers={"X-Remote-User": "mallory"})  # no proxy certificate
-    wait_until(
-        "the spoofed request logged as anonymous",
+    wait_for(
         lambda: any('user="system:anonymous"' in ln for ln in guarded.proc.tail(4000).splitlines()),
-        10,
+        timeout_s=10,
+        what="the spoofed request logged as anonymous",
+        interval_s=0.2,
     )
     assert 'user="mallory"' not in guarded.proc.tail(400_000)
 
@@ -375,7 +386,12 @@ def test_a_rotated_serving_certificate_is_used_by_new_connections(
         )
         assert exchange(kept, "/healthz")[0] == 200
         install("second")
-        wait_until("the new pair served", lambda: _served_cn(adapter.port) == "CN=second", 30)
+        wait_for(
+            lambda: _served_cn(adapter.port) == "CN=second",
+            timeout_s=30,
+            what="the new pair served",
+            interval_s=0.2,
+        )
         assert exchange(kept, "/healthz")[0] == 200  # open connections keep working
         kept.close()
         key.write_bytes(b"not a key")  # a broken rotation: the working pair stays
@@ -407,11 +423,17 @@ def test_a_target_inventing_label_sets_is_capped_and_others_stay_right(
     try:
         port = adapter.port
         errors = 'edl_adapter_scrape_errors_total{reason="too_many_series"}'
-        wait_until("five refused floods", lambda: self_metric(port, errors) >= 5, 60)
-        wait_until(
-            "churn refused at the cap",
+        wait_for(
+            lambda: self_metric(port, errors) >= 5,
+            timeout_s=60,
+            what="five refused floods",
+            interval_s=0.2,
+        )
+        wait_for(
             lambda: self_metric(port, "edl_adapter_series_refused_total") > 5 * 501 + 300,
-            60,
+            timeout_s=60,
+            what="churn refused at the cap",
+            interval_s=0.2,
         )
         series = self_metric(port, "edl_adapter_store_series")
         rss = _rss_mb(adapter.proc)
@@ -450,10 +472,11 @@ def test_3000_distinct_metric_selectors_at_1000_pods_keep_memory_bounded(
         path = QUERY.replace("samples_per_second", "gpu_utilization")
         # (`Connection: close`: a 200 KB answer must arrive whole before the server closes)
         close = {"Connection": "close"}
-        wait_until(
-            "1,000 pods with a value",
+        wait_for(
             lambda: len(json.loads(tls_get(adapter.port, path, headers=close)[1])["items"]) == 1000,
-            120,
+            timeout_s=120,
+            what="1,000 pods with a value",
+            interval_s=0.2,
         )
         raw = socket.socket()
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow, small reader

@@ -12,17 +12,17 @@ import pytest
 import requests
 import yaml
 
-from tests.integration.test_adapter_static import (
+from tests.integration.adapter_processes import (
     CM,
     EXT,
     Adapter,
-    free_port,
     spawn,
     start_adapter,
     start_agent,
     value,
-    wait_until,
 )
+from tests.support.net import free_port
+from tests.support.waiting import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 
@@ -59,8 +59,11 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adapter]:
         )
         stack.callback(prom.stop)
         prom_url = f"http://127.0.0.1:{prom_port}"
-        wait_until(
-            "prometheus ready", lambda: requests.get(f"{prom_url}/-/ready", timeout=1).ok, 60
+        wait_for(
+            lambda: requests.get(f"{prom_url}/-/ready", timeout=1).ok,
+            timeout_s=60,
+            what="prometheus ready",
+            interval_s=0.2,
         )
         adapter = start_adapter(
             workdir,
@@ -77,19 +80,22 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adapter]:
         )
         stack.callback(adapter.proc.stop)
         path = f"{CM}/v1beta2/namespaces/ml/pods/*/samples_per_second?labelSelector=app%3Dtrainer"
-        wait_until(
-            "both trainers through Prometheus", lambda: len(adapter.items(path)) == 2, 60, 0.5
+        wait_for(
+            lambda: len(adapter.items(path)) == 2,
+            timeout_s=60,
+            what="both trainers through Prometheus",
+            interval_s=0.5,
         )
         # Rates within 20 % need a span of samples, not the first two: Prometheus stamps a
         # sample with the scrape's start, so on a loaded machine one late answer skews a
         # 2-3 s span by a quarter (seen: 124 samples/s for 100). Wait until the adapter holds
         # 8 s of samples of both (the newest sample behind each item 8 s past the first).
         first = min(_seconds(i["timestamp"]) for i in adapter.items(path))
-        wait_until(
-            "8 s of samples in the adapter",
+        wait_for(
             lambda: all(_seconds(i["timestamp"]) >= first + 8 for i in adapter.items(path)),
-            90,
-            0.5,
+            timeout_s=90,
+            what="8 s of samples in the adapter",
+            interval_s=0.5,
         )
         yield adapter
 

@@ -2,22 +2,18 @@
 source, read back with `kubectl get --raw`. Bad scrape targets (hanging, garbage, HTTP 500,
 dribbling) are isolated: only their pods lack values.
 
-The helpers here are shared with test_adapter_prometheus.py.
+The processes come from adapter_processes.py, shared with the other adapter tests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,94 +22,18 @@ import pytest
 import requests
 import yaml
 
-from metrics_adapter.quantity import parse_quantity
-
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-ADAPTER = str(Path(sys.executable).parent / "edl-adapter")
-CM = "/apis/custom.metrics.k8s.io"
-EXT = "/apis/external.metrics.k8s.io/v1beta1"
-
-# An agent-like endpoint: real prometheus_client counters that grow on a fixed schedule.
-# Every 0.1 s one 0.1 s step of `rate/10` samples, 25 % of it communication, GPU 75 % busy.
-AGENT_CODE = r"""
-import sys, time
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-port, rate = int(sys.argv[1]), float(sys.argv[2])
-r = CollectorRegistry()
-samples = Counter("edl_trainer_samples_total", "samples", registry=r)
-steps = Counter("edl_trainer_steps_total", "steps", registry=r)
-duration = Histogram("edl_trainer_step_duration_seconds", "step time", registry=r)
-comm = Counter("edl_trainer_comm_seconds_total", "comm time", registry=r)
-cpu = Counter("edl_trainer_process_cpu_seconds_total", "cpu", registry=r)
-util = Gauge("edl_gpu_utilization_ratio", "util", ["gpu"], registry=r)
-util.labels("0").set(0.75)
-util.labels("1").set(0.25)
-start_http_server(port, addr="127.0.0.1", registry=r)
-start = time.monotonic()
-for tick in range(1, 6001):  # bounded: 10 minutes at most
-    samples.inc(rate / 10)
-    steps.inc()
-    duration.observe(0.1)
-    comm.inc(0.025)
-    cpu.inc(0.05)
-    time.sleep(max(0.0, start + tick * 0.1 - time.monotonic()))
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    """Poll `check` until it returns a truthy value; bounded in time."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            last = check()
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-
-    def tail(self, n: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
-
-
-def spawn(name: str, argv: list[str], workdir: Path) -> Proc:
-    log = workdir / f"{name}.log"
-    with log.open("wb") as out:
-        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
-    return Proc(name, popen, log)
-
-
-def start_agent(workdir: Path, name: str, rate: float) -> tuple[Proc, int]:
-    port = free_port()
-    proc = spawn(name, [sys.executable, "-c", AGENT_CODE, str(port), str(rate)], workdir)
-    wait_until(
-        f"{name} /metrics",
-        lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=1).ok,
-        30,
-    )
-    return proc, port
+from tests.integration.adapter_processes import (
+    CM,
+    EXT,
+    Adapter,
+    Proc,
+    spawn,
+    start_adapter,
+    start_agent,
+    value,
+)
+from tests.support.net import free_port
+from tests.support.waiting import wait_for
 
 
 class _BadTarget(BaseHTTPRequestHandler):
@@ -155,81 +75,6 @@ def bad_target(mode: str) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@dataclass
-class Adapter:
-    proc: Proc
-    port: int
-    workdir: Path
-    extra_kubectl: list[str] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca(self) -> str:
-        """The adapter's self-signed serving certificate (it names 127.0.0.1)."""
-        return str(self.workdir / "certs" / "apiserver.crt")
-
-    def kubectl(self, path: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        argv = [
-            KUBECTL,
-            "get",
-            "--raw",
-            path,
-            "--server",
-            self.url,
-            "--insecure-skip-tls-verify",
-            "--token",
-            "x",
-            *self.extra_kubectl,
-            *extra,
-        ]
-        env = {**os.environ, "KUBECONFIG": str(self.workdir / "no-kubeconfig")}
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
-
-    def get(self, path: str) -> dict[str, Any]:
-        out = self.kubectl(path)
-        assert out.returncode == 0, f"{path}: {out.stderr}\n{self.proc.tail()}"
-        return dict(json.loads(out.stdout))
-
-    def items(self, path: str) -> list[dict[str, Any]]:
-        return list(self.get(path)["items"])
-
-
-def start_adapter(workdir: Path, *args: str) -> Adapter:
-    port = free_port()
-    argv = [
-        ADAPTER,
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--cert-dir",
-        str(workdir / "certs"),
-        *args,
-    ]
-    proc = spawn(f"adapter-{port}", argv, workdir)
-
-    def healthy() -> bool:
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"edl-adapter exited: {proc.tail()}")
-        cert = workdir / "certs" / "apiserver.crt"
-        return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(cert), timeout=2).ok
-
-    try:
-        wait_until("edl-adapter /healthz", healthy, 60)
-    except AssertionError:
-        proc.stop()
-        raise
-    return Adapter(proc, port, workdir)
-
-
-def value(item: dict[str, Any]) -> float:
-    return float(parse_quantity(item["value"]))
 
 
 @dataclass
@@ -293,7 +138,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         pods_path = (
             f"{CM}/v1beta2/namespaces/ml/pods/*/samples_per_second?labelSelector=app%3Dtrainer"
         )
-        wait_until("both trainers served", lambda: len(adapter.items(pods_path)) == 2, 30)
+        wait_for(
+            lambda: len(adapter.items(pods_path)) == 2,
+            timeout_s=30,
+            what="both trainers served",
+            interval_s=0.2,
+        )
         time.sleep(2)  # a few seconds of rate window
         yield Setup(adapter, agents, workdir)
 
@@ -386,10 +236,11 @@ def test_bad_targets_are_counted_and_a_dead_agent_expires(setup: Setup) -> None:
     assert 'edl_adapter_request_duration_seconds_count{code="200",route="v1beta2/pods"}' in text
     setup.agents["trainer-1"].stop()  # the trainer's agent dies
     path = f"{CM}/v1beta2/namespaces/ml/pods/*/samples_per_second"
-    names = wait_until(
-        "trainer-1 to go stale",
+    names = wait_for(
         lambda: (n := [i["describedObject"]["name"] for i in a.items(path)]) == ["trainer-0"] and n,
-        15,
+        timeout_s=15,
+        what="trainer-1 to go stale",
+        interval_s=0.2,
     )
     assert names == ["trainer-0"]  # the others keep being served
 
@@ -401,7 +252,12 @@ def test_static_file_reload_adds_and_removes_pods(setup: Setup) -> None:
     doc["pods"] = [p for p in doc["pods"] if p["name"] != "trainer-0"]
     pods_file.write_text(yaml.safe_dump(doc))
     path = f"{CM}/v1beta2/namespaces/ml/pods/trainer-0/samples_per_second"
-    wait_until("trainer-0 removed", lambda: a.kubectl(path).returncode != 0, 10)
+    wait_for(
+        lambda: a.kubectl(path).returncode != 0,
+        timeout_s=10,
+        what="trainer-0 removed",
+        interval_s=0.2,
+    )
 
 
 def test_requestheader_mtls_from_a_front_proxy(tmp_path: Path) -> None:
@@ -527,7 +383,9 @@ def test_with_the_real_edl_agent(tmp_path: Path) -> None:
             # 32 samples per ~0.1 s step: about 300 samples/s once a few reports are in; the
             # first rates rest on two samples and the agent's report flushes, so let the
             # window fill before judging the value.
-            wait_until("the agent's samples rate", lambda: rate() > 100, 60)
+            wait_for(
+                lambda: rate() > 100, timeout_s=60, what="the agent's samples rate", interval_s=0.2
+            )
             time.sleep(4)
             seen = rate()
             assert 150 < seen < 400, (seen, trainer.tail())

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from examples.demo.probe import fetch, free_port, scrape
 from tests.integration.local_agents import REPO_ROOT, LocalAgent, start_agents, stop_agents
+from tests.support.waiting import wait_for
 
 EPOCHS = 60
 BATCH = 32
@@ -79,21 +79,22 @@ def agents(
 Metrics = dict[str, float]
 
 
-def wait_for(
+def scraped_when(
     agent: LocalAgent, what: str, test: Callable[[Metrics], bool], timeout: float
 ) -> Metrics:
-    deadline = time.monotonic() + timeout
-    last: dict[str, float] | None = None
-    while time.monotonic() < deadline:
+    """The agent's first scrape that passes `test` (`wait_for` over `scrape`)."""
+
+    def passing() -> Metrics | None:
         last = scrape(agent.port)
-        if last is not None and test(last):
-            return last
-        if agent.proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    pytest.fail(
-        f"agent {agent.rank}: {what} not seen in {timeout} s; last scrape {last}\n"
-        f"{agent.log_text()[-2000:]}"
+        return last if last is not None and test(last) else None
+
+    return wait_for(
+        passing,
+        timeout_s=timeout,
+        what=f"agent {agent.rank}: {what}",
+        interval_s=0.1,
+        give_up=agent.exited,
+        describe=lambda: agent.log_text()[-2000:],
     )
 
 
@@ -101,10 +102,11 @@ def test_counters_grow_while_training_and_the_world_is_two(agents: list[LocalAge
     # Both ranks first, then both again: the ranks step in lockstep, so neither can have
     # finished training between its two scrapes.
     firsts = [
-        wait_for(a, "a first step", lambda m: m["edl_trainer_steps_total"] > 0, 120) for a in agents
+        scraped_when(a, "a first step", lambda m: m["edl_trainer_steps_total"] > 0, 120)
+        for a in agents
     ]
     for a, first in zip(agents, firsts, strict=True):
-        later = wait_for(
+        later = scraped_when(
             a,
             "more steps",
             lambda m, f=first: m["edl_trainer_steps_total"] > f["edl_trainer_steps_total"],
@@ -137,7 +139,7 @@ def test_promtool_accepts_the_exposition(agents: list[LocalAgent]) -> None:
 
 def test_after_training_the_counters_are_exact(agents: list[LocalAgent]) -> None:
     for a in agents:
-        final = wait_for(a, "the trainer's end", lambda m: m["edl_trainer_up"] == 0, 240)
+        final = scraped_when(a, "the trainer's end", lambda m: m["edl_trainer_up"] == 0, 240)
         assert final["edl_trainer_steps_total"] == STEPS
         assert final["edl_trainer_samples_total"] == STEPS * BATCH
         assert final["edl_trainer_step_duration_seconds_count"] == STEPS
@@ -162,6 +164,6 @@ def test_after_training_the_counters_are_exact(agents: list[LocalAgent]) -> None
 
 def test_sigterm_ends_a_lingering_agent_with_the_trainer_status(agents: list[LocalAgent]) -> None:
     for a in agents:
-        wait_for(a, "the trainer's end", lambda m: m["edl_trainer_up"] == 0, 240)
+        scraped_when(a, "the trainer's end", lambda m: m["edl_trainer_up"] == 0, 240)
     stop_agents(agents, timeout=30)
     assert [a.proc.returncode for a in agents] == [0, 0]

@@ -16,9 +16,13 @@ import pytest
 import requests
 import yaml
 
-from tests.integration.test_adapter_static import free_port, spawn, wait_until
+from tests.integration.adapter_processes import (
+    spawn,
+)
 from tests.support.dashboards import queries, series_in
 from tests.support.monitoring import write_rule_file
+from tests.support.net import free_port
+from tests.support.waiting import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 STALL_AFTER_STEPS = 20
@@ -111,7 +115,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         )
         stack.callback(prom.stop)
         url = f"http://127.0.0.1:{prom_port}"
-        wait_until("prometheus ready", lambda: requests.get(f"{url}/-/ready", timeout=1).ok, 60)
+        wait_for(
+            lambda: requests.get(f"{url}/-/ready", timeout=1).ok,
+            timeout_s=60,
+            what="prometheus ready",
+            interval_s=0.2,
+        )
         yield Cluster(url)
 
 
@@ -124,26 +133,26 @@ def test_a_stalled_trainer_fires_training_stalled_and_a_healthy_one_does_not(
 ) -> None:
     newest = "namespace_job:edl_trainer_last_step_timestamp_seconds:max"
     # Both jobs' trainers run and have stepped: the recording rules see them.
-    wait_until(
-        "both jobs recorded",
+    wait_for(
         lambda: (
             set(_by_job(prometheus.query(newest))) == {"healthy", "stalled"}
             and _by_job(prometheus.query("namespace_job:edl_trainer_up:sum"))
             == {"healthy": 1.0, "stalled": 1.0}
         ),
-        120,
-        0.5,
+        timeout_s=120,
+        what="both jobs recorded",
+        interval_s=0.5,
     )
     # Quiet while the stalled job's last step is younger than the threshold.
     ages = _by_job(prometheus.query(f"time() - {newest}"))
     if ages["stalled"] < STALL_SECONDS - 5:
         assert prometheus.alerts("EDLTrainingStalled") == []
 
-    (alert,) = wait_until(
-        "EDLTrainingStalled firing",
+    (alert,) = wait_for(
         lambda: [a for a in prometheus.alerts("EDLTrainingStalled") if a["state"] == "firing"],
-        STALL_SECONDS + 120,
-        1.0,
+        timeout_s=STALL_SECONDS + 120,
+        what="EDLTrainingStalled firing",
+        interval_s=1.0,
     )
     assert alert["labels"]["job"] == "stalled"
     assert alert["labels"]["namespace"] == "ml"
@@ -163,11 +172,11 @@ def test_the_training_dashboard_queries_evaluate_on_the_agents_series(
     # Evaluated, not only parsed: a bad join (many-to-many) fails only here. Panels that read
     # nothing but the agent's series have data for the healthy job; the rest (kube-state-
     # metrics, the sizer) are empty without those exporters, but still valid.
-    wait_until(
-        "a step rate for the healthy job",
+    wait_for(
         lambda: _by_job(prometheus.query("namespace_job:edl_trainer_steps:rate2m"))["healthy"] > 1,
-        120,
-        1.0,
+        timeout_s=120,
+        what="a step rate for the healthy job",
+        interval_s=1.0,
     )
     checked = 0
     for query in queries():

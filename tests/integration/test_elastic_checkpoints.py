@@ -29,14 +29,15 @@ from agent.checkpoints.catalogue import Checkpoints, Manifest
 from agent.checkpoints.local import LocalDirectory
 from agent.trainer.ledger import verify
 from agent.trainer.sampler import ElasticSampler
-from tests.integration.test_elastic_digits import (
+from tests.support.digits_job import (
     NUM_TRAIN,
     ROOT,
     SCRIPTS,
     Job,
+    exit_codes,
     reference_accuracy,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 EPOCHS = 6
 GLOBAL_BATCH = 64
@@ -102,10 +103,11 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
         job.start("a")
         job.start("b")
         wait_for(
-            f"a world of 2 past step {kill_at}",
             lambda: job.world()[1] == 2 and job.steps_done() >= kill_at,
-            240,
-            job.procs,
+            timeout_s=240,
+            what=f"a world of 2 past step {kill_at}",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         kill_everything(job)
         last_started = started_steps(job.ledger)
@@ -122,12 +124,19 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
         job.procs.clear()
         job.start("c", on_finished="idle")
         job.start("d", on_finished="idle")
-        wait_for("the resumed job to finish", job.result.exists, 300, job.procs)
         wait_for(
-            "every agent idling on the finished job",
+            job.result.exists,
+            timeout_s=300,
+            what="the resumed job to finish",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
+        )
+        wait_for(
             lambda: all("finished at step" in job.readyz(n)[1] for n in job.procs),
-            60,
-            job.procs,
+            timeout_s=60,
+            what="every agent idling on the finished job",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         rank0 = job.metrics("c") if metric(job.metrics("c"), "edl_trainer_rank") == 0 else ""
         rank0 = rank0 or job.metrics("d")

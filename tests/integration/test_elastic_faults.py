@@ -17,7 +17,12 @@ import psutil
 import pytest
 
 from agent.trainer.ledger import verify
-from tests.integration.test_elastic_digits import NUM_TRAIN, Job, wait_for
+from tests.support.digits_job import (
+    NUM_TRAIN,
+    Job,
+    exit_codes,
+)
+from tests.support.waiting import wait_for
 
 
 def all_logs(job: Job) -> str:
@@ -32,16 +37,21 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
         job.start("a")
         job.start("b")
         wait_for(
-            "world of 2", lambda: job.world()[1] == 2 and job.steps_done() >= 10, 150, job.procs
+            lambda: job.world()[1] == 2 and job.steps_done() >= 10,
+            timeout_s=150,
+            what="world of 2",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         gen = job.world()[0]
 
         (job.store / "digits" / "world.json").write_text('{"schema": 1, "generation": "x"}')
         wait_for(
-            "a repaired world training",
             lambda: job.world()[0] > gen and job.stepped("a", job.world()[0], 5),
-            90,
-            job.procs,
+            timeout_s=90,
+            what="a repaired world training",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         assert job.world()[1] == 2
         assert all_logs(job).count("world record invalid") == 1
@@ -56,10 +66,11 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
         assert during - before >= 30, "a world of 2 keeps training without the store"
 
         wait_for(
-            "the job to end",
             lambda: all(p.poll() is not None for p in job.procs.values()),
-            240,
-            job.procs,
+            timeout_s=240,
+            what="the job to end",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         assert [p.returncode for p in job.procs.values()] == [0, 0]
         assert job.world() == repaired  # the outage itself changed nothing
@@ -83,20 +94,36 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
         job.start("a", **bounds)
         job.start("b", **bounds)
         wait_for(
-            "world of 2", lambda: job.world()[1] == 2 and job.steps_done() >= 10, 150, job.procs
+            lambda: job.world()[1] == 2 and job.steps_done() >= 10,
+            timeout_s=150,
+            what="world of 2",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
         )
         hung = job.trainer_of("b")
         hung.send_signal(signal.SIGSTOP)  # b's trainer will never reach a step boundary
 
         job.start("c", **bounds)
         # c joins once its trainer is warm, and vanishes as soon as the new world is written
-        wait_for("c in the world", lambda: job.world()[1] == 3, 120, job.procs)
+        wait_for(
+            lambda: job.world()[1] == 3,
+            timeout_s=120,
+            what="c in the world",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
+        )
         trainer = job.trainer_of("c")
         job.procs["c"].kill()  # the whole pod vanishes while the world re-initialises
         os.killpg(trainer.pid, signal.SIGKILL)
         job.procs["c"].wait(10)
 
-        wait_for("the job to end", lambda: job.procs["a"].poll() is not None, 300, job.procs)
+        wait_for(
+            lambda: job.procs["a"].poll() is not None,
+            timeout_s=300,
+            what="the job to end",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
+        )
         # b's trainer stood still: its member was excluded (b exits 1), a went on and finished
         assert job.procs["b"].wait(30) == 1 and job.procs["a"].returncode == 0
         assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE

@@ -26,7 +26,12 @@ import pytest
 import requests
 import yaml
 
-from tests.integration.test_adapter_static import free_port, spawn, start_agent, wait_until
+from tests.integration.adapter_processes import (
+    spawn,
+    start_agent,
+)
+from tests.support.net import free_port
+from tests.support.waiting import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 RULES = Path(__file__).resolve().parents[2] / "manifests/overlays/prometheus-adapter/rules.yaml"
@@ -78,13 +83,18 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
         stack.callback(prom.stop)
         url = f"http://127.0.0.1:{port}"
-        wait_until("prometheus ready", lambda: requests.get(f"{url}/-/ready", timeout=1).ok, 60)
+        wait_for(
+            lambda: requests.get(f"{url}/-/ready", timeout=1).ok,
+            timeout_s=60,
+            what="prometheus ready",
+            interval_s=0.2,
+        )
         # a full 30 s rate window of samples from both agents
-        wait_until(
-            "30 s of samples",
+        wait_for(
             lambda: len(_query(url, "count_over_time(edl_trainer_steps_total[30s]) >= 25")) == 2,
-            90,
-            1.0,
+            timeout_s=90,
+            what="30 s of samples",
+            interval_s=1.0,
         )
         yield url
 

@@ -1,4 +1,9 @@
-"""Bounded polling: every wait in the e2e layer is capped in time and in attempts."""
+"""Bounded polling, the one way every layer waits: capped in time and in attempts.
+
+A test never sleeps to synchronise; it polls a condition with a deadline, and on a loaded
+machine the deadline is generous. When the wait fails, the message says what was awaited, the
+last value or error seen, and whatever `describe()` adds (process states, log tails).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ T = TypeVar("T")
 
 
 class WaitTimeout(AssertionError):
-    """A condition did not hold in time; the message says what was last seen."""
+    """A condition did not hold in time (or the wait gave up); the message says what was seen."""
 
 
 def wait_for(
@@ -21,19 +26,22 @@ def wait_for(
     interval_s: float = 0.5,
     describe: Callable[[], str] | None = None,
     abort_on: tuple[type[BaseException], ...] = (),
+    give_up: Callable[[], object] | None = None,
 ) -> T:
     """Calls `probe` until it returns a truthy value, which is returned.
 
     Exceptions from `probe` count as "not yet" and are reported if the wait times out, except
-    those of the `abort_on` types, which end the wait at once.
+    those of the `abort_on` types, which end the wait at once. `give_up` is asked after each
+    miss: a truthy answer (e.g. "the process under test exited") fails the wait at once.
 
     Raises:
-        WaitTimeout: `timeout_s` passed (or 10 000 attempts); the message holds the last value
-            or error and `describe()`'s output.
+        WaitTimeout: `timeout_s` passed (at most one attempt per `interval_s`), or `give_up`
+            answered; the message holds the last value or error and `describe()`'s output.
     """
     deadline = time.monotonic() + timeout_s
     last: object = None
-    for _ in range(10_000):
+    ended = f"timed out after {timeout_s:.0f} s"
+    for _ in range(int(timeout_s / interval_s) + 2):
         try:
             value = probe()
             if value:
@@ -43,6 +51,10 @@ def wait_for(
             raise
         except Exception as e:
             last = e
+        reason = give_up() if give_up is not None else None
+        if reason:
+            ended = f"gave up ({reason})"
+            break
         if time.monotonic() >= deadline:
             break
         time.sleep(interval_s)
@@ -52,6 +64,4 @@ def wait_for(
             extra = "\n" + describe()
         except Exception as e:
             extra = f"\n(describe failed: {e!r})"
-    raise WaitTimeout(
-        f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last!r}{extra}"
-    )
+    raise WaitTimeout(f"{ended} waiting for {what}; last: {last!r}{extra}")

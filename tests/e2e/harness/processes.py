@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-_used_ports: set[int] = set()
+from tests.support.net import free_port as free_port
 
 
 class HarnessError(RuntimeError):
     """The harness could not bring a component up (its log tail is in the message)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` now, never handed out twice in this process."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port not in _used_ports:
-            _used_ports.add(port)
-            return port
-    raise HarnessError("no free port found after 50 tries")
 
 
 def tail(path: Path, lines: int = 40) -> str:

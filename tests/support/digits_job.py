@@ -1,0 +1,161 @@
+"""The elastic digits job of the integration layer: agents on a local membership store.
+
+Real `edl-agent run --elastic` processes on 127.0.0.1 training the elastic digits example
+(Paddle or PyTorch); used by the integration tests, the soak driver, the e2e elastic tests
+(the constants) and the benches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import psutil
+
+from agent.protocol.control import ControlChannel, Timings
+from tests.support.net import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+EPOCHS = 10
+TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", "64", "--seed", "3"]
+NUM_TRAIN = 1437  # 80 % of sklearn's 1797 digits
+SCRIPTS = {
+    "paddle": "examples.train_digits_elastic",
+    "torch": "examples.train_digits_torch_elastic",
+}
+"""The same elastic digits example, per framework."""
+
+
+def exit_codes(procs: Mapping[str, subprocess.Popen[bytes]]) -> Callable[[], str]:
+    """For `wait_for(describe=...)`: each agent's exit status (None: still running)."""
+    return lambda: f"agents { ({n: p.poll() for n, p in procs.items()}) }"
+
+
+class Job:
+    """Agents of one elastic job on a local membership store, started and stopped by a test."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        train_args: list[str] = TRAIN_ARGS,
+        step_sleep: float = 0.1,
+        script: str = SCRIPTS["paddle"],
+    ) -> None:
+        self.tmp = tmp
+        self.script = script
+        self.train_args = train_args
+        self.step_sleep = step_sleep
+        self.store = tmp / "store"
+        self.ledger = tmp / "ledger"
+        self.result = tmp / "result.json"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}
+        self.extra_env: dict[str, str] = {}
+        """Set in every agent this job starts."""
+
+    def start(self, name: str, on_finished: str = "exit", **extra_env: str) -> None:
+        """Starts agent `name`; by default it exits 0 once the job is done (as a Job would)."""
+        port = free_port()
+        env = {
+            **os.environ,
+            "EDL_MEMBER_ID": name,
+            "EDL_ELASTIC_DIR": str(self.tmp / name),
+            "EDL_SAMPLE_LEDGER": str(self.ledger),
+            "EDL_DEBOUNCE": "2",
+            "EDL_MEMBER_TTL": "8",
+            "EDL_DRAIN_TIMEOUT": "30",
+            "EDL_INIT_TIMEOUT": "90",
+            "PYTHONPATH": str(ROOT),
+            **self.extra_env,
+            **extra_env,
+        }
+        cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
+               "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
+               "--min", "1", "--max", "4", "--on-finished", on_finished, "--",
+               PY, "-m", self.script, *self.train_args,
+               "--step-sleep", str(self.step_sleep), "--result", str(self.result)]  # fmt: skip
+        log = open(self.tmp / f"{name}.log", "wb")
+        self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
+        self.ports[name] = port
+
+    def world(self) -> tuple[int, int]:
+        try:
+            raw = json.loads((self.store / "digits" / "world.json").read_text())
+            return int(raw["generation"]), len(raw["members"])
+        except (OSError, ValueError, KeyError):
+            return 0, 0
+
+    def steps_done(self) -> int:
+        """The highest global step any trainer has started (from the ledger)."""
+        best = -1
+        for path in self.ledger.glob("ledger-*.jsonl"):
+            for line in path.read_text().splitlines():
+                if '"s":' in line:
+                    best = max(best, int(json.loads(line)["s"]))
+        return best
+
+    def timings(self) -> list[Timings]:
+        """Every generation's timings reported by every trainer of this job."""
+        found = []
+        for path in self.tmp.glob("*/control/timings-g*.json"):
+            found.append(Timings.from_json(path.read_text()))
+        return found
+
+    def stepped(self, name: str, generation: int, steps: int) -> bool:
+        """`name`'s trainer finished `steps` steps in `generation` (its first step is marked)."""
+        timings = ControlChannel(self.tmp / name / "control").timings(generation)
+        first = None if timings is None else timings.first_step
+        return first is not None and time.time() - first > steps * 0.05
+
+    def trainer_of(self, name: str) -> psutil.Process:
+        kids = psutil.Process(self.procs[name].pid).children()
+        assert kids, f"{name} has no trainer"
+        return kids[0]
+
+    def metrics(self, name: str) -> str:
+        url = f"http://127.0.0.1:{self.ports[name]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+
+    def readyz(self, name: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.ports[name]}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def ledger_lines(self) -> int:
+        return sum(len(p.read_text().splitlines()) for p in self.ledger.glob("ledger-*.jsonl"))
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if self.script in cmd and str(self.result) in cmd:
+                proc.kill()
+
+
+def reference_accuracy(
+    tmp: Path, train_args: list[str] = TRAIN_ARGS, script: str = SCRIPTS["paddle"]
+) -> float:
+    out = tmp / "reference.json"
+    subprocess.run(
+        [PY, "-m", script, *train_args, "--result", str(out)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=300,
+        capture_output=True,
+    )  # fmt: skip
+    return float(json.loads(out.read_text())["accuracy"])
