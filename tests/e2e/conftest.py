@@ -17,34 +17,28 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.install import ensure_images
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.processes import HarnessError
+from tests.e2e.harness.session import LOG_SOURCES, E2ENamespace, Kubectl, work_root
 
 _E2E_DIR = Path(__file__).resolve().parent
 
 
-class _HasLogs(Protocol):
-    def log_tails(self, lines: int = ...) -> str: ...
-
-
-_LOG_SOURCES: list[_HasLogs] = []
 _BUILD: dict[str, Any] = {}
 
 
@@ -70,9 +64,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if report.failed and _LOG_SOURCES:
+    if report.failed and LOG_SOURCES:
         tails = []
-        for source in _LOG_SOURCES:
+        for source in LOG_SOURCES:
             try:
                 tails.append(source.log_tails(25))
             except Exception as e:
@@ -81,37 +75,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-_KEEP_RUNS = 5
-_PRUNE_AFTER_S = 3600.0
-
-
-def _work_root() -> Path:
-    """A fresh run folder (logs, PKI, kubeconfig); runs beyond the newest few, older than an
-    hour, are removed. `EDL_E2E_WORK_DIR` chooses the parent (default: the temp dir)."""
-    parent = Path(os.environ.get("EDL_E2E_WORK_DIR") or tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    old = sorted(parent.glob("edl-e2e-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for run in old[_KEEP_RUNS:]:
-        if time.time() - run.stat().st_mtime > _PRUNE_AFTER_S:
-            shutil.rmtree(run, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix="edl-e2e-", dir=parent))
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     if "error" in _BUILD:
         raise _BUILD["error"]
     bin_dir = _BUILD.get("bin") or ensure_binaries()
-    work = _work_root()
+    work = work_root()
     cp = ControlPlane(ControlPlaneSettings(bin_dir=bin_dir, work_dir=work))
     print(f"\ne2e control plane: work dir {work}, logs in {cp.log_dir}")
-    _LOG_SOURCES.append(cp)
+    LOG_SOURCES.append(cp)
     try:
         cp.start()
         yield cp
     finally:
         cp.stop()
-        _LOG_SOURCES.remove(cp)
+        LOG_SOURCES.remove(cp)
 
 
 @pytest.fixture(scope="session")
@@ -124,7 +102,8 @@ def edl_images() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def kube_api(control_plane: ControlPlane) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    api: client.ApiClient = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    return api
 
 
 @dataclass
@@ -140,7 +119,7 @@ class _AdapterLogs:
 def metrics_adapter(control_plane: ControlPlane) -> Iterator[MetricsAdapter]:
     adapter = MetricsAdapter(control_plane, AdapterSettings())
     logs = _AdapterLogs(adapter)
-    _LOG_SOURCES.append(logs)
+    LOG_SOURCES.append(logs)
     try:
         adapter.start()
         adapter.register()
@@ -148,22 +127,12 @@ def metrics_adapter(control_plane: ControlPlane) -> Iterator[MetricsAdapter]:
         yield adapter
     finally:
         adapter.stop()
-        _LOG_SOURCES.remove(logs)
+        LOG_SOURCES.remove(logs)
 
 
 @pytest.fixture(scope="session")
 def loopback_pool() -> LoopbackAddressPool:
     return LoopbackAddressPool()
-
-
-@dataclass
-class E2ENamespace:
-    """A fresh namespace whose pods the runner executes locally."""
-
-    name: str
-    runner: PodRunner
-    load_dir: Path
-    api: client.ApiClient
 
 
 def _venv_env() -> dict[str, str]:
@@ -196,7 +165,7 @@ def e2e_ns(
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())
     base = base[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:5]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}})
+    core.create_namespace(as_body({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}}))
     runner_api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     runner = PodRunner(
         runner_api,
@@ -210,7 +179,7 @@ def e2e_ns(
     )
     load_dir = control_plane.work_dir / "load"
     load_dir.mkdir(exist_ok=True)
-    _LOG_SOURCES.append(runner)
+    LOG_SOURCES.append(runner)
     runner.start()
     try:
         yield E2ENamespace(name=name, runner=runner, load_dir=load_dir, api=kube_api)
@@ -220,29 +189,7 @@ def e2e_ns(
         except client.ApiException as e:
             print(f"deleting namespace {name}: {e.status} {e.reason}")
         runner.stop()
-        _LOG_SOURCES.remove(runner)
-
-
-@dataclass
-class Kubectl:
-    """The real kubectl, pointed at the loopback control plane."""
-
-    binary: str
-    kubeconfig: Path
-
-    def __call__(self, *args: str, timeout_s: float = 30.0) -> str:
-        done = subprocess.run(
-            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise AssertionError(
-                f"kubectl {' '.join(args)} failed rc={done.returncode}: {done.stderr.strip()}"
-            )
-        return done.stdout
+        LOG_SOURCES.remove(runner)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,9 @@ import pytest
 import requests
 from kubernetes import client
 
-from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.adapter import MetricsAdapter
+from tests.e2e.harness.bodies import as_body
+from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -30,7 +31,7 @@ def test_direct_callers_are_authenticated_and_authorised_by_the_cluster(
 
     # A service account token (issued by the real apiserver) is checked with TokenReview...
     core = client.CoreV1Api(e2e_ns.api)
-    core.create_namespaced_service_account(ns, {"metadata": {"name": "metrics-reader"}})
+    core.create_namespaced_service_account(ns, as_body({"metadata": {"name": "metrics-reader"}}))
     token = kubectl("create", "token", "metrics-reader", "-n", ns, "--duration=10m").strip()
     headers = {"Authorization": f"Bearer {token}"}
     denied = requests.get(url, verify=ca, headers=headers, timeout=10)
@@ -42,28 +43,32 @@ def test_direct_callers_are_authenticated_and_authorised_by_the_cluster(
     rbac = client.RbacAuthorizationV1Api(e2e_ns.api)
     rbac.create_namespaced_role(
         ns,
-        {
-            "metadata": {"name": "custom-metrics-reader"},
-            "rules": [
-                {"apiGroups": ["custom.metrics.k8s.io"], "resources": ["*"], "verbs": ["get"]}
-            ],
-        },
+        as_body(
+            {
+                "metadata": {"name": "custom-metrics-reader"},
+                "rules": [
+                    {"apiGroups": ["custom.metrics.k8s.io"], "resources": ["*"], "verbs": ["get"]}
+                ],
+            }
+        ),
     )
     rbac.create_namespaced_role_binding(
         ns,
-        {
-            "metadata": {"name": "custom-metrics-reader"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "custom-metrics-reader",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "metrics-reader", "namespace": ns}],
-        },
+        as_body(
+            {
+                "metadata": {"name": "custom-metrics-reader"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "custom-metrics-reader",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "metrics-reader", "namespace": ns}],
+            }
+        ),
     )
     # Denials may be cached briefly (--auth-cache-ttl); wait past that, bounded.
     allowed = wait_for(
-        lambda: (r := requests.get(url, verify=ca, headers=headers, timeout=10)).ok and r,
+        lambda: r if (r := requests.get(url, verify=ca, headers=headers, timeout=10)).ok else None,
         timeout_s=60,
         what="the token allowed after the RoleBinding",
     )

@@ -23,9 +23,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
-from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.session import E2ENamespace
 from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.pki import Issued, issue
 from tests.support.slow_clients import HalfOpenConnections
@@ -150,14 +151,22 @@ def _direct(adapter: MetricsAdapter, path: str, user: str, groups: list[str]) ->
 def _bind_group(api: client.ApiClient, ns: str, group: str) -> None:
     rbac = client.RbacAuthorizationV1Api(api)
     rule: dict[str, Any] = {"apiGroups": [GROUP], "resources": ["*"], "verbs": ["get"]}
-    rbac.create_namespaced_role(ns, {"metadata": {"name": "readers"}, "rules": [rule]})
+    rbac.create_namespaced_role(ns, as_body({"metadata": {"name": "readers"}, "rules": [rule]}))
     rbac.create_namespaced_role_binding(
         ns,
-        {
-            "metadata": {"name": "readers"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "readers"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
-        },
+        as_body(
+            {
+                "metadata": {"name": "readers"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "readers",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+                ],
+            }
+        ),
     )
 
 
@@ -198,19 +207,18 @@ def test_a_comma_in_a_group_is_judged_as_kube_apiserver_judges_it(
     cert, key = tmp_path / "erin.crt", tmp_path / "erin.key"
     cert.write_bytes(erin.pem)
     key.write_bytes(erin.key_pem)
+
+    def answered() -> requests.Response | None:
+        resp = requests.get(
+            f"{control_plane.server}{path}",
+            cert=(str(cert), str(key)),
+            verify=str(metrics_adapter.pki.ca.cert),
+            timeout=10,
+        )
+        return resp if resp.status_code in (200, 403) else None
+
     r = wait_for(
-        lambda: (
-            (
-                resp := requests.get(
-                    f"{control_plane.server}{path}",
-                    cert=(str(cert), str(key)),
-                    verify=str(metrics_adapter.pki.ca.cert),
-                    timeout=10,
-                )
-            ).status_code
-            in (200, 403)
-            and resp
-        ),
+        answered,
         timeout_s=30,
         what="erin's answer through kube-apiserver",
     )

@@ -9,8 +9,8 @@ from urllib.parse import quote
 import pytest
 
 from metrics_adapter.quantity import parse_quantity
-from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.adapter import MetricsAdapter
+from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.e2e.harness.workloads import agent_container, create_trainer_job
 from tests.support.waiting import wait_for
 

@@ -26,17 +26,17 @@ from kubernetes import client
 from agent.checkpoints.catalogue import Checkpoints
 from agent.checkpoints.local import LocalDirectory
 from agent.trainer.ledger import verify
-from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.workloads import create_trainer_job
-from tests.e2e.test_elastic_scale import (
+from tests.e2e.harness.elastic_job import (
     JOB,
     SERVICE_ACCOUNT,
     WorldWatch,
-    _reap_trainers,
     elastic_container,
     grant_agent_access,
+    reap_trainers,
 )
+from tests.e2e.harness.session import E2ENamespace, Kubectl
+from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
@@ -112,7 +112,7 @@ def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
         try:
             kubectl("-n", ns, "scale", "deployment/trainer", "--replicas=0")
         finally:
-            _reap_trainers(tmp_path, SCRIPTS["paddle"])
+            reap_trainers(tmp_path, SCRIPTS["paddle"])
 
     report = verify(tmp_path / "ledger")
     assert report.problems(NUM_TRAIN, EPOCHS) == []

@@ -10,9 +10,9 @@ import pytest
 import requests
 from kubernetes import client
 
-from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings
 from tests.e2e.harness.processes import HarnessError
+from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
 from tests.support.waiting import wait_for
 
@@ -45,7 +45,7 @@ def test_pod_runner_runs_pods_on_their_own_loopback_address(e2e_ns: E2ENamespace
     for pod in pods:
         # A loopback podIP passes pod status validation (127.0.0.0/8 is only refused for
         # Endpoints/EndpointSlices), so each pod gets a distinct 127.x.y.z and port 9400.
-        assert ipaddress.ip_address(pod.status.pod_ip).is_loopback
+        assert ipaddress.ip_address(str(pod.status.pod_ip)).is_loopback
         assert pod.status.phase == "Running"
         assert pod.spec.node_name is None
         conds = {c.type: c.status for c in pod.status.conditions}

@@ -15,8 +15,9 @@ import pytest
 from kubernetes import client
 
 from metrics_adapter.quantity import parse_quantity
-from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
+from tests.e2e.harness.bodies import as_body
+from tests.e2e.harness.session import E2ENamespace
 from tests.e2e.harness.workloads import (
     TrainerJob,
     create_trainer_job,
@@ -95,7 +96,7 @@ def test_hpa_scales_trainers_up_and_down(
     job = create_trainer_job(api, ns, e2e_ns.load_dir, replicas=MIN, samples_per_second=HIGH)
     build = pods_metric_hpa if kind == "Pods" else object_metric_hpa
     body = build("trainer", "trainer", "samples_per_second", TARGET, min_r=MIN, max_r=MAX)
-    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, body)
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, as_body(body))
     describe = _describe(api, ns, job)
 
     # More load than the target: the HPA grows the job to maxReplicas.
@@ -152,7 +153,7 @@ def test_hpa_freezes_while_adapter_is_down_and_recovers(
     ns, api = e2e_ns.name, e2e_ns.api
     job = create_trainer_job(api, ns, e2e_ns.load_dir, replicas=2, samples_per_second=100.0)
     body = pods_metric_hpa("trainer", "trainer", "samples_per_second", TARGET, min_r=1, max_r=4)
-    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, body)
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, as_body(body))
     describe = _describe(api, ns, job)
 
     def settled() -> bool:

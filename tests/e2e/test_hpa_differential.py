@@ -37,10 +37,11 @@ import pytest
 from kubernetes import client
 
 from metrics_adapter.hpa import ControllerSettings, HorizontalController, parse_hpa
-from tests.e2e.conftest import E2ENamespace
 from tests.e2e.harness.adapter import MetricsAdapter
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.hpa_diff import Report, StatePoller, Sync, read_syncs, replay
+from tests.e2e.harness.session import E2ENamespace
 from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.waiting import wait_for
 
@@ -231,7 +232,7 @@ def test_model_decides_like_the_real_controller(
     body = _manifest(case, case.behavior)
     autoscaling = client.AutoscalingV2Api(api)
     t_created = time.time()
-    autoscaling.create_namespaced_horizontal_pod_autoscaler(ns, body)
+    autoscaling.create_namespaced_horizontal_pod_autoscaler(ns, as_body(body))
 
     # The API server's defaulting is what the model applies itself.
     stored = api.sanitize_for_serialization(

@@ -36,7 +36,6 @@ import requests
 import yaml
 from kubernetes import client, config
 
-from tests.e2e.conftest import _LOG_SOURCES, Kubectl, _work_root
 from tests.e2e.harness.containers import ContainerSettings, PodmanContainers
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.install import (
@@ -48,6 +47,7 @@ from tests.e2e.harness.install import (
 )
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.serviceproxy import ServiceProxy
+from tests.e2e.harness.session import LOG_SOURCES, Kubectl, work_root
 from tests.support.kustomize import ROOT
 from tests.support.waiting import wait_for
 
@@ -153,9 +153,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(edl_images: dict[str, str]) -> Iterator[Cluster]:
-    work = _work_root()
+    work = work_root()
     cp = ControlPlane(ControlPlaneSettings(bin_dir=ensure_binaries(), work_dir=work))
-    _LOG_SOURCES.append(cp)
+    LOG_SOURCES.append(cp)
     runners: list[PodRunner] = []
     containers: PodmanContainers | None = None
     proxy: ServiceProxy | None = None
@@ -188,19 +188,19 @@ def cluster(edl_images: dict[str, str]) -> Iterator[Cluster]:
             runner = PodRunner(runner_api, settings, pool)
             runner.start()
             runners.append(runner)
-            _LOG_SOURCES.append(runner)
+            LOG_SOURCES.append(runner)
         kubectl = Kubectl(shutil.which("kubectl") or "/usr/bin/kubectl", cp.kubeconfig)
         yield Cluster(cp, api, kubectl, containers, edl_images, work / "overlays", proxy.address)
     finally:
         for runner in runners:
             runner.stop()
-            _LOG_SOURCES.remove(runner)
+            LOG_SOURCES.remove(runner)
         if proxy is not None:
             proxy.stop()
         if containers is not None:
             containers.cleanup()
         cp.stop()
-        _LOG_SOURCES.remove(cp)
+        LOG_SOURCES.remove(cp)
 
 
 def test_custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
@@ -258,7 +258,7 @@ def test_manifests_run_from_the_images_and_the_hpa_scales_training(cluster: Clus
     # The adapter runs as the manifest says: user 65532, read-only root, no capabilities.
     core = client.CoreV1Api(cluster.api)
     pod = core.list_namespaced_pod(ADAPTER_NS).items[0]
-    inspected = cluster.containers.inspect(pod.metadata.uid)
+    inspected = cluster.containers.inspect(str(pod.metadata.uid))
     assert inspected["Config"]["User"].split(":")[0] == "65532"
     assert inspected["HostConfig"]["ReadonlyRootfs"] is True
     assert inspected["HostConfig"]["NetworkMode"] == "host"
@@ -293,7 +293,7 @@ def test_manifests_run_from_the_images_and_the_hpa_scales_training(cluster: Clus
 
     def both_train_in_a_world_of_two() -> bool:
         pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items
-        sizes = [_agent_gauge(p.status.pod_ip, "edl_trainer_world_size") for p in pods]
+        sizes = [_agent_gauge(str(p.status.pod_ip), "edl_trainer_world_size") for p in pods]
         rates = training_pods()
         return (
             len(pods) == 2 and sizes == [2.0, 2.0] and len(rates) == 2 and min(rates.values()) > 0
@@ -307,7 +307,7 @@ def test_manifests_run_from_the_images_and_the_hpa_scales_training(cluster: Clus
     )
     # The world changed under a running job (1 -> 2 members): a later generation on both pods.
     pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items
-    generations = [_agent_gauge(p.status.pod_ip, "edl_trainer_generation") for p in pods]
+    generations = [_agent_gauge(str(p.status.pod_ip), "edl_trainer_generation") for p in pods]
     assert all(g is not None and g >= 2 for g in generations), generations
 
 

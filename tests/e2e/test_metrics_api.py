@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client
 
 from metrics_adapter.quantity import parse_quantity
-from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.adapter import MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.waiting import wait_for
 

@@ -17,8 +17,8 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.conftest import Kubectl
 from tests.e2e.harness.adapter import MetricsAdapter
+from tests.e2e.harness.session import Kubectl
 from tests.support.kustomize import ROOT, render
 from tests.support.waiting import wait_for
 
@@ -119,7 +119,9 @@ def test_the_scraper_token_reads_the_adapter_metrics_once_bound(
     kubectl("apply", "-f", str(path))
     try:
         allowed = wait_for(
-            lambda: (r := requests.get(url, verify=ca, headers=headers, timeout=10)).ok and r,
+            lambda: (
+                r if (r := requests.get(url, verify=ca, headers=headers, timeout=10)).ok else None
+            ),
             timeout_s=60,
             what="the scraper token allowed after the ClusterRoleBinding",
         )

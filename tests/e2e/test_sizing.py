@@ -47,18 +47,19 @@ from metrics_adapter.quantity import parse_quantity
 from metrics_adapter.sizing import SizeHistory
 from metrics_adapter.sizing.configmap import ConfigMapHistoryStore
 from metrics_adapter.sizing.kube_objects import JOB_LABEL, MAX_WORKERS, MIN_WORKERS
-from tests.e2e.conftest import E2ENamespace, Kubectl
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.nodes import NodeSpec
-from tests.e2e.harness.workloads import events_for
-from tests.e2e.test_elastic_scale import (
+from tests.e2e.harness.elastic_job import (
     SERVICE_ACCOUNT,
     WorldWatch,
-    _reap_trainers,
     elastic_container,
     grant_agent_access,
+    reap_trainers,
 )
+from tests.e2e.harness.nodes import NodeSpec
+from tests.e2e.harness.session import E2ENamespace, Kubectl
+from tests.e2e.harness.workloads import events_for
 from tests.support.digits_job import NUM_TRAIN
 from tests.support.kustomize import render
 from tests.support.waiting import wait_for
@@ -345,13 +346,13 @@ class Timeline:
     def sample(self) -> tuple[float, int, int, int, int, int, int | None, int | None]:
         d = self.apps.read_namespaced_deployment(self.deployment, self.namespace)
         pods = self.core.list_namespaced_pod(self.namespace).items
-        pending = sum(1 for p in pods if not p.spec.node_name and p.status.phase == "Pending")
+        pending = len([p for p in pods if not p.spec.node_name and p.status.phase == "Pending"])
         gen, size = self.world_now()
         a, b = self.adapters.both(self.namespace, self.job)
         t = round(time.monotonic() - self.started, 1)
         return (
             t,
-            int(d.spec.replicas),
+            int(d.spec.replicas or 0),
             int(d.status.ready_replicas or 0),
             pending,
             size,
@@ -420,7 +421,7 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     urgent_class = f"edl-e2e-urgent-{ns}"
     client.SchedulingV1Api(api).create_priority_class(
-        {"metadata": {"name": urgent_class}, "value": 1000, "preemptionPolicy": "Never"}
+        as_body({"metadata": {"name": urgent_class}, "value": 1000, "preemptionPolicy": "Never"})
     )
     agent_kubeconfig = grant_agent_access(
         ns, api, kubectl, control_plane, tmp_path / "agent.kubeconfig"
@@ -434,11 +435,11 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
     # All pods share the host's network namespace here: free trainer ports, not 36543/36544.
     container["env"].append({"name": "EDL_TRAINER_PORTS", "value": "auto"})
     apps.create_namespaced_deployment(
-        ns, trainer_deployment("trainer", "digits", 1, container, 1, 3, SERVICE_ACCOUNT)
+        ns, as_body(trainer_deployment("trainer", "digits", 1, container, 1, 3, SERVICE_ACCOUNT))
     )
     autoscaling = client.AutoscalingV2Api(api)
     autoscaling.create_namespaced_horizontal_pod_autoscaler(
-        ns, sizing_hpa("trainer", "digits", 3, "0")
+        ns, as_body(sizing_hpa("trainer", "digits", 3, "0"))
     )
     stored = control_plane.request(
         "GET", f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/trainer"
@@ -470,7 +471,7 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
         wait_for(lambda: training_at(3), timeout_s=180, what="the job grown to 3", describe=logs)
         settled(3, "grown into the free room")
 
-        apps.create_namespaced_deployment(ns, sleeper("urgent", urgent_class))
+        apps.create_namespaced_deployment(ns, as_body(sleeper("urgent", urgent_class)))
 
         def urgent_running() -> str | None:
             pods = core.list_namespaced_pod(ns, label_selector="app=urgent").items
@@ -515,7 +516,7 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
             autoscaling.delete_namespaced_horizontal_pod_autoscaler("trainer", ns)
             kubectl("-n", ns, "scale", "deployment/trainer", "--replicas=0")
         finally:
-            _reap_trainers(tmp_path, "examples.train_digits_elastic")
+            reap_trainers(tmp_path, "examples.train_digits_elastic")
             client.SchedulingV1Api(api).delete_priority_class(urgent_class)
 
     # What the sizer and the HPA did: 1 -> 2 -> 3, 2 for the urgent pod, 3 again.
@@ -562,7 +563,9 @@ def test_tolerance_zero_lets_the_hpa_apply_10_to_11(
         "image": "edl-e2e.invalid/sleeper:local",
         "command": ["python", "-c", "import time; time.sleep(3600)"],
     }
-    apps.create_namespaced_deployment(ns, trainer_deployment("wide", "wide", 10, container, 1, 11))
+    apps.create_namespaced_deployment(
+        ns, as_body(trainer_deployment("wide", "wide", 10, container, 1, 11))
+    )
     wait_for(
         lambda: int(apps.read_namespaced_deployment("wide", ns).status.ready_replicas or 0) == 10,
         timeout_s=90,
@@ -585,7 +588,7 @@ def test_tolerance_zero_lets_the_hpa_apply_10_to_11(
     )
     autoscaling = client.AutoscalingV2Api(api)
     autoscaling.create_namespaced_horizontal_pod_autoscaler(
-        ns, sizing_hpa("wide", "wide", 11, None)
+        ns, as_body(sizing_hpa("wide", "wide", 11, None))
     )
     path = f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/wide"
 

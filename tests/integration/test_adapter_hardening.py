@@ -268,7 +268,8 @@ def test_a_fuzz_of_10000_malformed_requests_gets_only_matching_status_errors(
 
 def test_slow_handshakes_and_idle_connects_do_not_starve_it(guarded: Adapter) -> None:
     with HalfOpenConnections(guarded.port, partial=100, idle=100) as holder:
-        times, failures = [], []
+        times: list[float] = []
+        failures: list[int | str] = []
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
             t = time.perf_counter()
@@ -359,7 +360,7 @@ def test_a_rotated_serving_certificate_is_used_by_new_connections(
     tmp_path: Path, agents: int
 ) -> None:
     ca = make_ca("serving-ca")
-    san = [x509.DNSName("localhost")]
+    san: list[x509.GeneralName] = [x509.DNSName("localhost")]
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
 
     def install(cn: str) -> None:  # like a Secret volume update: each file replaced at once

@@ -291,10 +291,20 @@ def test_requestheader_mtls_from_a_front_proxy(tmp_path: Path) -> None:
     try:
         url = f"{adapter.url}{CM}/v1beta2"
         headers = {"X-Remote-User": "system:kube-aggregator", "X-Remote-Group": "system:masters"}
-        ok = requests.get(url, headers=headers, cert=files["proxy"], verify=adapter.ca, timeout=5)
+        ok = requests.get(
+            url,
+            headers=headers,
+            cert=(str(files["proxy"][0]), str(files["proxy"][1])),
+            verify=adapter.ca,
+            timeout=5,
+        )
         assert ok.status_code == 200
         denied = requests.get(
-            url, headers=headers, cert=files["intruder"], verify=adapter.ca, timeout=5
+            url,
+            headers=headers,
+            cert=(str(files["intruder"][0]), str(files["intruder"][1])),
+            verify=adapter.ca,
+            timeout=5,
         )
         assert denied.status_code == 401
         assert "cn=intruder is not in the allowed list" in denied.json()["message"]

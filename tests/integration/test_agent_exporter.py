@@ -106,12 +106,11 @@ def test_counters_grow_while_training_and_the_world_is_two(agents: list[LocalAge
         for a in agents
     ]
     for a, first in zip(agents, firsts, strict=True):
-        later = scraped_when(
-            a,
-            "more steps",
-            lambda m, f=first: m["edl_trainer_steps_total"] > f["edl_trainer_steps_total"],
-            60,
-        )
+
+        def more(m: Metrics, f: Metrics = first) -> bool:
+            return m["edl_trainer_steps_total"] > f["edl_trainer_steps_total"]
+
+        later = scraped_when(a, "more steps", more, 60)
         for name in GROWING:
             assert later[name] > first[name], (a.rank, name)
         assert later["edl_trainer_world_size"] == 2

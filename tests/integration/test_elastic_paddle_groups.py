@@ -65,7 +65,7 @@ def test_groups_of_changing_size_on_one_rank_0_never_meet_a_stale_store() -> Non
         (9, [2, 0, 1]),  # rank 0 moves to another process
         (10, [2, 3]),
     ]
-    chosen = set()
+    chosen: set[int] = set()
     while len(chosen) < 8:  # as EDL_TRAINER_PORTS=auto does for members on one host
         chosen.add(free_static_port())
     ports = json.dumps([sorted(chosen)[i : i + 2] for i in range(0, 8, 2)])

@@ -123,7 +123,8 @@ class Job:
     def metrics(self, name: str) -> str:
         url = f"http://127.0.0.1:{self.ports[name]}/metrics"
         with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.read().decode()
+            text: str = resp.read().decode()
+            return text
 
     def readyz(self, name: str) -> tuple[int, str]:
         url = f"http://127.0.0.1:{self.ports[name]}/readyz"
@@ -143,10 +144,10 @@ class Job:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
-        for proc in psutil.process_iter(["cmdline"]):
-            cmd = proc.info["cmdline"] or []
+        for trainer in psutil.process_iter(["cmdline"]):
+            cmd = trainer.info["cmdline"] or []
             if self.script in cmd and str(self.result) in cmd:
-                proc.kill()
+                trainer.kill()
 
 
 def reference_accuracy(

@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.podrunner import StartFailure, _field_ref, expand
 from tests.e2e.harness.processes import HarnessError, ManagedProcess
 
@@ -290,7 +291,7 @@ class PodmanContainers:
         }
         try:
             answer = self.core.create_namespaced_service_account_token(
-                sa, pod.metadata.namespace, body, _request_timeout=10
+                sa, pod.metadata.namespace, as_body(body), _request_timeout=10
             )
         except ApiException as e:
             raise StartFailure(

@@ -16,6 +16,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             adapter.register()
             adapter.wait_available()
         api = config.new_client_from_config(config_file=str(cp.kubeconfig))
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": args.namespace}})
+        client.CoreV1Api(api).create_namespace(as_body({"metadata": {"name": args.namespace}}))
         runner = PodRunner(
             api,
             PodRunnerSettings(namespace=args.namespace, log_dir=cp.log_dir / "pods"),

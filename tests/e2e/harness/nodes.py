@@ -15,6 +15,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.harness.bodies import as_body
+
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -86,7 +88,7 @@ class FakeNodes:
         """Creates each node (replacing a leftover of the same name) and reports it Ready."""
         for spec in self.specs:
             self._delete(spec.name)
-            self.core.create_node(spec.obj(), _request_timeout=10)
+            self.core.create_node(as_body(spec.obj()), _request_timeout=10)
             self.core.patch_node_status(spec.name, spec.status(), _request_timeout=10)
             # The API server taints a new node not-ready; the node lifecycle controller (not
             # run here) lifts it once the kubelet reports Ready: this kubelet is ready now.

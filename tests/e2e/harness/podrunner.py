@@ -271,7 +271,7 @@ class PodRunner:
                     )
                     for pod in listing.items:
                         self._handle("ADDED", pod)
-                    resource_version = listing.metadata.resource_version
+                    resource_version = listing.metadata.resource_version or ""
                 w = watch.Watch()
                 for ev in w.stream(
                     self.core.list_namespaced_pod,

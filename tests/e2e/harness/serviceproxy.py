@@ -69,7 +69,7 @@ class ServiceProxy:
                 if svc.spec.type != "ExternalName" or svc.spec.external_name != self.address:
                     continue
                 for port in svc.spec.ports or []:
-                    key = _Listener(ns, svc.metadata.name, int(port.port))
+                    key = _Listener(ns, str(svc.metadata.name), int(port.port))
                     if key not in self._sockets:
                         self._listen(key)
 

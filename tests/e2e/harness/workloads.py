@@ -11,6 +11,8 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.e2e.harness.bodies import as_body
+
 METRICS_PORT = 9400
 """The agent's metrics port (docs/metrics-contract.md); every pod has its own 127.x.y.z."""
 
@@ -92,7 +94,7 @@ def create_trainer_job(
     labels = {"app": "trainer", "job": name}
     job = TrainerJob(apps, namespace, name, load_dir / f"{namespace}-{name}.json", labels)
     job.set_load(samples_per_second)
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
@@ -110,7 +112,7 @@ def create_trainer_job(
     }
     if service_account:
         body["spec"]["template"]["spec"]["serviceAccountName"] = service_account
-    apps.create_namespaced_deployment(namespace, body)
+    apps.create_namespaced_deployment(namespace, as_body(body))
     return job
 
 

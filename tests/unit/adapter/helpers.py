@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flask import Flask
@@ -10,7 +11,9 @@ from prometheus_client import CollectorRegistry
 from metrics_adapter.app import create_app
 from metrics_adapter.auth.authn import Authenticator, DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
+from metrics_adapter.auth.identity import Credentials, UserInfo
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue
+from metrics_adapter.errors import AuthError
 from metrics_adapter.evaluator import MetricEvaluator
 from metrics_adapter.pods import OwnerRef, PodRegistry, PodTarget
 from metrics_adapter.selfmetrics import AdapterMetrics
@@ -115,3 +118,25 @@ def standard() -> Harness:
     h.feed(pods[1], agent_samples(1000, 40, util=(0.4, 0.2)))
     h.feed(pods[3], agent_samples(300, 10))
     return h
+
+
+def creds(der: bytes | None = None, **headers: str | Sequence[str]) -> Credentials:
+    lists = {
+        k.replace("_", "-").lower(): (v,) if isinstance(v, str) else tuple(v)
+        for k, v in headers.items()
+    }
+    return Credentials({k: v[0] for k, v in lists.items()}, lists, der)
+
+
+class FakeTokenReviewer:
+    """The TokenReview seam (the real one calls the cluster)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail = False
+
+    def review(self, token: str) -> UserInfo | None:
+        self.calls += 1
+        if self.fail:
+            raise AuthError("apiserver down")
+        return UserInfo("bob", ("devs",)) if token == "good" else None

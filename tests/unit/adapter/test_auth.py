@@ -13,10 +13,10 @@ from metrics_adapter.auth.authn import (
     TokenReviewAuthenticator,
 )
 from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
-from metrics_adapter.auth.identity import ANONYMOUS, Credentials, RequestAttributes, UserInfo
-from metrics_adapter.errors import AuthError, ForbiddenError, UnauthorizedError
+from metrics_adapter.auth.identity import ANONYMOUS, RequestAttributes, UserInfo
+from metrics_adapter.errors import ForbiddenError, UnauthorizedError
 from tests.support.pki import issue, make_ca
-from tests.unit.adapter.helpers import ManualClock, build, trainer
+from tests.unit.adapter.helpers import FakeTokenReviewer, ManualClock, build, creds, trainer
 
 FRONT_PROXY_CA = make_ca("front-proxy-ca")
 OTHER_CA = make_ca("other-ca")
@@ -25,14 +25,6 @@ WRONG_CN = issue(FRONT_PROXY_CA, "someone-else")
 SERVER_ONLY = issue(FRONT_PROXY_CA, "front-proxy-client", client=False)
 FOREIGN = issue(OTHER_CA, "front-proxy-client")
 USER_CERT = issue(OTHER_CA, "alice", org="ml-team")
-
-
-def creds(der: bytes | None = None, **headers: str | list[str]) -> Credentials:
-    lists = {
-        k.replace("_", "-").lower(): tuple(v) if isinstance(v, list) else (v,)
-        for k, v in headers.items()
-    }
-    return Credentials({k: v[0] for k, v in lists.items()}, lists, der)
 
 
 def requestheader() -> RequestHeaderAuthenticator:
@@ -84,20 +76,6 @@ def test_client_certificate_user() -> None:
     assert user == UserInfo("alice", ("ml-team",))
     assert ClientCertAuthenticator([FRONT_PROXY_CA.cert]).authenticate(creds(USER_CERT.der)) is None
     assert ClientCertAuthenticator([OTHER_CA.cert]).authenticate(creds(b"garbage")) is None
-
-
-class FakeTokenReviewer:
-    """The TokenReview seam (the real one calls the cluster)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.fail = False
-
-    def review(self, token: str) -> UserInfo | None:
-        self.calls += 1
-        if self.fail:
-            raise AuthError("apiserver down")
-        return UserInfo("bob", ("devs",)) if token == "good" else None
 
 
 def test_token_review_with_cache() -> None:

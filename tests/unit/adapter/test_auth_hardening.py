@@ -20,8 +20,7 @@ from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
 from metrics_adapter.auth.identity import RequestAttributes, UserInfo
 from metrics_adapter.errors import UnauthorizedError
 from tests.support.pki import issue, make_ca
-from tests.unit.adapter.helpers import ManualClock, build, trainer
-from tests.unit.adapter.test_auth import FakeTokenReviewer, creds
+from tests.unit.adapter.helpers import FakeTokenReviewer, ManualClock, build, creds, trainer
 
 CA = make_ca("front-proxy-ca")
 PROXY = issue(CA, "front-proxy-client", valid_for=datetime.timedelta(hours=1))
@@ -93,7 +92,7 @@ def test_a_comma_in_a_group_is_part_of_the_group() -> None:
         ),
     )
     assert split.status_code == 403
-    assert reviewer.seen[-1] == ("ml", "readers", "system:authenticated")
+    assert reviewer.seen[-1:] == [("ml", "readers", "system:authenticated")]
 
 
 def test_header_values_are_read_as_kube_apiserver_reads_them() -> None:

@@ -59,7 +59,7 @@ def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     ready = threading.Event()
-    box: dict[str, object] = {}
+    box: dict[str, Any] = {}
 
     async def main() -> None:
         box["loop"] = asyncio.get_running_loop()
@@ -74,7 +74,7 @@ def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
     yield port, reviewer, loop_thread, calls
     loop = box["loop"]
     assert isinstance(loop, asyncio.AbstractEventLoop)
-    loop.call_soon_threadsafe(box["stop"].set)  # type: ignore[union-attr]
+    loop.call_soon_threadsafe(box["stop"].set)
     thread.join(15)
 
 

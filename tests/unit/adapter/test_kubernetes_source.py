@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -40,7 +41,9 @@ def pod(
                     controller=True,
                 )
             ],
-            deletion_timestamp="2026-01-01T00:00:00Z" if deleting else None,
+            deletion_timestamp=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+            if deleting
+            else None,
         ),
         spec=k8s.V1PodSpec(containers=[], node_name="node-1"),
         status=k8s.V1PodStatus(phase=phase, pod_ip=ip),
@@ -52,13 +55,10 @@ def test_running_pod_becomes_a_target() -> None:
     assert t is not None
     assert (t.namespace, t.name, t.uid, t.node) == ("ml", "t-0", "u-1", "node-1")
     assert t.scrape_url == "http://10.1.2.3:9400/metrics"
-    assert pod_target(pod(port="9500"), (), 9400, ANNOTATION, "/metrics").scrape_url.endswith(
-        ":9500/metrics"
-    )  # type: ignore[union-attr]
-    assert (
-        pod_target(pod(ip="fd00::1"), (), 9400, ANNOTATION, "/m").scrape_url
-        == "http://[fd00::1]:9400/m"
-    )  # type: ignore[union-attr]
+    other_port = pod_target(pod(port="9500"), (), 9400, ANNOTATION, "/metrics")
+    assert other_port is not None and str(other_port.scrape_url).endswith(":9500/metrics")
+    v6 = pod_target(pod(ip="fd00::1"), (), 9400, ANNOTATION, "/m")
+    assert v6 is not None and v6.scrape_url == "http://[fd00::1]:9400/m"
 
 
 def test_pending_unaddressed_or_deleting_pods_are_not_targets() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from urllib.parse import quote, unquote
 
 from hypothesis import HealthCheck, given, settings
@@ -87,7 +88,14 @@ def test_app_never_answers_500(path: str, query: str, method: str) -> None:
         PATH_INFO=unquote(path, encoding="latin-1"),
     )
     status: list[str] = []
-    body = b"".join(HARNESS.app(environ, lambda s, h, e=None: status.append(s)))
+
+    def start_response(
+        s: str, h: list[tuple[str, str]], e: object = None
+    ) -> Callable[[bytes], object]:
+        status.append(s)
+        return lambda _: None
+
+    body = b"".join(HARNESS.app(environ, start_response))
     code = int(status[0].split()[0])
     assert code in (200, 400, 404, 405, 503), (raw, body)
     if code >= 400 and method != "HEAD" and body.startswith(b"{"):

@@ -31,7 +31,7 @@ def gpus(first: int, count: int, value: float = 0.5) -> list[Sample]:
 def test_new_label_sets_beyond_the_cap_are_refused_counted_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock, refused = ManualClock(), []
+    clock, refused = ManualClock(), list[object]()
     store = MetricStore(8, 600, clock, max_series_per_pod=10, on_refused=refused.append)
     with caplog.at_level(logging.WARNING, logger="metrics_adapter.store"):
         assert store.ingest(HOSTILE, gpus(0, 15)) == 10

@@ -14,46 +14,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from agent.protocol.control import RESCALE_EXIT, ControlChannel, NextWorld
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
-from agent.trainer import frameworks
-from agent.trainer.elastic import ElasticTrainer, ElasticTrainerSettings
-from agent.trainer.frameworks.base import ReduceOp
-from agent.trainer.session import TrainingSession
+from tests.unit.agent.helpers import trainer
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-class RecordingCollective:
-    """Forms nothing; remembers the worlds it was asked to form (all of one rank here)."""
-
-    def __init__(self) -> None:
-        self.formed: list[TrainerWorld] = []
-
-    def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
-        self.formed.append(world)
-
-    def all_reduce_ints(self, values: list[int], op: ReduceOp) -> list[int]:
-        return list(values)
-
-    def self_test(self, backend: str) -> str | None:
-        return "not needed"
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"unexpected collective call {name}")
-
-
-def trainer(tmp_path: Path, world: TrainerWorld) -> tuple[ElasticTrainer, RecordingCollective]:
-    control = tmp_path / "control"
-    control.mkdir(exist_ok=True)
-    settings = ElasticTrainerSettings(control_dir=control, master_wait_seconds=60)
-    collective = RecordingCollective()
-    session = TrainingSession(world, StepRecorder(), None)
-    et = ElasticTrainer(session, settings, frameworks.get("paddle"), collective)  # type: ignore[arg-type]
-    return et, collective
 
 
 def test_a_trainer_meeting_its_peers_follows_a_newer_world_at_once(tmp_path: Path) -> None:
@@ -77,7 +43,7 @@ import logging, os, signal, sys, threading
 from pathlib import Path
 logging.basicConfig(level=logging.INFO)
 sys.path.insert(0, sys.argv[2])
-from tests.unit.agent.test_elastic_trainer_joining import trainer
+from tests.unit.agent.helpers import trainer
 from agent.protocol.trainer_world import TrainerWorld
 world = TrainerWorld(1, 2, 4, ("127.0.0.1:8", "127.0.0.1:9"), "127.0.0.1:9", "127.0.0.1:9", "gloo")
 et, _ = trainer(Path(sys.argv[1]), world)

@@ -13,14 +13,8 @@ import pytest
 from agent.app import create_registry
 from agent.errors import ExporterError
 from agent.exporter import ExporterLimits, MetricsServer
-from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
-
-
-class StubTrainer:
-    world = TrainerWorld(rank=1, world_size=2, generation=4)
-    pid: int | None = None
-    starts = 0
+from tests.unit.agent.helpers import StubTrainer
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, str]:

@@ -11,8 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from agent.collectors.gpu import GpuCollector, Nvml, open_nvml
 from agent.collectors.health import CollectorHealth, GuardedCollector
-
-from .conftest import scrape
+from tests.unit.agent.helpers import scrape
 
 
 class NVMLError_NotSupported(Exception):

@@ -12,8 +12,7 @@ from agent.errors import ConfigError
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer_process import TrainerSupervisor
-
-from .conftest import scrape
+from tests.unit.agent.helpers import scrape
 
 
 def test_world_gauges_follow_an_in_process_world_change(tmp_path: Path) -> None:

@@ -12,8 +12,7 @@ from agent.flushing import ReportFlusher
 from agent.protocol.trainer_world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.reports import TrainerReport, report_path, write_report
-
-from .conftest import scrape
+from tests.unit.agent.helpers import scrape
 
 COUNTERS = (
     "edl_trainer_steps_total",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from metrics_adapter.clustersim.inputs import (
@@ -15,7 +16,7 @@ LINEAR_CURVE = [("lin", n, 10.0 * n) for n in (1, 2, 3, 4)]
 """10 samples/s per worker, measured at 1-4 workers."""
 
 
-def write_csv(path: Path, columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> Path:
+def write_csv(path: Path, columns: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> Path:
     lines = [",".join(columns), *(",".join(str(v) for v in row) for row in rows)]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -23,10 +24,10 @@ def write_csv(path: Path, columns: tuple[str, ...], rows: list[tuple[object, ...
 
 def inputs(
     tmp_path: Path,
-    jobs: list[tuple[object, ...]],
-    nodes: list[tuple[object, ...]] | None = None,
-    curves: list[tuple[object, ...]] | None = None,
-    background: list[tuple[object, ...]] | None = None,
+    jobs: Sequence[tuple[object, ...]],
+    nodes: Sequence[tuple[object, ...]] | None = None,
+    curves: Sequence[tuple[object, ...]] | None = None,
+    background: Sequence[tuple[object, ...]] | None = None,
 ) -> list[str]:
     """The `edl-sim run` file arguments for these rows."""
     args = [

@@ -4,6 +4,7 @@ only series that exist (the agent's, the adapter's, kube-state-metrics')."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_there_are_dashboards() -> None:
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
-def test_dashboard_is_portable_classic_json(path) -> None:
+def test_dashboard_is_portable_classic_json(path: Path) -> None:
     dashboard = load(path)
     assert dashboard["id"] is None
     assert 8 <= len(dashboard["uid"]) <= 40

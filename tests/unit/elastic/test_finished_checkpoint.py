@@ -28,7 +28,7 @@ def supervisor(tmp_path: Path, checkpoints: Checkpoints) -> tuple[ElasticSupervi
     fake = FakeTrainer(control, exit_status=0)
     sup = ElasticSupervisor(
         membership,
-        fake,
+        fake,  # type: ignore[arg-type]  # duck-typed until the Trainer Protocol (issue 17)
         control,
         RescaleLog(),
         ElasticSettings(backend="gloo", init_timeout=10, on_finished="exit"),

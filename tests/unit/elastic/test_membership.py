@@ -107,7 +107,7 @@ def test_below_min_pauses(tmp_path: Path) -> None:
     assert job.ids("a") == ["a", "b"]
     job.agents.pop("b").leave()
     job.run(2)
-    assert job.agents["a"].world.paused  # type: ignore[union-attr]
+    assert job.agents["a"].world.paused
 
 
 @pytest.mark.parametrize(

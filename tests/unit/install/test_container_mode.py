@@ -14,7 +14,7 @@ from tests.e2e.harness.podrunner import StartFailure
 def pod(container: dict[str, Any], pod_security: dict[str, Any] | None = None) -> Any:
     spec = {"containers": [container], "securityContext": pod_security}
     raw = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}
-    return client.ApiClient()._ApiClient__deserialize(raw, "V1Pod")
+    return client.ApiClient()._ApiClient__deserialize(raw, "V1Pod")  # type: ignore[attr-defined]
 
 
 ADAPTER = {

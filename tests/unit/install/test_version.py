@@ -15,7 +15,7 @@ from agent.cli import main as agent_main
 from metrics_adapter.cli import main as adapter_main
 from metrics_adapter.hpa.cli import main as hpa_main
 from metrics_adapter.selfmetrics import AdapterMetrics
-from tests.unit.agent.test_exporter import StubTrainer
+from tests.unit.agent.helpers import StubTrainer
 
 
 @pytest.mark.parametrize(

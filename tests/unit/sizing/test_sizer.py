@@ -248,7 +248,12 @@ def test_history_store_failure_keeps_the_last_copy() -> None:
             return super().load()
 
     store = Failing()
-    store.update(lambda h: (h.observe("ml/trainer", 4, 400.0, T0), True)[1])
+
+    def observed(h: SizeHistory) -> bool:
+        h.observe("ml/trainer", 4, 400.0, T0)
+        return True
+
+    store.update(observed)
     clock = Clock()
     sizer, provider, _, _ = build(StaticCapacitySource(snapshot()), clock, None, store)
     sizer.run_once()
