@@ -14,6 +14,7 @@ from pathlib import Path
 
 from examples.demo.probe import fetch
 from tests.integration.local_agents import REPO_ROOT
+from tests.support.waiting import wait_for
 
 PY = sys.executable
 AGENT = [PY, "-m", "agent", "run", "--host", "127.0.0.1"]
@@ -96,13 +97,17 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], int]:
 def test_readyz_says_why_after_a_crash_while_lingering() -> None:
     proc, port = _start(["--linger-seconds", "60", "--", PY, "-c", "raise SystemExit(5)"])
     try:
-        deadline = time.monotonic() + 30
-        body = ""
-        while time.monotonic() < deadline:
-            status, body = fetch(f"http://127.0.0.1:{port}/readyz")
-            if "exited" in body:
-                break
-            time.sleep(0.1)
+
+        def exited() -> tuple[int, str] | None:
+            answer = fetch(f"http://127.0.0.1:{port}/readyz")
+            return answer if "exited" in answer[1] else None
+
+        status, body = wait_for(
+            exited,
+            timeout_s=30,
+            what="/readyz saying the trainer exited",
+            interval_s=0.1,
+        )
         assert status == 503
         assert "not ready: trainer incarnation 1 exited with status 5" in body
         assert fetch(f"http://127.0.0.1:{port}/healthz")[0] == 200
@@ -125,10 +130,13 @@ def test_sigterm_is_forwarded_and_a_clean_trainer_exit_is_zero(tmp_path: Path) -
     )
     proc, port = _start(["--", PY, "-c", trainer])
     try:
-        deadline = time.monotonic() + 30
-        while fetch(f"http://127.0.0.1:{port}/readyz")[0] != 200:
-            assert time.monotonic() < deadline, "trainer never became ready"
-            time.sleep(0.1)
+        wait_for(
+            lambda: fetch(f"http://127.0.0.1:{port}/readyz")[0] == 200,
+            timeout_s=30,
+            what="the trainer ready",
+            interval_s=0.1,
+            give_up=lambda: proc.poll() is not None,
+        )
         time.sleep(0.5)  # the trainer installs its handler after start
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
@@ -142,10 +150,13 @@ def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path
     trainer = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"
     proc, port = _start(["--stop-grace-seconds", "1", "--", PY, "-c", trainer])
     try:
-        deadline = time.monotonic() + 30
-        while fetch(f"http://127.0.0.1:{port}/readyz")[0] != 200:
-            assert time.monotonic() < deadline, "trainer never became ready"
-            time.sleep(0.1)
+        wait_for(
+            lambda: fetch(f"http://127.0.0.1:{port}/readyz")[0] == 200,
+            timeout_s=30,
+            what="the trainer ready",
+            interval_s=0.1,
+            give_up=lambda: proc.poll() is not None,
+        )
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 128 + signal.SIGKILL

@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -23,6 +22,7 @@ import pytest
 from agent.trainer.ledger import verify
 from examples.demo.report import turning_points
 from examples.demo.run import REPO_ROOT
+from tests.support.waiting import wait_for
 
 DEMO = [sys.executable, "-m", "examples.demo", "--short", "--plain"]
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -85,12 +85,13 @@ def test_ctrl_c_stops_every_process_of_the_demo(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            if world.exists() and json.loads(world.read_text() or "{}").get("members"):
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None and world.exists(), "the demo's job never formed a world"
+        wait_for(
+            lambda: world.exists() and json.loads(world.read_text() or "{}").get("members"),
+            timeout_s=240,
+            what="the demo's job to form a world",
+            give_up=lambda: proc.poll() is not None,
+        )
+        assert proc.poll() is None
         descendants = psutil.Process(proc.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in descendants)
         assert "metrics_adapter" in names and "agent run" in names and "train_digits" in names

@@ -19,7 +19,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -211,10 +210,13 @@ def test_a_checkpoint_write_killed_midway_leaves_the_previous_one_usable(tmp_pat
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    deadline = time.monotonic() + 60
-    while not any(".tmp-" in p.name for p in directory.iterdir()):
-        assert writer.poll() is None and time.monotonic() < deadline, "the write never began"
-        time.sleep(0.001)
+    wait_for(
+        lambda: any(".tmp-" in p.name for p in directory.iterdir()),
+        timeout_s=60,
+        what="the write to begin",
+        interval_s=0.001,
+        give_up=lambda: writer.poll() is not None,
+    )
     writer.kill()
     assert writer.wait(30) == -signal.SIGKILL
     assert [p.name for p in directory.iterdir() if ".tmp-" in p.name]  # the dead write's file

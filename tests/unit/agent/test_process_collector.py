@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import psutil
 import pytest
 
-from agent.collectors.process import ProcessTreeMeter
+from agent.collectors.process import ProcessTreeMeter, ProcessTreeSample
+from tests.support.waiting import wait_for
 
 BUSY_TREE = """
 import subprocess, sys, time
@@ -28,15 +28,14 @@ def test_a_real_tree_is_measured_and_cpu_never_goes_back() -> None:
     meter = ProcessTreeMeter()
     children: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # bounded: wait for the child to appear and burn
+
+        def busy_tree() -> ProcessTreeSample | None:
+            nonlocal children
             sample = meter.sample(proc.pid)
             children = psutil.Process(proc.pid).children()
-            if len(children) == 1 and sample.cpu_seconds_total > 0.3:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the busy tree never showed up")
+            return sample if len(children) == 1 and sample.cpu_seconds_total > 0.3 else None
+
+        sample = wait_for(busy_tree, timeout_s=20, what="the busy tree", interval_s=0.1)
         assert sample.resident_bytes > 1_000_000
     finally:
         proc.kill()

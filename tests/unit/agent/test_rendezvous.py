@@ -11,6 +11,7 @@ import pytest
 
 from agent.protocol.errors import RendezvousTimeout
 from agent.trainer.rendezvous import FRESH_SECONDS, RendezvousHost, Superseded, ask, meet
+from tests.support.waiting import wait_for
 
 
 def free_endpoint() -> str:
@@ -112,7 +113,4 @@ def test_rank_zero_forms_only_after_every_rank_was_told(host: RendezvousHost) ->
     assert host.answer("edl-rendezvous 2 1") == "ok 127.0.0.1:9"  # complete, but not sent yet
     assert host.complete(2) and not host.everyone_told(2)
     assert ask(host.endpoint, 2, 1) == "ok 127.0.0.1:9"
-    deadline = time.monotonic() + 5
-    while not host.everyone_told(2) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert host.everyone_told(2)
+    wait_for(lambda: host.everyone_told(2), timeout_s=5, what="everyone told", interval_s=0.01)
