@@ -1,7 +1,7 @@
 """A seeded soak of elastic training: a sequence of scale events, some fired mid-rescale.
 
 Real agents (`edl-agent run --elastic`, local membership) and real gloo on 127.0.0.1, training
-the elastic digits example (the `Job` helpers of test_elastic_digits). A seeded generator
+the elastic digits example (the `Job` of tests/support/digits_job.py). A seeded generator
 picks each event from what is legal at that moment (joins below the max; SIGTERMs, trainer
 SIGKILLs, agent SIGKILLs, whole-pod SIGKILLs and a SIGSTOPped trainer while at least one
 member that holds the training state survives), and fires it either once the world has

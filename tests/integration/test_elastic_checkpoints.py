@@ -1,6 +1,6 @@
 """Every pod of a job dies; new ones resume from its last durable checkpoint, still exactly once.
 
-Real agents and trainers on 127.0.0.1 (helpers from test_elastic_digits), checkpoints in a
+Real agents and trainers on 127.0.0.1 (the `Job` of tests/support/digits_job.py), checkpoints in a
 directory as on a ReadWriteMany volume. A 2-rank job is SIGKILLed whole (every agent and
 every trainer) at a seeded random step, as a node loss or a spot reclaim would; two new
 agents start: the job resumes from the newest usable checkpoint, the samples trained after it

@@ -1,6 +1,6 @@
 """Faults during elastic training, each bounded by a timeout and ending in a consistent world.
 
-Real agents and Paddle gloo on 127.0.0.1 (helpers from test_elastic_digits). After every
+Real agents and Paddle gloo on 127.0.0.1 (the `Job` of tests/support/digits_job.py). After every
 fault the job must finish with each sample of each epoch trained exactly once in the lineage
 of the final model (the ledger) and without a second world (split brain).
 """

@@ -36,7 +36,12 @@ SCRIPTS = {
 
 def exit_codes(procs: Mapping[str, subprocess.Popen[bytes]]) -> Callable[[], str]:
     """For `wait_for(describe=...)`: each agent's exit status (None: still running)."""
-    return lambda: f"agents { ({n: p.poll() for n, p in procs.items()}) }"
+
+    def describe() -> str:
+        states = {n: p.poll() for n, p in procs.items()}
+        return f"agents {states}"
+
+    return describe
 
 
 class Job:
