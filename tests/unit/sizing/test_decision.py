@@ -14,6 +14,7 @@ from metrics_adapter.sizing import (
     Pod,
     Resources,
     ScalingCurve,
+    ScalingPrior,
     SizingPolicy,
     decide,
 )
@@ -81,6 +82,31 @@ def test_exploration_is_capped_at_twice_the_largest_size_measured() -> None:
     plan = decide(nodes(4), [], [measured])
     assert desired(plan) == {"measured": 6}
     assert reasons(plan) == {"measured": "hold_off"}
+
+
+def _usl(n: int, sigma: float = 0.01, kappa: float = 0.0001) -> float:
+    return 100.0 * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
+
+
+def test_the_default_prior_assumes_no_retrogression_until_measured() -> None:
+    # A job of 5-CPU workers that scales well, measured at 15 and 18 workers only (EDL 2018
+    # case 2): two nearby sizes cannot tell contention from coherency, the prior decides.
+    measured = job("a", worker=Resources(cpu=5, memory=8 * GI), replicas=18, max_replicas=60,
+                   observed={15: _usl(15), 18: _usl(18)})  # fmt: skip
+    cluster = nodes(30, cpu=16)  # room for 90 workers
+    plan = decide(cluster, [], [measured], now=100.0)
+    # Optimistic: it grows to its exploration cap (2 x 18) and gets measured there.
+    assert desired(plan) == {"a": 36} and reasons(plan) == {"a": "hold_off"}
+    # A prior with a coherency cost (the old default, kappa 0.002) puts the peak near 22
+    # workers, and nothing measured ever contradicts it.
+    pessimistic = SizingPolicy(prior=ScalingPrior(kappa=0.002))
+    held = decide(cluster, [], [measured], pessimistic, now=100.0)
+    assert desired(held)["a"] < 25 and reasons(held) == {"a": "low_marginal_gain"}
+    # Measured sizes that show the curve flattening still stop it.
+    falling = job("b", worker=measured.worker, replicas=18, max_replicas=60,
+                  observed={n: _usl(n, 0.05, 0.004) for n in (8, 12, 18)})  # fmt: skip
+    plan = decide(cluster, [], [falling], now=100.0)
+    assert desired(plan) == {"b": 18} and reasons(plan) == {"b": "low_marginal_gain"}
 
 
 def test_mins_first_running_jobs_then_waiting_jobs_by_priority_and_arrival() -> None:
@@ -311,5 +337,5 @@ def test_marginal_speedup_reported_at_the_decided_size() -> None:
     a = job("a", replicas=1, max_replicas=3, observed={})
     d = decide(nodes(1), [], [a], now=1.0).jobs["ns/a"]
     assert d.desired == 2
-    assert d.marginal_speedup == pytest.approx(ScalingCurve(0.05, 0.002).marginal(2))
+    assert d.marginal_speedup == pytest.approx(ScalingCurve(0.05, 0.0).marginal(2))
     assert d.curve.lam is None
