@@ -20,7 +20,9 @@ same inputs always give the same plan. One round, in order:
 4. **Granted workers.** A job's workers that are created but not yet bound keep their place
    while they fit (they were granted in an earlier round).
 5. **Growth.** One worker at a time to the job with the highest
-   ``weight * marginal speed-up / dominant share of one worker``, while the job is below
+   ``weight * marginal speed-up / dominant share of one worker`` (a job already growing
+   this round counts ``rescale_margin`` times that: it rescales anyway, so scarce room goes
+   to fewer jobs in larger steps), while the job is below
    its maximum, a worker fits a node, the marginal speed-up is at least the job's
    threshold, the job's last growth (not its creation) is older than the hold-off, and the
    size stays within ``exploration`` x the largest size measured. A job's growth in the
@@ -70,6 +72,10 @@ class SizingPolicy:
     """A growth must make up for its rescale pause within this many seconds."""
     exploration: float = 2.0
     """Never grow beyond this multiple of the largest size measured (at least 1 assumed)."""
+    rescale_margin: float = 2.0
+    """How much more a worker must be worth to cost a job a rescale it would not have this
+    round (>= 1): free room goes to a job already growing while its next worker is worth
+    at least 1/margin of the best other's, so it is given in fewer, larger steps."""
     prior: ScalingPrior = field(default_factory=ScalingPrior)
 
 
@@ -402,12 +408,14 @@ def _grow_greedily(
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
-    A job's score depends only on its own size, so a heap keeps the order; a job that is
-    blocked or does not fit stays out (room only shrinks during growth).
+    A job's score depends only on its own size (and, by the rescale margin, on whether it
+    already grows this round), so a heap keeps the order; a job that is blocked or does not
+    fit stays out (room only shrinks during growth).
     """
+    margin = max(1.0, policy.rescale_margin)
 
     def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
-        score = s.job.weight * s.curve.marginal(s.count) / max(s.share, 1e-12)
+        score = s.value(s.count + 1) * (margin if s.grown else 1.0)
         return (-score, -s.job.priority, s.job.arrival, s.job.key), s
 
     heap = [entry(s) for s in candidates]

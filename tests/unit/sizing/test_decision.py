@@ -143,6 +143,25 @@ def test_fairness_weighted_marginal_speedup_per_dominant_share() -> None:
     assert desired(even) == {"a": 5, "b": 5}
 
 
+def test_scarce_room_goes_to_fewer_jobs_in_larger_steps() -> None:
+    # Two equal jobs at 4 workers, room for 2 more: one rescale of +2, not two of +1, as
+    # long as the second worker is worth at least 1/margin of the other job's first.
+    a = job("a", replicas=4, observed={1: 100.0, 2: 180.0, 4: 300.0, 8: 420.0})
+    b = job("b", replicas=4, observed=a.observed)
+    pods = workers(a, ["node-1"] * 4) + workers(b, ["node-1"] * 4)
+    plan = decide(nodes(1, cpu=10), pods, [a, b], now=100.0)
+    assert desired(plan) == {"a": 6, "b": 4}
+    assert plan.jobs["ns/a"].message.startswith("grew to 6 (+2)")
+    assert reasons(plan) == {"a": "no_capacity", "b": "no_capacity"}
+    even = decide(nodes(1, cpu=10), pods, [a, b], SizingPolicy(rescale_margin=1.0), now=100.0)
+    assert desired(even) == {"a": 5, "b": 5}
+    # A much better use elsewhere still wins: b's fifth worker is worth far more than a's
+    # sixth (b scales linearly).
+    linear = job("b", replicas=4, observed=LINEAR)
+    pods = workers(a, ["node-1"] * 4) + workers(linear, ["node-1"] * 4)
+    assert desired(decide(nodes(1, cpu=10), pods, [a, linear], now=100.0)) == {"a": 4, "b": 6}
+
+
 def test_dominant_share_favours_the_cheaper_worker() -> None:
     small = job("small", worker=Resources(cpu=1, memory=GI))
     big = job("big", worker=Resources(cpu=1, memory=16 * GI))
