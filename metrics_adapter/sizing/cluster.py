@@ -124,9 +124,7 @@ class Job:
     arrival: float = 0.0
     """When the job was created (orders waiting jobs of equal priority)."""
     last_rescale: float | None = None
-    """When its newest worker was created (None: not known). Within a few seconds of
-    ``arrival`` these are the workers it was created with, and no growth; later, the job's
-    last growth, which the hold-off counts from."""
+    """When the job last gained a worker (growth hold-off); None: not known."""
     rescale_pause_s: float = 0.0
     """Measured mean pause of training at a rescale, seconds (0: not measured)."""
     observed: Mapping[int, float] = field(default_factory=dict)

@@ -24,9 +24,9 @@ same inputs always give the same plan. One round, in order:
    this round counts ``rescale_margin`` times that: it rescales anyway, so scarce room goes
    to fewer jobs in larger steps), while the job is below
    its maximum, a worker fits a node, the marginal speed-up is at least the job's
-   threshold, the job's last growth (not its creation) is older than the hold-off, and the
-   size stays within ``exploration`` x the largest size measured. A job's growth in the
-   round must pay back its measured rescale pause within ``payback_s``, or it is undone.
+   threshold, the job's last growth is older than the hold-off, and the size stays within
+   ``exploration`` x the largest size measured. A job's growth in the round must pay back
+   its measured rescale pause within ``payback_s``, or it is undone.
 
 Every job gets one reason for the size it ended at (the ``limited_by`` vocabulary of
 docs/metrics-contract.md) and a one-line message, e.g. "grew to 6: 2 CPUs free on node-3,
@@ -516,28 +516,11 @@ def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
         return Reason.AT_MAX
     if s.curve.marginal(s.count) < job.min_marginal_speedup:
         return Reason.LOW_MARGINAL_GAIN
-    grew_at = _last_growth(job)
-    if not s.grown and grew_at is not None and now - grew_at < policy.hold_off_s:
+    if not s.grown and job.last_rescale is not None and now - job.last_rescale < policy.hold_off_s:
         return Reason.HOLD_OFF
     if s.count + 1 > policy.exploration * max(s.curve.largest, 1):
         return Reason.HOLD_OFF
     return None
-
-
-_FIRST_WORKERS_S = 5.0
-"""Workers created within this many seconds of their job are its first ones (the ReplicaSet
-creates a new Deployment's pods in one burst), not a growth."""
-
-
-def _last_growth(job: Job) -> float | None:
-    """When the job last gained workers (None: never since it was created).
-
-    ``last_rescale`` is its newest worker's creation; the workers a job is created with are
-    no growth, so the hold-off ("not again within ...") starts at its first growth.
-    """
-    if job.last_rescale is None or job.last_rescale <= job.arrival + _FIRST_WORKERS_S:
-        return None
-    return job.last_rescale
 
 
 def _pays_back(s: _State, start: int, policy: SizingPolicy) -> bool:

@@ -244,19 +244,6 @@ def test_hold_off_after_growth_but_shrink_is_at_once() -> None:
     assert desired(shrunk) == {"a": 1}
 
 
-def test_hold_off_counts_from_the_first_growth_not_from_creation() -> None:
-    policy = SizingPolicy(hold_off_s=60.0)
-    # Created at 1000 with its pods (created half a second later): no growth yet, it grows.
-    fresh = job("a", replicas=1, arrival=1000.0, last_rescale=1000.5, observed={})
-    plan = decide(nodes(1), workers(fresh, ["node-1"]), [fresh], policy, now=1010.0)
-    assert desired(plan) == {"a": 2} and plan.jobs["ns/a"].message.startswith("grew to 2")
-    # A worker created 10 s after the job is a growth: held off until 60 s after it.
-    grown = job("a", replicas=2, arrival=1000.0, last_rescale=1010.0, observed={2: 200.0})
-    pods = workers(grown, ["node-1"] * 2)
-    assert reasons(decide(nodes(1), pods, [grown], policy, now=1040.0)) == {"a": "hold_off"}
-    assert desired(decide(nodes(1), pods, [grown], policy, now=1070.0)) == {"a": 4}
-
-
 def test_growth_must_pay_back_the_rescale_pause() -> None:
     observed = {1: 100.0, 2: 130.0}  # worker 3 would add little
     slow = job("a", replicas=2, observed=observed, rescale_pause_s=60.0, min_marginal_speedup=0.0)
