@@ -62,7 +62,8 @@ demo: venv
 demo-cluster: venv
 	$(BIN)/python -m examples.demo.on_cluster
 
-bench: venv
+# bench_adapter_peer.py also builds prometheus-adapter (bench/peer/build.sh, cached) and the control plane.
+bench: venv system-deps
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -14,6 +14,7 @@ from prometheus_client import Info
 from prometheus_client.registry import CollectorRegistry
 
 import agent
+from agent.collectors.checkpoints import CheckpointCollector
 from agent.collectors.gpu import GpuCollector, Nvml
 from agent.collectors.health import CollectorHealth, GuardedCollector, HealthCollector
 from agent.collectors.process import ProcessTreeMeter, TrainerProcessCollector
@@ -40,6 +41,7 @@ def create_registry(
             meter or ProcessTreeMeter(), lambda: trainer.pid
         ),
         GpuCollector.NAME: GpuCollector(nvml, health),
+        CheckpointCollector.NAME: CheckpointCollector(metrics_dir, health),
     }
     for name, collector in guarded.items():
         registry.register(GuardedCollector(name, collector, health))

@@ -84,6 +84,14 @@ def _parse(doc: Any) -> TrainerReport:
     )
 
 
+def read_report(path: Path) -> TrainerReport | None:
+    """One trainer report, or None when it is missing or unreadable (a reader never waits)."""
+    try:
+        return _parse(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @dataclass(frozen=True)
 class ReportScan:
     """What one read of the metrics directory found."""

@@ -8,7 +8,9 @@ written in the variables of the trainer's framework (`framework`; Paddle's unles
 
 The trainer runs in its own session (process group): signals are forwarded to the whole group,
 and when the trainer's main process ends, stragglers left in its group are killed so they cannot
-hold the collective's ports against the next incarnation.
+hold the collective's ports against the next incarnation. The other way round, every trainer
+holds a lease on this process (the read end of a pipe whose write end only the agent has,
+`agent.trainer.lease`): when the agent dies, even by SIGKILL, its trainers stop at once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from agent.errors import TrainerStartError
 from agent.protocol import env as names
 from agent.protocol.world import TrainerWorld
 from agent.readiness import Readiness
-from agent.reports import next_incarnation
+from agent.reports import next_incarnation, report_path
 from agent.trainer.frameworks import get as get_framework
 from agent.trainer.frameworks.base import Framework
 
@@ -39,7 +41,9 @@ Launcher = Callable[[Sequence[str], Mapping[str, str]], "subprocess.Popen[bytes]
 
 
 def _popen(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    lease = env.get(names.AGENT_LEASE_FD, "")
+    fds = (int(lease),) if lease.isdigit() else ()
+    return subprocess.Popen(list(command), env=dict(env), start_new_session=True, pass_fds=fds)
 
 
 class TrainerState(enum.Enum):
@@ -114,6 +118,7 @@ class TrainerSupervisor:
         self._next_incarnation = next_incarnation(metrics_dir)
         self._last_exit: TrainerExit | None = None
         self._start_error = ""
+        self._lease_read, self._lease_write = os.pipe()  # never inherited, except as passed
 
     # -- what the exporter reads -------------------------------------------------------------
 
@@ -144,6 +149,12 @@ class TrainerSupervisor:
             ):
                 return self._proc.pid
             return None
+
+    @property
+    def report_path(self) -> Path | None:
+        """The report file of the current (or last) incarnation; None before the first start."""
+        with self._lock:
+            return report_path(self._metrics_dir, self._incarnation) if self._incarnation else None
 
     @property
     def starts(self) -> int:
@@ -200,6 +211,7 @@ class TrainerSupervisor:
                 names.METRICS_DIR: str(self._metrics_dir),
                 names.INCARNATION: str(incarnation),
                 names.FLUSH_SECONDS: str(self._flush_seconds),
+                names.AGENT_LEASE_FD: str(self._lease_read),
             }
             try:
                 proc = self._launcher(self._command, env)

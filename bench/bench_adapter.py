@@ -55,8 +55,10 @@ def free_port() -> int:
 # ---------------------------------------------------------------- child: a filled adapter
 
 
-def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
-    """Run the real server with `pods` trainer pods' samples already in its store."""
+def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: bool) -> None:
+    """Run the real server with `pods` trainer pods' samples already in its store
+    (``threads_only``: every request handed to an app thread, as before the event loop
+    answered them itself)."""
     from metrics_adapter.runtime import AdapterRuntime
     from metrics_adapter.server import AdapterServer
     from metrics_adapter.settings import AdapterSettings, AuthMode
@@ -107,6 +109,10 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
                 ]
                 runtime.store.ingest(listed_key(runtime, i), samples)
         runtime.start()
+        if threads_only:
+            from metrics_adapter.blocking import INLINE_EXTENSION
+
+            runtime.app.extensions.pop(INLINE_EXTENSION)
         return runtime.app
 
     def listed_key(runtime: Any, i: int) -> Any:
@@ -121,26 +127,37 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path) -> None:
     AdapterServer(settings, app_factory, cert, context_factory).run()
 
 
-def serve_hello(port: int) -> None:
-    """The same server serving a one-line Flask app: the stack's own ceiling."""
+def serve_hello(port: int, inline: bool) -> None:
+    """The same server serving a one-line Flask app: the stack's own ceiling (``inline``:
+    answered on the event loop, as the adapter's own app is)."""
     from flask import Flask
 
+    from metrics_adapter.blocking import INLINE_EXTENSION
     from metrics_adapter.server import AdapterServer
     from metrics_adapter.settings import AdapterSettings
 
     def app_factory() -> Any:
         app = Flask("hello")
         app.add_url_rule("/", "hello", lambda: "ok")
+        if inline:
+            app.extensions[INLINE_EXTENSION] = True
         return app
 
     settings = AdapterSettings(host="127.0.0.1", port=port, tls=False, log_level="warning")
     AdapterServer(settings, app_factory, None, None).run()
 
 
-def bench_hello(seconds: float) -> tuple[float, float, float]:
+def bench_hello(seconds: float, inline: bool) -> tuple[float, float, float]:
     port = free_port()
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve-hello", "--port", str(port)],
+        [
+            sys.executable,
+            __file__,
+            "--serve-hello",
+            "--port",
+            str(port),
+            *(["--inline"] if inline else []),
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -176,13 +193,15 @@ class RawClient:
     """A minimal keep-alive HTTP/1.1 client on a raw socket (so the client's own CPU cost
     does not cap the measured rate as much as http.client's does)."""
 
-    def __init__(self, port: int, tls: bool) -> None:
+    def __init__(self, port: int, tls: bool, context: ssl.SSLContext | None = None) -> None:
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         if tls:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            sock = ctx.wrap_socket(sock)
+            ctx = context
+            if ctx is None:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            sock = ctx.wrap_socket(sock, server_hostname="localhost")
         self.sock = sock
         self.buf = b""
 
@@ -307,9 +326,11 @@ def server_rss(pid: int) -> float:
     return sum(p.memory_info().rss for p in workers) / 2**20
 
 
-def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
-    port = free_port()
-    child = subprocess.Popen(
+def start_filled(
+    pods: int, port: int, tls: bool, workdir: Path, threads_only: bool = False
+) -> subprocess.Popen[bytes]:
+    """The real server with ``pods`` pods' samples in its store, as a child process."""
+    return subprocess.Popen(
         [
             sys.executable,
             __file__,
@@ -320,11 +341,43 @@ def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
             "--workdir",
             str(workdir),
             *(["--tls"] if tls else []),
+            *(["--threads-only"] if threads_only else []),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
+
+
+def front_ab(pods: int, workdir: Path, rounds: int, seconds: float) -> None:
+    """The one-pod query with one keep-alive client, answered on the event loop vs handed to
+    an app thread, two servers side by side, alternating (A/B) for ``rounds`` rounds."""
+    servers = {}
+    for mode, threads_only in (("loop", False), ("thread", True)):
+        port = free_port()
+        servers[mode] = (start_filled(pods, port, False, workdir, threads_only), port)
+    try:
+        for _, port in servers.values():
+            wait_ready(port, False, pods)
+        for rnd in range(rounds):
+            for mode, (_, port) in servers.items():
+                times, rate = latency(port, False, seconds, 50000, QUERIES["pod"])
+                print(
+                    f"front A/B round {rnd + 1}: one pod answered on the {mode:<6} "
+                    f"p50 {percentile(times, 50) * 1000:.2f} ms, "
+                    f"p99 {percentile(times, 99) * 1000:.2f} ms, {rate:.0f} req/s "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
+    finally:
+        for child, _ in servers.values():
+            child.terminate()
+            child.wait(15)
+
+
+def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
+    port = free_port()
+    child = start_filled(pods, port, tls, workdir)
     try:
         wait_ready(port, tls, pods)
         rss_ready = server_rss(child.pid)
@@ -466,13 +519,26 @@ def main() -> None:
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--tls", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-hello", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-tls-runs", action="store_true", help="skip the TLS measurements")
+    parser.add_argument(
+        "--front-ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only compare answering on the event loop with handing to a thread (1,000 pods)",
+    )
+    parser.add_argument("--threads-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_hello:
-        serve_hello(args.port)
+        serve_hello(args.port, args.inline)
         return
     if args.serve is not None:
-        serve_filled(args.serve, args.port, args.tls, Path(args.workdir))
+        serve_filled(args.serve, args.port, args.tls, Path(args.workdir), args.threads_only)
+        return
+    if args.front_ab:
+        with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
+            front_ab(1000, Path(tmp), args.front_ab, 4.0)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"bench_adapter: {os.cpu_count()} CPUs visible; server = 1 process, 8 app threads")
@@ -482,11 +548,12 @@ def main() -> None:
         f"{'req/s x4':>8} {'RSS MB':>7} {'RSS@load':>8} {'body KB':>8}"
     )
     print(header)
-    p50, p99, rate = bench_hello(4.0)
-    print(
-        f"{'-':>6} {'hello':>7} {'http':>5} {p50:>7.2f} {p99:>7.2f} {rate:>7.0f}   "
-        "(same server + Flask serving 'ok': the stack's ceiling on this machine)"
-    )
+    for inline, where in ((False, "on an app thread"), (True, "on the event loop")):
+        p50, p99, rate = bench_hello(4.0, inline)
+        print(
+            f"{'-':>6} {'hello':>7} {'http':>5} {p50:>7.2f} {p99:>7.2f} {rate:>7.0f}   "
+            f"(same server + Flask serving 'ok' {where}: the stack's ceiling here)"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
         workdir = Path(tmp)
         for pods in sizes:

@@ -1,11 +1,15 @@
-"""Rescale pause of elastic training, per phase: scale-up, clean scale-down, crash scale-down.
+"""Rescale pause of elastic training over sequences of events, inside and outside views.
 
 Real agents (`edl-agent run --elastic`, local membership) and a real gloo collective on
 127.0.0.1, training the elastic digits example of each framework (Paddle and PyTorch, the same
-MLP), in both re-init modes. For each event it prints the pause the agent measured (decision ->
-first step at the new size, `edl_trainer_rescale_pause_seconds`), its phases
-(`edl_trainer_rescale_phase_seconds_total{phase}`, scraped from the surviving agent), and the
-outside view: the bench's action (start / SIGTERM / SIGKILL) -> first step at the new size.
+MLP), in both re-init modes. Per event kind, over `--rounds` rounds of scale-up 2->3 and
+SIGTERM 3->2 plus a trainer SIGKILL, it prints min / median / max of the pause the surviving
+agent recorded (`edl_trainer_rescale_pause_seconds`: from when training stood still to the
+first step at the new size), of its phases (`edl_trainer_rescale_phase_seconds_total{phase}`),
+and of the outside view: the bench's action (start / SIGTERM / SIGKILL) -> first step at the
+new size. Then, per mode, the seeded fault sequence of tests/integration/elastic_soak.py
+(joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped trainer, kills mid-rescale):
+min / median / p90 / max of every recorded pause and of every action's outside view.
 
 Beside them, PyTorch's own elastic launcher (``torchrun --nnodes 2:3 --rdzv-backend c10d``)
 runs the same digits MLP through the same scale-up and SIGTERM scale-down, timed from outside
@@ -15,7 +19,9 @@ worker would have to checkpoint and reload itself to keep its progress, this one
 With ``--paddle`` (needs an etcd binary under ~/.cache/edl/controlplane and the python
 `etcd3` package on EDL_ETCD3_PYTHONPATH) it also runs Paddle's own elastic launcher
 (``--master etcd://... --nnodes 2:3 --elastic_level 1``) through the same events, timed from
-the outside by a toy trainer that prints a line per step. Figures are printed, never asserted.
+the outside by a toy trainer that prints a line per step, `--paddle-rounds` times; when no
+step at the new size comes, it says which launchers exited, with what. Figures are printed,
+never asserted.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.integration.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
+
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
 
@@ -195,31 +204,54 @@ def launcher_events(
     launch: Callable[[str], None],
     nodes: dict[str, subprocess.Popen[bytes]],
     first_at: Callable[[int, float], float | None],
+    rounds: int = 1,
+    log_of: Callable[[str], Path] | None = None,
 ) -> list[tuple[str, dict[str, float]]]:
-    """Another launcher's nodes a, b training, then c's scale-up 2->3 and its SIGTERM
-    scale-down 3->2 (to the launcher alone, as a pod's PID 1 would get it), each timed from the
-    action to the first step at the new size (`first_at(size, after)`)."""
+    """Another launcher's nodes a, b training, then `rounds` x (c's scale-up 2->3 and its
+    SIGTERM scale-down 3->2, to the launcher alone, as a pod's PID 1 would get it), each timed
+    from the action to the first step at the new size (`first_at(size, after)`); when none
+    comes, which nodes exited and their last telling log line (`log_of(name)`)."""
     launch("a")
     launch("b")
     wait_for(f"{who} world of 2", lambda: first_at(2, 0) is not None, 180)
-
-    def leave() -> None:  # c exists once the scale-up has started it
-        os.kill(nodes["c"].pid, signal.SIGTERM)
-
     rows: list[tuple[str, dict[str, float]]] = []
-    join = functools.partial(launch, "c")
-    for event, act, size in (("up 2->3", join, 3), ("down 3->2 SIGTERM", leave, 2)):
-        time.sleep(2)
-        t0 = time.time()
-        act()
-        try:
-            stepped = functools.partial(has_step, first_at, size, t0)
-            wait_for(f"{who} world of {size}", stepped, 150)
-            rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
-        except TimeoutError as e:
-            print(f"{who}, {event}: {e}")
-            rows.append((event, {"outside": float("nan")}))
+    for r in range(rounds):
+        joiner = f"c{r}" if rounds > 1 else "c"
+
+        def leave(name: str = joiner) -> None:  # it exists once the scale-up has started it
+            os.kill(nodes[name].pid, signal.SIGTERM)
+
+        join = functools.partial(launch, joiner)
+        for event, act, size in (("up 2->3", join, 3), ("down 3->2 SIGTERM", leave, 2)):
+            time.sleep(2)
+            t0 = time.time()
+            act()
+            try:
+                stepped = functools.partial(has_step, first_at, size, t0)
+                wait_for(f"{who} world of {size}", stepped, 150)
+                rows.append((event, {"outside": (first_at(size, t0) or 0) - t0}))
+            except TimeoutError as e:
+                print(f"{who}, round {r + 1}, {event}: {e}; {exits(nodes, log_of)}")
+                rows.append((event, {"outside": float("nan")}))
+        if all(nodes[n].poll() is not None for n in ("a", "b")):
+            print(f"{who}: both first nodes are gone after round {r + 1}; stopping there")
+            break
     return rows
+
+
+def exits(nodes: dict[str, subprocess.Popen[bytes]], log_of: Callable[[str], Path] | None) -> str:
+    """Which nodes exited, with their status and last line saying why (if a log is known)."""
+    parts = []
+    for name, proc in sorted(nodes.items()):
+        if proc.poll() is None:
+            continue
+        why = ""
+        if log_of is not None:
+            lines = log_of(name).read_text(errors="replace").splitlines()
+            told = [x.strip() for x in lines if re.search(r"not ready|[Ee]xit|[Ee]rror", x)]
+            why = f" ({told[-1][:140]})" if told else ""
+        parts.append(f"{name} exited {proc.returncode}{why}")
+    return "; ".join(parts) or "every node still runs"
 
 
 def kill_groups(procs: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -247,7 +279,9 @@ while True:
 """
 
 
-def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[str, float]]]:
+def bench_paddle(
+    tmp: Path, etcd: str, extra_path: str, rounds: int
+) -> list[tuple[str, dict[str, float]]]:
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     data = tmp / "etcd"
@@ -291,7 +325,14 @@ def bench_paddle(tmp: Path, etcd: str, extra_path: str) -> list[tuple[str, dict[
 
     try:
         time.sleep(1)
-        return launcher_events("Paddle launcher", launch, launchers, first_at)
+        return launcher_events(
+            "Paddle launcher",
+            launch,
+            launchers,
+            first_at,
+            rounds,
+            lambda name: tmp / f"launcher-{name}.log",
+        )
     finally:
         kill_groups(launchers)
         etcd_proc.kill()
@@ -370,12 +411,21 @@ def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
 
 
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
+    """Per event kind: how many, then min / median / max of the outside view, pause and phases."""
     print(f"\n{title}")
     cols = ("outside", "pause", *PHASES)
-    print(f"{'event':28s}" + "".join(f"{c:>11s}" for c in cols))
-    for event, row in rows:
-        cells = "".join(f"{row[c]:11.2f}" if c in row else f"{'-':>11s}" for c in cols)
-        print(f"{event:28s}{cells}")
+    print(f"{'event (min/median/max s)':28s} {'n':>2s}" + "".join(f"{c:>18s}" for c in cols))
+    for event in dict.fromkeys(e for e, _ in rows):
+        got = [row for e, row in rows if e == event]
+        cells = []
+        for c in cols:
+            values = sorted(row[c] for row in got if c in row and row[c] == row[c])  # no NaN
+            if not values:
+                cells.append(f"{'-':>18s}")
+                continue
+            med = statistics.median(values)
+            cells.append(f"{values[0]:.2f}/{med:.2f}/{values[-1]:.2f}".rjust(18))
+        print(f"{event:28s} {len(got):2d}" + "".join(cells))
 
 
 SCRIPTS = {
@@ -405,17 +455,20 @@ def summary(results: dict[str, list[tuple[str, dict[str, float]]]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--debounce", type=float, default=1.0)
     parser.add_argument("--frameworks", default="paddle,torch", help="EDL runs, comma separated")
     parser.add_argument("--no-torchrun", action="store_true", help="skip torchrun's own elastic")
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
+    parser.add_argument("--paddle-rounds", type=int, default=2)
+    parser.add_argument("--soak-seed", type=int, default=19, help="seed of the fault sequence")
+    parser.add_argument("--no-soak", action="store_true", help="skip the fault sequences")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-rescale-"))
     results: dict[str, list[tuple[str, dict[str, float]]]] = {}
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
-        for framework in args.frameworks.split(","):
+        for framework in filter(None, args.frameworks.split(",")):  # "": launchers only
             for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
                 rows = bench_edl(
                     tmp / f"edl-{framework}-{reinit}",
@@ -426,6 +479,10 @@ def main() -> int:
                 )
                 show(f"EDL agent, {framework}, EDL_REINIT={reinit} ({title})", rows)
                 results[f"EDL {framework} {reinit}"] = rows
+                if not args.no_soak:
+                    settings = SoakSettings(args.soak_seed, reinit, framework=framework)
+                    soak = run_soak(tmp / f"soak-{framework}-{reinit}", settings, lambda _: None)
+                    print(report(soak))
         if not args.no_torchrun:
             rows = bench_torchrun(tmp / "torchrun")
             show("torchrun --nnodes 2:3 --rdzv-backend c10d (restarts every worker)", rows)
@@ -436,7 +493,7 @@ def main() -> int:
             if not etcds or not extra:
                 print("\nPaddle launcher: skipped (no etcd binary or EDL_ETCD3_PYTHONPATH)")
             else:
-                rows = bench_paddle(tmp / "paddle", etcds[-1], extra)
+                rows = bench_paddle(tmp / "paddle", etcds[-1], extra, args.paddle_rounds)
                 show("Paddle launcher --elastic_level 1", rows)
                 results["Paddle launcher"] = rows
         summary(results)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +21,7 @@ from metrics_adapter.auth.attributes import request_attributes
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
 from metrics_adapter.auth.identity import Credentials
+from metrics_adapter.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, WouldBlock
 from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
 from metrics_adapter.provider import ExternalMetricInfo, MetricsProvider, custom_metric_values
 from metrics_adapter.router import Route, RouteKind, parse_path, split_raw_path
@@ -81,6 +82,7 @@ def create_app(
     authorised like any other non-resource path.
     """
     app = Flask("metrics_adapter")
+    app.extensions[INLINE_EXTENSION] = True  # network waits defer (metrics_adapter.blocking)
     renderer = wire.MetricListRenderer()
     allow_all = isinstance(authorizer, AlwaysAllowAuthorizer)
     app.config["EDL_ADAPTER_SETTINGS"] = settings
@@ -127,10 +129,10 @@ def create_app(
         if kind is RouteKind.EXTERNAL:
             info = ExternalMetricInfo(route.metric)
             external = provider.get_external_metric(route.namespace, selector, info)
-            _observe_age([p.timestamp for p in external])
+            _observe_age(p.timestamp for p in external)
             return _json(200, wire.external_value_list(external), head)
         points = custom_metric_values(provider, route, selector, metric_selector)
-        _observe_age([p.timestamp for p in points])
+        _observe_age(p.timestamp for p in points)
         if head:
             return Response(b"", status=200, mimetype="application/json")
         if len(points) <= _STREAM_ABOVE_ITEMS:
@@ -142,9 +144,10 @@ def create_app(
             renderer.render_chunks(route.version, points), 200, mimetype="application/json"
         )
 
-    def _observe_age(timestamps: list[float]) -> None:
-        if timestamps:
-            metrics.sample_age.observe(max(0.0, clock() - min(timestamps)))
+    def _observe_age(timestamps: Iterable[float]) -> None:
+        oldest = min(timestamps, default=None)
+        if oldest is not None:
+            metrics.sample_age.observe(max(0.0, clock() - oldest))
 
     # Every request is answered by `handle`; this catch-all rule only spares Flask's URL map
     # the cost of failing to match (it never dispatches: `handle` always returns a response).
@@ -190,6 +193,9 @@ def create_app(
             resp = dispatch(route)
         except AdapterError as e:
             resp = _json(e.code, wire.status(e.code, e.reason, e.message), request.method == "HEAD")
+        except WouldBlock:  # on the event loop: the front end runs it again on a thread
+            environ[DEFERRED_ENVIRON_KEY] = True
+            return Response(status=503)
         except Exception:
             log.exception("internal error serving %s %s", request.method, raw)
             resp = _json(

@@ -26,9 +26,13 @@ class MetricEvaluator:
     """
 
     def __init__(self, store: MetricStore, stale_after: float, clock: Callable[[], float]) -> None:
-        self._store = store
+        self.store = store
         self.stale_after = stale_after
         self._clock = clock
+
+    def now(self) -> float:
+        """The clock staleness is judged by."""
+        return self._clock()
 
     def pod_value(
         self,
@@ -39,7 +43,7 @@ class MetricEvaluator:
     ) -> Point | None:
         """The pod's value of ``definition`` (None: no data, not enough data, or stale)."""
         key = (generation, definition.external, definition.name, str(metric_selector))
-        point = self._store.memoized(
+        point = self.store.memoized(
             pod, key, lambda: self._compute(definition, pod, metric_selector)
         )
         if not isinstance(point, Point):
@@ -57,7 +61,7 @@ class MetricEvaluator:
     ) -> list[Point | None]:
         """``pod_value`` for many pods at once (one store lock hold)."""
         key = (generation, definition.external, definition.name, str(metric_selector))
-        points = self._store.memoized_batch(
+        points = self.store.memoized_batch(
             pods, key, lambda pod: self._compute(definition, pod, metric_selector)
         )
         horizon = self._clock() - self.stale_after
@@ -85,7 +89,7 @@ class MetricEvaluator:
     ) -> Point | None:
         values: list[float] = []
         newest = float("-inf")
-        for label_set, w in self._store.windows(pod, term.series):
+        for label_set, w in self.store.windows(pod, term.series):
             labels = dict(label_set)
             if any(labels.get(k) != v for k, v in term.labels.items()):
                 continue

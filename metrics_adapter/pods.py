@@ -96,6 +96,11 @@ class PodRegistry:
         self._owned: dict[tuple[str, str], tuple[int, dict[OwnerRef, list[PodTarget]]]] = {}
         self.synced = False
 
+    @property
+    def version(self) -> int:
+        """A count that moves whenever the set of pods or any pod's labels or owners change."""
+        return self._version
+
     def replace_all(self, pods: Iterable[PodTarget]) -> list[PodKey]:
         """Make ``pods`` the whole set; returns the keys that disappeared."""
         fresh: dict[str, dict[str, PodTarget]] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from metrics_adapter.catalogue import MetricDefinition
 from metrics_adapter.errors import NotFoundError
@@ -33,13 +33,43 @@ from metrics_adapter.selector import LabelSelector
 ALL = "*"
 
 
-class MetricPoint(NamedTuple):
-    """One item of a MetricValueList."""
+class MetricPoint:
+    """One item of a MetricValueList.
 
-    described: DescribedObject
-    definition: MetricDefinition
-    value: float
-    timestamp: float
+    ``rendered`` holds the item's JSON per API version once the renderer has written it: the
+    scraped-pods provider keeps each pod's point until that pod's next scrape, so a list read
+    again (the HPA every sync, dashboards) is joined from text written once per scrape.
+    """
+
+    __slots__ = ("definition", "described", "rendered", "timestamp", "value")
+
+    def __init__(
+        self,
+        described: DescribedObject,
+        definition: MetricDefinition,
+        value: float,
+        timestamp: float,
+    ) -> None:
+        self.described = described
+        self.definition = definition
+        self.value = value
+        self.timestamp = timestamp
+        self.rendered: dict[str, bytes] | None = None
+
+    def _fields(self) -> tuple[DescribedObject, MetricDefinition, float, float]:
+        return self.described, self.definition, self.value, self.timestamp
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetricPoint) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"MetricPoint({self.described!r}, {self.definition.name!r}, {self.value!r}, "
+            f"{self.timestamp!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -95,7 +125,11 @@ class MetricsProvider(Protocol):
         info: CustomMetricInfo,
         metric_selector: LabelSelector,
     ) -> list[MetricPoint]:
-        """Every matching object's value (``namespace`` None: root-scoped objects)."""
+        """Every matching object's value (``namespace`` None: root-scoped objects).
+
+        The list is never changed once returned: the same list may be answered again while
+        nothing it rests on changed (and its rendered body kept with it).
+        """
         ...
 
     def list_all_metrics(self) -> list[CustomMetricInfo]:

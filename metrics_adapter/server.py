@@ -42,6 +42,7 @@ from metrics_adapter.app import (
     PEER_CERT_ENVIRON_KEY,
     USER_ENVIRON_KEY,
 )
+from metrics_adapter.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, on_loop
 from metrics_adapter.errors import ConfigError
 from metrics_adapter.httpwire import (
     HeadLimits,
@@ -131,6 +132,22 @@ class _Outcome:
     close: bool = False
 
 
+@dataclass
+class _Unfinished:
+    """An answer past the buffering limit with no Content-Length: the rest is streamed."""
+
+    started: list[Any]
+    pending: list[bytes]
+    rest: Iterator[bytes]
+    result: Iterable[bytes]
+
+
+def _close_result(result: Iterable[bytes]) -> None:
+    closer = getattr(result, "close", None)
+    if closer is not None:
+        closer()
+
+
 def _http_date() -> str:
     return email.utils.formatdate(usegmt=True)
 
@@ -160,8 +177,15 @@ def _error_outcome(code: int, reason: str, message: str, head_only: bool, close:
 class HttpFront:
     """Serves a WSGI app over HTTP/1.1 (optionally TLS) from one asyncio event loop.
 
+    An app that can defer (``blocking.INLINE_EXTENSION`` in its ``extensions``) is called on
+    the event loop itself: no hand-off to a thread and back, which was most of a small
+    request's cost. A request that would wait on the network is deferred by the app and run
+    again on an app thread; an answer too large to buffer is streamed from an app thread.
+    Any other app runs on the threads only.
+
     Args:
-        app: the WSGI application (called on ``threads`` worker threads).
+        app: the WSGI application (on the event loop when it can defer, else on ``threads``
+            worker threads).
         limits: deadlines and sizes.
         context: the TLS server context (None: plain HTTP).
         threads: app threads.
@@ -177,6 +201,7 @@ class HttpFront:
         log_access: bool = False,
     ) -> None:
         self._app = app
+        self._inline = bool(getattr(app, "extensions", {}).get(INLINE_EXTENSION))
         self.limits = limits
         self._context = context
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="http")
@@ -272,7 +297,18 @@ class HttpFront:
             first = False
             close = not head.keep_alive or head.chunked
             environ = self._environ(head, peer, der, body)
-            if self._inflight >= self.limits.max_inflight:
+            loop = asyncio.get_running_loop()
+            answer: _Outcome | _Unfinished | None = None
+            if self._inline:
+                with on_loop():
+                    answer = self._run_app(environ, head, close)
+                if environ.get(DEFERRED_ENVIRON_KEY):  # it would block: a thread runs it
+                    if isinstance(answer, _Unfinished):
+                        _close_result(answer.result)
+                    answer, environ = None, self._environ(head, peer, der, body)
+            if isinstance(answer, _Outcome):
+                outcome = answer
+            elif answer is None and self._inflight >= self.limits.max_inflight:
                 outcome = _error_outcome(
                     429,
                     "TooManyRequests",
@@ -283,10 +319,14 @@ class HttpFront:
             else:
                 self._inflight += 1
                 try:
-                    loop = asyncio.get_running_loop()
-                    outcome = await loop.run_in_executor(
-                        self._pool, self._call_app, environ, head, close, writer, loop
-                    )
+                    if answer is None:
+                        outcome = await loop.run_in_executor(
+                            self._pool, self._call_app, environ, head, close, writer, loop
+                        )
+                    else:
+                        outcome = await loop.run_in_executor(
+                            self._pool, self._finish, answer, close, writer, loop
+                        )
                 finally:
                     self._inflight -= 1
             if not outcome.streamed:
@@ -414,6 +454,31 @@ class HttpFront:
         loop: asyncio.AbstractEventLoop,
     ) -> _Outcome:
         """Run the app on this worker thread; large unsized bodies are streamed from here."""
+        answer = self._run_app(environ, head, close)
+        if isinstance(answer, _Unfinished):
+            return self._finish(answer, close, writer, loop)
+        return answer
+
+    def _finish(
+        self,
+        answer: _Unfinished,
+        close: bool,
+        writer: asyncio.StreamWriter,
+        loop: asyncio.AbstractEventLoop,
+    ) -> _Outcome:
+        """Stream the rest of a large answer (on a worker thread), then close its iterable."""
+        try:
+            return self._stream(answer.started, answer.pending, answer.rest, close, writer, loop)
+        finally:
+            try:
+                _close_result(answer.result)
+            except Exception:
+                log.exception("closing a streamed answer failed")
+
+    def _run_app(
+        self, environ: dict[str, Any], head: RequestHead, close: bool
+    ) -> _Outcome | _Unfinished:
+        """Call the app and buffer its answer, up to the point where it must be streamed."""
         head_only = head.method == "HEAD"
         started: list[Any] = []
 
@@ -431,6 +496,7 @@ class HttpFront:
             return _error_outcome(
                 500, "InternalError", "an internal error occurred", head_only, True
             )
+        unfinished = False
         try:
             iterator = iter(result)
             size = sum(len(p) for p in pending)
@@ -440,16 +506,16 @@ class HttpFront:
                 pending.append(chunk)
                 size += len(chunk)
                 if size > _STREAM_AFTER and not head_only and self._unsized(started):
-                    return self._stream(started, pending, iterator, close, writer, loop)
+                    unfinished = True
+                    return _Unfinished(started, pending, iterator, result)
         except Exception:
             log.exception("internal error rendering %s %s", head.method, head.target)
             return _error_outcome(
                 500, "InternalError", "an internal error occurred", head_only, True
             )
         finally:
-            closer = getattr(result, "close", None)
-            if closer is not None:
-                closer()
+            if not unfinished:
+                _close_result(result)
         if not started:
             log.error("the app answered %s %s without start_response", head.method, head.target)
             return _error_outcome(

@@ -3,11 +3,18 @@
 It resolves objects to pods (a pod itself, a Deployment's pods, a namespace's, a node's)
 and aggregates the pods' values as the catalogue says. It is one
 :class:`~metrics_adapter.provider.MetricsProvider` among others.
+
+Reads are cheap when nothing changed: each pod's item is kept with its value until the pod's
+next scrape (the renderer keeps its JSON on it), and a whole answer is kept while the pods,
+their data and the catalogue stand still and none of its values has gone stale
+(:class:`AnswerCache`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Hashable, Iterable
+from typing import Generic, TypeVar
 
 from metrics_adapter.catalogue import CatalogueHolder, MetricCatalogue, MetricDefinition
 from metrics_adapter.errors import NotFoundError
@@ -21,9 +28,40 @@ from metrics_adapter.provider import (
 )
 from metrics_adapter.selector import LabelSelector
 
+T = TypeVar("T")
+
 _LISTED_RESOURCES = (("pods", True), ("deployments.apps", True), ("namespaces", False))
 """What discovery lists for each custom metric (other owner kinds are served, not listed)."""
 _ROOT_RESOURCES = ("namespaces", "nodes")
+
+
+class AnswerCache(Generic[T]):
+    """Answers kept while what they rest on stands still, and until their oldest value stales.
+
+    An entry is valid while its ``stamp`` (pod registry version, store change count,
+    catalogue) equals the current one and the clock is before its expiry. Bounded: emptied
+    when ``max_entries`` is reached (distinct selectors cannot grow it).
+    """
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self._entries: dict[Hashable, tuple[Hashable, float, T]] = {}
+        self._max = max_entries
+
+    def get(self, key: Hashable, stamp: Hashable, now: float) -> T | None:
+        """The kept answer, or None when there is none or it no longer holds."""
+        hit = self._entries.get(key)
+        if hit is None or hit[0] != stamp or now >= hit[1]:
+            return None
+        return hit[2]
+
+    def put(self, key: Hashable, stamp: Hashable, expires: float, answer: T) -> None:
+        """Keep ``answer``, computed from the state ``stamp`` names (taken before computing)."""
+        if len(self._entries) >= self._max:
+            self._entries.clear()
+        self._entries[key] = (stamp, expires, answer)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class ScrapedPodsProvider:
@@ -35,6 +73,16 @@ class ScrapedPodsProvider:
         self._pods = pods
         self._evaluator = evaluator
         self._catalogue = catalogue
+        self._answers: AnswerCache[list[MetricPoint]] = AnswerCache()
+        self._external: AnswerCache[list[ExternalPoint]] = AnswerCache()
+        self._listed: tuple[MetricCatalogue | None, list[CustomMetricInfo]] = (None, [])
+
+    def _stamp(self, catalogue: MetricCatalogue) -> tuple[int, int, MetricCatalogue]:
+        return (self._pods.version, self._evaluator.store.changes, catalogue)
+
+    def _expiry(self, oldest: float) -> float:
+        """When an answer whose oldest value is from ``oldest`` stops holding."""
+        return oldest + self._evaluator.stale_after
 
     # ---- the provider verbs ----------------------------------------------------------------
 
@@ -66,12 +114,17 @@ class ScrapedPodsProvider:
         return self._read(namespace, None, info, selector, metric_selector)
 
     def list_all_metrics(self) -> list[CustomMetricInfo]:
-        """Each catalogue metric on pods, Deployments and namespaces."""
-        return [
-            CustomMetricInfo(resource, namespaced, name)
-            for name in sorted(self._catalogue.current.custom)
-            for resource, namespaced in _LISTED_RESOURCES
-        ]
+        """Each catalogue metric on pods, Deployments and namespaces (kept per catalogue)."""
+        catalogue = self._catalogue.current
+        kept, listed = self._listed
+        if kept is not catalogue:
+            listed = [
+                CustomMetricInfo(resource, namespaced, name)
+                for name in sorted(catalogue.custom)
+                for resource, namespaced in _LISTED_RESOURCES
+            ]
+            self._listed = (catalogue, listed)
+        return listed
 
     def get_external_metric(
         self, namespace: str, metric_selector: LabelSelector, info: ExternalMetricInfo
@@ -81,20 +134,29 @@ class ScrapedPodsProvider:
         definition = catalogue.external.get(info.metric)
         if definition is None:
             raise NotFoundError(f"the server could not find the external metric {info.metric}")
+        stamp, now = self._stamp(catalogue), self._evaluator.now()
+        key = (namespace, info.metric, str(metric_selector))
+        kept = self._external.get(key, stamp, now)
+        if kept is not None:
+            return kept
         pods = self._pods.select(namespace, metric_selector)
         values = self._values(definition, pods, LabelSelector(), catalogue.generation)
-        if not values:
-            return []
-        points = [v for _, v in values]
-        return [
-            ExternalPoint(
-                definition.name,
-                metric_selector.equality_labels(),
-                definition.aggregation.apply([p.value for p in points]),
-                max(p.timestamp for p in points),
-                definition.window_seconds,
+        answer: list[ExternalPoint] = []
+        oldest = math.inf
+        if values:
+            points = [v for _, v in values]
+            oldest = min(p.timestamp for p in points)
+            answer.append(
+                ExternalPoint(
+                    definition.name,
+                    metric_selector.equality_labels(),
+                    definition.aggregation.apply([p.value for p in points]),
+                    max(p.timestamp for p in points),
+                    definition.window_seconds,
+                )
             )
-        ]
+        self._external.put(key, stamp, self._expiry(oldest), answer)
+        return answer
 
     def list_all_external_metrics(self) -> list[ExternalMetricInfo]:
         """The catalogue's external metrics."""
@@ -126,15 +188,26 @@ class ScrapedPodsProvider:
             raise NotFoundError(
                 f"the server could not find the metric {info.metric} for {resource}"
             )
+        stamp, now = self._stamp(catalogue), self._evaluator.now()
+        key = (namespace, resource, name, info.metric, str(selector), str(metric_selector))
+        kept = self._answers.get(key, stamp, now)
+        if kept is not None:
+            return kept
         if namespace is None:
-            return self._root(resource, name, definition, selector, metric_selector, catalogue)
-        if resource == "pods":
-            return self._pod_values(
+            items, oldest = self._root(
+                resource, name, definition, selector, metric_selector, catalogue
+            )
+        elif resource == "pods":
+            items = self._pod_values(
                 namespace, name, definition, selector, metric_selector, catalogue
             )
-        return self._owners(
-            namespace, resource, name, definition, selector, metric_selector, catalogue
-        )
+            oldest = min((p.timestamp for p in items), default=math.inf)
+        else:
+            items, oldest = self._owners(
+                namespace, resource, name, definition, selector, metric_selector, catalogue
+            )
+        self._answers.put(key, stamp, self._expiry(oldest), items)
+        return items
 
     def _values(
         self,
@@ -164,8 +237,33 @@ class ScrapedPodsProvider:
         else:
             pod = self._pods.get(PodKey(namespace, name))
             candidates = [pod] if pod is not None and selector.matches(pod.labels) else []
-        values = self._values(definition, candidates, metric_selector, catalogue.generation)
-        return [MetricPoint(pod.ref, definition, p.value, p.timestamp) for pod, p in values]
+        if not candidates:
+            return []
+        evaluator = self._evaluator
+        generation = catalogue.generation
+        by_key: dict[PodKey, PodTarget] = {}
+
+        def item(key: PodKey) -> MetricPoint | None:
+            if not by_key:
+                by_key.update((p.key, p) for p in candidates)
+            point = evaluator.pod_value(definition, key, metric_selector, generation)
+            if point is None:
+                return None
+            return MetricPoint(by_key[key].ref, definition, point.value, point.timestamp)
+
+        # The item itself is kept with the pod's data until its next scrape (the renderer
+        # keeps its JSON on it); only freshness is checked per read.
+        memo_key = ("item", generation, definition.name, str(metric_selector))
+        kept = evaluator.store.memoized_batch([p.key for p in candidates], memo_key, item)
+        horizon = evaluator.now() - evaluator.stale_after
+        items = []
+        for pod, point in zip(candidates, kept, strict=True):
+            if not isinstance(point, MetricPoint) or point.timestamp < horizon:
+                continue
+            if point.described is not pod.ref:  # the pod object changed since the scrape
+                point = MetricPoint(pod.ref, definition, point.value, point.timestamp)
+            items.append(point)
+        return items
 
     def _owners(
         self,
@@ -176,7 +274,7 @@ class ScrapedPodsProvider:
         selector: LabelSelector,
         metric_selector: LabelSelector,
         catalogue: MetricCatalogue,
-    ) -> list[MetricPoint]:
+    ) -> tuple[list[MetricPoint], float]:
         """``namespaces/{ns}/{resource.group}/{name|*}/{metric}``: pods aggregated per owner.
 
         A labelSelector selects the owner when at least one of its pods matches it (the
@@ -186,16 +284,19 @@ class ScrapedPodsProvider:
         if name is not None:
             owned = {owner: pods for owner, pods in owned.items() if owner.name == name}
         items = []
+        oldest = math.inf
         for owner, members in sorted(owned.items(), key=lambda kv: kv[0].name):
-            if not any(selector.matches(p.labels) for p in members):
+            if not selector.empty and not any(selector.matches(p.labels) for p in members):
                 continue
             values = self._values(definition, members, metric_selector, catalogue.generation)
             if values:
                 described = DescribedObject(
                     owner.kind, owner.api_version, owner.name, namespace, owner.uid
                 )
-                items.append(_aggregate(described, definition, [v for _, v in values]))
-        return items
+                item, first = _aggregate(described, definition, [v for _, v in values])
+                items.append(item)
+                oldest = min(oldest, first)
+        return items, oldest
 
     def _root(
         self,
@@ -205,7 +306,7 @@ class ScrapedPodsProvider:
         selector: LabelSelector,
         metric_selector: LabelSelector,
         catalogue: MetricCatalogue,
-    ) -> list[MetricPoint]:
+    ) -> tuple[list[MetricPoint], float]:
         """Root-scoped ``namespaces`` and ``nodes``: their pods aggregated."""
         groups: dict[str, list[PodTarget]] = {}
         for pod in self._pods.all():
@@ -215,20 +316,25 @@ class ScrapedPodsProvider:
                     groups.setdefault(group, []).append(pod)
         kind = "Namespace" if resource == "namespaces" else "Node"
         items = []
+        oldest = math.inf
         for group, members in sorted(groups.items()):
             values = self._values(definition, members, metric_selector, catalogue.generation)
             if values:
                 described = DescribedObject(kind, "v1", group)
-                items.append(_aggregate(described, definition, [v for _, v in values]))
-        return items
+                item, first = _aggregate(described, definition, [v for _, v in values])
+                items.append(item)
+                oldest = min(oldest, first)
+        return items, oldest
 
 
 def _aggregate(
     described: DescribedObject, definition: MetricDefinition, points: list[Point]
-) -> MetricPoint:
-    return MetricPoint(
+) -> tuple[MetricPoint, float]:
+    """The aggregated item and the time of its oldest value (when it starts to stale)."""
+    item = MetricPoint(
         described,
         definition,
         definition.aggregation.apply([p.value for p in points]),
         max(p.timestamp for p in points),
     )
+    return item, min(p.timestamp for p in points)

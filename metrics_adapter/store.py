@@ -87,6 +87,15 @@ class MetricStore:
         self._on_refused = on_refused
         self._lock = threading.RLock()
         self._pods: dict[PodKey, _PodSeries] = {}
+        self._changes = 0
+
+    @property
+    def changes(self) -> int:
+        """A count that moves whenever any pod's data changes (ingest, drop, expiry).
+
+        Answers derived from the store stay valid while it stands still.
+        """
+        return self._changes
 
     def ingest(
         self, pod: PodKey, samples: Iterable[Sample], keep: Callable[[str], bool] | None = None
@@ -121,6 +130,7 @@ class MetricStore:
                     stored += 1
             entry.last_ingest = now
             entry.memo.clear()
+            self._changes += 1
             if refused:
                 self._refused(pod, entry, refused, now)
         return stored
@@ -219,7 +229,8 @@ class MetricStore:
     def drop(self, pod: PodKey) -> None:
         """Forget a pod (deleted, or no longer a target)."""
         with self._lock:
-            self._pods.pop(pod, None)
+            if self._pods.pop(pod, None) is not None:
+                self._changes += 1
 
     def expire(self) -> list[PodKey]:
         """Drop pods whose newest data is older than ``expire_after``; returns them."""
@@ -228,6 +239,8 @@ class MetricStore:
             gone = [k for k, e in self._pods.items() if e.last_ingest < horizon]
             for k in gone:
                 del self._pods[k]
+            if gone:
+                self._changes += 1
         return gone
 
     def pods(self) -> list[PodKey]:

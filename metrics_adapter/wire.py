@@ -68,20 +68,35 @@ def metric_value_list(version: str, points: list[MetricPoint]) -> JSON:
 
 
 class MetricListRenderer:
-    """Serializes MetricValueLists, caching each item's JSON.
+    """Serializes MetricValueLists from each item's cached JSON.
 
-    An item's text depends only on (version, metric, object, value, time, window), which
-    change once per scrape, while the HPA and dashboards re-read the same values many times.
-    The cache is bounded: it is emptied when it reaches ``max_entries``.
+    An item's text depends only on its point (object, metric, value, time, window) and the
+    version, so it is written once per point and kept on it (``MetricPoint.rendered``); the
+    scraped-pods provider keeps a pod's point until the pod's next scrape, so re-reads of the
+    same values, the usual traffic, only join cached text. The providers also keep whole
+    answers (the same list object while nothing changed), so the last bodies rendered are
+    kept for the lists they were rendered from (``max_bodies`` of them, ``max_bytes`` in all).
     """
 
-    def __init__(self, max_entries: int = 32768) -> None:
-        self._cache: dict[tuple[object, ...], str] = {}
-        self._max = max_entries
+    def __init__(self, max_bodies: int = 64, max_bytes: int = 16 * 2**20) -> None:
+        self._bodies: dict[tuple[str, int], tuple[list[MetricPoint], bytes]] = {}
+        self._bytes = 0
+        self._max_bodies = max_bodies
+        self._max_bytes = max_bytes
 
     def render(self, version: str, points: list[MetricPoint]) -> bytes:
         """The list as JSON bytes (identical to ``json.dumps(metric_value_list(...))``)."""
-        return b"".join(self.render_chunks(version, points))
+        key = (version, id(points))
+        kept = self._bodies.get(key)
+        if kept is not None and kept[0] is points:  # the very list (it is held: no id reuse)
+            return kept[1]
+        body = b"".join(self.render_chunks(version, points, len(points) or 1))
+        if len(self._bodies) >= self._max_bodies or self._bytes + len(body) > self._max_bytes:
+            self._bodies, self._bytes = {}, 0
+        if len(body) <= self._max_bytes:
+            self._bodies[key] = (points, body)
+            self._bytes += len(body)
+        return body
 
     def render_chunks(
         self, version: str, points: list[MetricPoint], chunk_items: int = 512
@@ -92,30 +107,25 @@ class MetricListRenderer:
             '"metadata":{},"items":['
         ).encode()
         for start in range(0, len(points), chunk_items):
-            text = ",".join(self._items(version, points[start : start + chunk_items]))
-            yield (("," if start else "") + text).encode()
+            text = b",".join(_items(version, points[start : start + chunk_items]))
+            yield (b"," + text) if start else text
         yield b"]}"
 
-    def _items(self, version: str, points: list[MetricPoint]) -> list[str]:
-        cache = self._cache
-        parts = []
-        for p in points:
-            key = (
-                version,
-                p.definition.name,
-                p.described,
-                p.value,
-                p.timestamp,
-                p.definition.window_seconds,
-            )
-            text = cache.get(key)
-            if text is None:
-                text = json.dumps(metric_item(version, p), separators=(",", ":"))
-                if len(cache) >= self._max:
-                    cache.clear()
-                cache[key] = text
-            parts.append(text)
-        return parts
+
+def _items(version: str, points: list[MetricPoint]) -> list[bytes]:
+    parts: list[bytes] = []
+    append = parts.append
+    for p in points:
+        rendered = p.rendered
+        if rendered is None:
+            rendered = p.rendered = {}
+        text = rendered.get(version)
+        if text is None:
+            text = rendered[version] = json.dumps(
+                metric_item(version, p), separators=(",", ":")
+            ).encode()
+        append(text)
+    return parts
 
 
 def external_value_list(points: list[ExternalPoint]) -> JSON:

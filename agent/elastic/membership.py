@@ -225,8 +225,8 @@ class Membership:
             if current is not None and current.finished:
                 return True
             base = self._known if broken or current is None else current
-            if base is None:
-                return False  # no world was ever agreed: nothing to finish
+            if base is None:  # no world known (the record was lost): a finished empty one
+                base = World(0)
             finished = base.finish(step)
             if broken or current is None:
                 after = max(base.generation, _generation_in(record.text))

@@ -9,19 +9,23 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import secrets
 import signal
 import socket
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.app import create_registry
+from agent.checkpoints import settings as checkpoint_flags
+from agent.checkpoints.catalogue import Checkpoints, finished_at
+from agent.checkpoints.settings import CheckpointSettings
 from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
 from agent.elastic.errors import ElasticError
@@ -34,6 +38,7 @@ from agent.elastic.supervisor import (
     ElasticSupervisor,
     control_env,
 )
+from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
@@ -47,7 +52,10 @@ from agent.trainer import frameworks
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = (36543, 36544)
+DEFAULT_PORTS = (29543, 29544)
+"""Below Linux's default ephemeral range (32768-60999): no port bound to 0 (a gloo pair, a
+generation's store) can be holding one when this member's trainer needs it."""
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class ElasticOptions:
     on_finished: str = "idle"
     """--on-finished / EDL_ON_FINISHED: once the job is finished, ``idle`` until SIGTERM (a
     Deployment) or ``exit`` 0 (a Job, a local run)."""
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+    """--checkpoint-* / EDL_CHECKPOINT_*: durable checkpoints (`agent.checkpoints`)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,15 +98,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--on-finished",
         help="once the job is finished: idle until SIGTERM, or exit 0 (EDL_ON_FINISHED, idle)",
     )
+    checkpoint_flags.add_arguments(parser)
 
 
-ELASTIC_FLAGS = ("elastic", "job", "membership", "min_world", "max_world", "on_finished")
+ELASTIC_FLAGS = (
+    "elastic",
+    "job",
+    "membership",
+    "min_world",
+    "max_world",
+    "on_finished",
+    *checkpoint_flags.FLAGS,
+)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_static_port(rng: random.Random | None = None, attempts: int = 200) -> int:
+    """A free port *below* the ephemeral range, for ``EDL_TRAINER_PORTS=auto``.
+
+    A port bound to 0 comes from the ephemeral range, so one chosen below it cannot be taken
+    later by a gloo pair or a generation's store while it is not listening (between
+    generations, or while another member is rank 0); one chosen by binding port 0 could.
+    """
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = rng or random.Random()
+    for _ in range(attempts):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ConfigError(f"no free port below the ephemeral range ({low}) after {attempts} tries")
 
 
 def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> ElasticOptions | None:
@@ -122,7 +158,9 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         max_size = int(pick("max_world", "EDL_MAX_WORLD", "64"))
         raw_ports = env.get("EDL_TRAINER_PORTS", "").strip()
         if raw_ports == "auto" or (not raw_ports and membership.startswith("local:")):
-            ports = (_free_port(), _free_port())  # pods sharing one network namespace
+            ports = (free_static_port(), free_static_port())  # one network namespace
+            while ports[1] == ports[0]:
+                ports = (ports[0], free_static_port())
         elif raw_ports:
             a, b = (int(p) for p in raw_ports.split(","))
             ports = (a, b)
@@ -144,6 +182,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         ports=ports,
         work_dir=Path(work) if work else Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
         on_finished=on_finished,
+        checkpoints=CheckpointSettings.from_env(env, flags),
     )
 
 
@@ -210,7 +249,13 @@ def run_elastic(
     )
     membership = Membership(build_store(options, env), me, membership_settings)
     control_dir, state_dir = options.work_dir / "control", options.work_dir / "state"
-    trainer_env = {**env, **control_env(control_dir, state_dir, me.id)}
+    trainer_env = {**env, **control_env(control_dir, state_dir, me.id), names.JOB: options.job}
+    checkpoints = None
+    if options.checkpoints.enabled:
+        store = options.checkpoints.store(options.job)
+        store.probe()  # an unusable volume stops the agent now, in one line
+        checkpoints = Checkpoints(store)
+        trainer_env.update(options.checkpoints.to_env())
     explicit = settings.framework != frameworks.AUTO
     if explicit:  # else the warm trainer reports the framework it imported
         trainer_env[names.FRAMEWORK] = settings.framework
@@ -224,13 +269,20 @@ def run_elastic(
         framework=frameworks.get(settings.framework if explicit else "paddle"),
     )
     rescales = RescaleLog()
+    elastic_settings = ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished})
+    try:
+        watchdog = StallWatchdog(elastic_settings.stall_timeout, settings.flush_seconds)
+    except ValueError as e:
+        raise ConfigError(f"EDL_STALL_TIMEOUT: {e}") from e
     elastic = ElasticSupervisor(
         membership,
         trainer,
         control_dir,
         rescales,
-        ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished}),
+        elastic_settings,
         job=options.job,
+        watchdog=watchdog,
+        finished_elsewhere=(lambda: finished_at(checkpoints)) if checkpoints else None,
     )
     nvml, nvml_note = open_nvml()
     registry = create_registry(metrics_dir, trainer, nvml, rescales)
@@ -244,7 +296,7 @@ def run_elastic(
     server.start()
     previous = {s: signal.signal(s, elastic.request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     log.info(
-        "member %s of job %s (%s, world %d..%d, framework %s); /metrics on port %d; %s",
+        "member %s of job %s (%s, world %d..%d, framework %s); /metrics on port %d; %s; %s",
         me.key,
         options.job,
         options.membership,
@@ -253,6 +305,7 @@ def run_elastic(
         settings.framework,
         server.port,
         nvml_note,
+        f"checkpoints in {checkpoints.store.url}" if checkpoints else "no durable checkpoints",
     )
     try:
         return elastic.run()

@@ -28,8 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import psutil
+
 from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
+from agent.elastic.pause import OpenRescale, change
+from agent.elastic.watchdog import Progress, StallWatchdog
 from agent.elastic.world import World
 from agent.protocol import env as names
 from agent.protocol.control import (
@@ -41,6 +45,7 @@ from agent.protocol.control import (
     Timings,
 )
 from agent.protocol.world import TrainerWorld
+from agent.reports import read_report
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerExit, TrainerSupervisor
 from agent.trainer import frameworks
@@ -76,6 +81,10 @@ class ElasticSettings:
     before forcing a fresh generation of the same members."""
     max_resets: int = 5
     """EDL_MAX_RESETS: forced generations in a row without a completed step before giving up."""
+    stall_timeout: float = 10.0
+    """EDL_STALL_TIMEOUT: a trainer stopped (SIGSTOP) this long, or in its training loop
+    without refreshing its report for three times this long, stands still: it is killed and
+    this member leaves the job (`StallWatchdog`). 0 disables."""
     backend: str = ""
     """EDL_DISTRI_BACKEND: `gloo` or `nccl`; empty picks by the presence of a GPU."""
     on_finished: str = "idle"
@@ -94,22 +103,10 @@ class ElasticSettings:
             init_timeout=_env_float(env, "EDL_INIT_TIMEOUT", cls.init_timeout),
             regroup_timeout=_env_float(env, "EDL_REGROUP_TIMEOUT", cls.regroup_timeout),
             max_resets=int(_env_float(env, "EDL_MAX_RESETS", cls.max_resets)),
+            stall_timeout=_env_float(env, "EDL_STALL_TIMEOUT", cls.stall_timeout),
             backend=env.get("EDL_DISTRI_BACKEND", "").strip(),
             on_finished=env.get("EDL_ON_FINISHED", "").strip() or cls.on_finished,
         )
-
-
-@dataclass
-class _Rescale:
-    """Timestamps (wall clock) of one rescale as this agent lived it."""
-
-    generation: int
-    noticed: float
-    decided: float
-    drained: float = 0.0
-    spawned: float = 0.0
-    in_process: bool = False
-    """The live trainer moves itself into the new world (no new process)."""
 
 
 def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
@@ -141,8 +138,13 @@ class ElasticSupervisor:
         settings: ElasticSettings,
         wall_clock: Callable[[], float] = time.time,
         job: str = "",
+        watchdog: StallWatchdog | None = None,
+        finished_elsewhere: Callable[[], int | None] | None = None,
     ) -> None:
         self._membership = membership
+        self._finished_elsewhere = finished_elsewhere
+        """The step at which another record (the newest durable checkpoint) says the job
+        finished, or None: checked at start, when the world record does not say it."""
         self._job = job or "(unnamed)"
         self._trainer = trainer
         self._channel = ControlChannel(control_dir)
@@ -150,10 +152,14 @@ class ElasticSupervisor:
         self._settings = settings
         self._backend = settings.backend or default_backend()
         self._wall = wall_clock
+        self._watchdog = watchdog or StallWatchdog(settings.stall_timeout, flush_seconds=1.0)
         self._key = membership.me.key
         self._running: World | None = None  # the world of the live trainer
         self._started_gen = -1
-        self._rescale: _Rescale | None = None
+        self._open: OpenRescale | None = None  # the rescale this member is living through
+        self._trained = False  # our trainer has stepped in some world: later changes are rescales
+        self._handed: tuple[int, float] | None = None  # (generation, when) handed to a live trainer
+        self._forming: list[World] = []  # worlds a handed-over trainer may still be forming
         self._noticed: float | None = None
         self._spawned_at = 0.0
         self._initialised = False
@@ -188,6 +194,10 @@ class ElasticSupervisor:
         world = self._membership.peek()
         if world is not None and world.finished:
             return self._job_done(world.finished_at_step, late=True)
+        step = self._finished_elsewhere() if self._finished_elsewhere is not None else None
+        if step is not None:
+            log.info("the newest checkpoint says job %s finished at step %d", self._job, step)
+            return self._job_done(step, late=True)
         status = self._start_standby()
         if status is not None:
             return status
@@ -212,6 +222,7 @@ class ElasticSupervisor:
         scale-up: the new generation is decided when we can train at once.
         """
         self._channel.clear()
+        self._watchdog.reset()
         self._trainer.start(TrainerWorld(generation=STANDBY_GENERATION, backend=self._backend))
         self._standby = True
         deadline = time.monotonic() + self._settings.init_timeout
@@ -243,13 +254,8 @@ class ElasticSupervisor:
                 return self._job_done(world.finished_at_step, late=True)
             if world is None or world.paused or world.rank_of(self._key) is None:
                 return None
-            self._hand_over(world, world.generation)
             self._standby = False
-            self._trainer.update_world(trainer_world(world, self._key, self._backend))
-            self._running = world
-            self._started_gen = world.generation
-            self._spawned_at = self._wall()
-            self._initialised = False
+            self._hand_to_live(world, self._wall())
             return None
         if self._running is not None:
             ended = self._trainer.wait(0)
@@ -262,8 +268,7 @@ class ElasticSupervisor:
                     self._running = None
                     return self._job_done(world.finished_at_step, late=True)
             if ended is None:
-                self._watch_running(world)
-                return None
+                return self._watch_running(world)
             status = self._on_exit(ended)
             if status is not None:
                 return status
@@ -276,16 +281,21 @@ class ElasticSupervisor:
             self._start(world)
         return None
 
-    def _watch_running(self, world: World | None) -> None:
+    def _watch_running(self, world: World | None) -> int | None:
         running = self._running
         assert running is not None
         self._collect_timings()
+        if self._running is None:
+            return None  # it had to be stopped; the next round sees the exit
         now = self._wall()
+        frozen = self._watchdog.frozen_for(now, self._in_training_loop(running.generation))
+        if frozen:
+            return self._exclude(frozen)
         if self._noticed is None and self._membership.pending_for() > 0:
             self._noticed = now - self._membership.pending_for()
         if world is not None and world.generation != running.generation:
             self._drain(world, now)
-            return
+            return None
         if not self._initialised and now - self._spawned_at > self._settings.init_timeout:
             error = RendezvousTimeout(
                 f"generation {running.generation} did not form within "
@@ -294,52 +304,76 @@ class ElasticSupervisor:
             log.error("%s; stopping the trainer", error)
             self._stop_trainer()
             # the next round sees the exit and regroups
+        return None
 
     def _drain(self, world: World, now: float) -> None:
-        """A new generation while our trainer runs: stop it at a step boundary, within bounds.
+        """A new generation while our trainer runs: hand it over, or stop it at a boundary.
 
-        A trainer that re-initialises in-process is handed the new world and keeps running;
-        any other is waited for (it exits 75) and restarted by the next round.
+        A trainer that re-initialises in-process, or that has not joined its world yet (still
+        starting, or meeting its peers), is handed the new world and keeps running: it moves
+        there itself. Any other is waited for at its next step boundary (it exits 75) and
+        restarted by the next round.
         """
         running = self._running
         assert running is not None
         member = world.rank_of(self._key) is not None
-        if not self._initialised:
-            # Still forming the old world (no step to stop at, no state to save): restart.
+        self._open_rescale(world, change(running, world), now)
+        if member and (not self._initialised or self._trainer_mode == "in-process"):
             log.info(
-                "generation %d -> %d: the trainer never joined generation %d; restarting it",
+                "generation %d -> %d: %s",
                 running.generation,
                 world.generation,
-                running.generation,
+                "asking the trainer to stop at a step boundary and re-initialise in-process"
+                if self._initialised
+                else "handing the new world to the trainer (it has not joined its world yet)",
             )
-            self._stop_trainer()
+            self._hand_to_live(world, now)
             return
-        in_process = member and self._trainer_mode == "in-process"
         log.info(
-            "generation %d -> %d: asking the trainer to stop at a step boundary%s",
+            "generation %d -> %d: asking the trainer to stop at a step boundary",
             running.generation,
             world.generation,
-            " and re-initialise in-process" if in_process else "",
         )
         self._hand_over(world if member else None, world.generation)
-        if in_process:
-            self._rescale = _Rescale(world.generation, self._noticed or now, now, in_process=True)
-            self._trainer.update_world(trainer_world(world, self._key, self._backend))
-            self._running = world
-            self._started_gen = world.generation
-            self._spawned_at = now
-            self._initialised = False
-            self._noticed = None
-            return
-        self._rescale = _Rescale(world.generation, self._noticed or now, now)
-        ended = self._wait_trainer(self._settings.drain_timeout)
+        ended = self._wait_trainer(self._settings.drain_timeout, decided=now)
         if ended is None:
             log.error(
                 "trainer did not reach a step boundary within %.0f s; killing it",
-                self._settings.drain_timeout,
+                self._wall() - now,
             )
             self._stop_trainer()
-        self._rescale.drained = self._wall()
+        if self._open is not None:
+            self._open.drained = self._wall()
+
+    def _hand_to_live(self, world: World, now: float) -> None:
+        """The running trainer (or warm stand-by) moves itself into `world`."""
+        if self._running is not None and not self._initialised:
+            self._forming.append(self._running)  # it may be inside its framework's formation
+        self._hand_over(world, world.generation)
+        self._trainer.update_world(trainer_world(world, self._key, self._backend))
+        self._running = world
+        self._started_gen = world.generation
+        self._spawned_at = now
+        self._handed = (world.generation, now)
+        self._initialised = False
+        self._noticed = None
+
+    def _open_rescale(self, world: World, why: str, decided: float, stalled: float = 0.0) -> None:
+        """Starts (or extends) the record of this member's rescale, if it is a survivor."""
+        if not self._trained or world.rank_of(self._key) is None:
+            return  # a joiner's first world is not a rescale for it, nor one it is not in
+        if self._open is not None:
+            self._open.supersede(world.generation, why)
+            return
+        running = self._running
+        self._open = OpenRescale(
+            from_generation=running.generation if running is not None else world.generation - 1,
+            generation=world.generation,
+            stalled=min(stalled or decided, self._watchdog.stood_still_since(decided)),
+            noticed=self._noticed or decided,
+            decided=decided,
+            reasons=[why],
+        )
 
     def _hand_over(self, world: World | None, generation: int) -> None:
         """Writes the next world (None: leave) for the trainer, then asks it to drain."""
@@ -357,18 +391,18 @@ class ElasticSupervisor:
         assert running is not None
         self._collect_timings()
         self._running = None
+        self._handed = None
         status = ended.status
         if status == 0:
             log.info("trainer finished: the job is done")
             return self._job_done(self._reported_step(running.generation))
-        requested = self._rescale is not None and self._rescale.generation > running.generation
+        requested = self._open is not None and self._open.generation > running.generation
         ours, self._stopped_by_us = self._stopped_by_us, False
         if status in (RESCALE_EXIT, PEER_LOST_EXIT) or requested or ours:
             if self._initialised_gen < running.generation:
                 # It never joined its current world: start afresh in the newest one, without
                 # forcing a generation (the others may well be waiting for us in it).
                 self._started_gen = self._initialised_gen
-                self._rescale = None
             elif not requested:
                 self._regroup(running, status)
             return None
@@ -379,16 +413,20 @@ class ElasticSupervisor:
     def _regroup(self, running: World, status: int) -> None:
         """The collective broke (or a peer drained) without a new world yet: wait, then force."""
         noticed = self._wall()
+        stalled = self._watchdog.stood_still_since(noticed)
         why = "stopped for a rescale" if status == RESCALE_EXIT else "lost a peer"
         log.warning("generation %d: trainer %s; waiting for the new world", running.generation, why)
         deadline = time.monotonic() + self._settings.regroup_timeout
         poll = self._membership.settings.poll_interval
+        self._noticed = noticed
         while time.monotonic() < deadline and self._stop_signal is None:
             world = self._membership.tick()
             if world is not None and world.generation > running.generation:
                 # The trainer was gone before the decision: waiting was detection, not drain.
                 now = self._wall()
-                self._rescale = _Rescale(world.generation, noticed, now, now)
+                self._open_rescale(world, f"{why}, {change(running, world)}", now, stalled)
+                if self._open is not None:
+                    self._open.drained = now
                 return
             time.sleep(poll)
         if self._stop_signal is not None:
@@ -398,25 +436,36 @@ class ElasticSupervisor:
             raise RendezvousTimeout(f"{self._resets - 1} forced generations without progress")
         self._membership.request_generation(f"collective of generation {running.generation} broke")
         now = self._wall()
-        self._rescale = _Rescale(running.generation + 1, noticed, now, now)
+        forced = World(running.generation + 1, running.members)
+        self._open_rescale(forced, f"{why}, forced a generation", now, stalled)
+        if self._open is not None:
+            self._open.drained = now
 
     def _start(self, world: World) -> None:
         self._trainer_mode = "process"  # until the new trainer reports what it can do
         self._channel.clear()
-        if self._rescale is not None and self._rescale.drained == 0.0:
-            self._rescale.drained = self._wall()
+        self._watchdog.reset()
+        if self._open is not None:
+            if self._open.drained == 0.0:
+                self._open.drained = self._wall()
+            self._open.supersede(world.generation, "")
         self._trainer.start(trainer_world(world, self._key, self._backend))
         self._running = world
         self._started_gen = world.generation
         self._spawned_at = self._wall()
         self._initialised = False
         self._noticed = None
-        if self._rescale is not None:
-            self._rescale.generation = world.generation
-            self._rescale.spawned = self._spawned_at
+        if self._open is not None:
+            self._open.restarted = True
+            self._open.spawned = self._spawned_at
 
-    def _wait_trainer(self, timeout: float) -> TrainerExit | None:
-        """Waits for the trainer to end while still renewing our membership."""
+    def _wait_trainer(self, timeout: float, decided: float | None = None) -> TrainerExit | None:
+        """Waits for the trainer to end while still renewing our membership.
+
+        With `decided` (a drain), it stops waiting early for a trainer that can no longer
+        reach a step boundary: frozen, or no step since before the decision for the stall
+        bound (its collective waits for a peer that is gone).
+        """
         deadline = time.monotonic() + timeout
         poll = self._membership.settings.poll_interval
         while True:
@@ -424,6 +473,18 @@ class ElasticSupervisor:
             if ended is not None or time.monotonic() >= deadline:
                 return ended
             self._membership.tick()
+            if decided is not None and self._cannot_drain(decided):
+                return None
+
+    def _cannot_drain(self, decided: float) -> bool:
+        self._observe()
+        now, stall = self._wall(), self._watchdog.stall_seconds
+        running = self._running
+        in_loop = running is not None and self._in_training_loop(running.generation)
+        if self._watchdog.frozen_for(now, in_loop):
+            return True
+        stuck = self._watchdog.stood_still_since(decided) < decided
+        return bool(stall) and stuck and now - decided > stall
 
     def _stop_trainer(self, grace: float = 5.0) -> TrainerExit | None:
         """SIGTERM, then SIGKILL: the trainer was ours to stop, so this is not a crash."""
@@ -434,6 +495,24 @@ class ElasticSupervisor:
             self._trainer.kill()
             ended = self._wait_trainer(grace)
         return ended
+
+    def _exclude(self, frozen: float) -> int:
+        """Our trainer stands still (its report went stale): kill it and leave the job.
+
+        Its peers' collective then fails at once (the process is gone) instead of timing
+        out, and they go on without this member; on Kubernetes the container restarts and
+        rejoins as a new member.
+        """
+        log.error(
+            "trainer stood still for %.0f s (stopped, or frozen without refreshing its "
+            "report); killing it and leaving the job",
+            frozen,
+        )
+        self._trainer.kill()
+        self._wait_trainer(5.0)
+        self._running = None
+        self._membership.leave()
+        return 1
 
     # -- the job is done -------------------------------------------------------------------------
 
@@ -485,60 +564,94 @@ class ElasticSupervisor:
 
     # -- measuring ------------------------------------------------------------------------------
 
+    def _observe(self) -> None:
+        """Feeds the watchdog the current incarnation's report and process state."""
+        path = self._trainer.report_path
+        report = read_report(path) if path is not None else None
+        if report is not None:
+            c = report.counters
+            mean = c.step_seconds_sum / c.steps if c.steps else 0.0
+            progress = Progress(report.updated_unix, c.last_step_unix, c.steps, mean)
+            self._watchdog.observe(progress)
+        pid = self._trainer.pid
+        try:
+            stopped = pid is not None and psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            stopped = False
+        self._watchdog.observe_state(stopped, self._wall())
+
+    def _cannot_form(self, handed: World) -> tuple[int, str] | None:
+        """(generation, who left) when the trainer forms a world that lost a member since.
+
+        That formation blocks in C++ until a timeout, so waiting for the trainer to take
+        `handed` is pointless; a world that only grew still forms, so it is waited for.
+        """
+        for world in self._forming:
+            t = self._channel.timings(world.generation)
+            if t is None or t.master is None or t.initialised is not None:
+                continue
+            left = {m.key for m in world.members} - {m.key for m in handed.members}
+            if left:
+                ids = sorted(m.id for m in world.members if m.key in left)
+                return world.generation, ", ".join(ids)
+        return None
+
+    def _in_training_loop(self, generation: int) -> bool:
+        """The trainer steps in `generation` (not starting, re-forming, or finishing).
+
+        Only there does a stale report mean it stands still: a framework may hold the
+        interpreter lock while it forms a group, and a finished trainer's report is closed.
+        """
+        if self._handed is not None:
+            return False
+        timings = self._channel.timings(generation)
+        return timings is not None and timings.first_step is not None and not timings.finished
+
     def _collect_timings(self) -> None:
         running = self._running
         if running is None:
             return
+        self._observe()
         reported = self._channel.timings(running.generation)
         times = reported or Timings()
         if reported is not None:
             self._trainer_mode = reported.reinit
             self._learn_framework(reported)
-        rescale = self._rescale
-        if (
-            rescale is not None
-            and rescale.in_process
-            and times.started is None
-            and self._wall() - rescale.decided > self._settings.drain_timeout
-        ):
+        handed = self._handed
+        if handed is not None and (times.started or times.imported) is not None:
+            self._handed, self._forming = None, []  # the trainer took the world it was handed
+        elif handed is not None and (gone := self._cannot_form(running)):
+            log.warning(
+                "the trainer is forming generation %d, which cannot form any more (%s left); "
+                "restarting it in generation %d",
+                gone[0],
+                gone[1],
+                running.generation,
+            )
+            self._handed, self._forming = None, []
+            self._stop_trainer(grace=1.0)  # it saved its state before re-forming, if it had any
+            return
+        elif handed is not None and self._wall() - handed[1] > self._settings.drain_timeout:
             log.error(
-                "trainer did not reach a step boundary within %.0f s; killing it",
+                "trainer did not take generation %d within %.0f s; stopping it",
+                handed[0],
                 self._settings.drain_timeout,
             )
-            self._rescale = None
-            self._stop_trainer()
+            self._handed, self._forming = None, []
+            self._stop_trainer(grace=1.0)  # it saved its state before re-forming, if it had any
             return
         if times.initialised is not None:
             self._initialised = True
             self._initialised_gen = running.generation
         if times.first_step is not None:
             self._resets = 0
-            if rescale is not None and rescale.generation == running.generation:
-                self._record(rescale, times)
-                self._rescale = None
-
-    def _record(self, r: _Rescale, t: Timings) -> None:
-        """Feeds one rescale's pause and phases (`t` has every milestone to `first_step`)."""
-        started, imported, master = t.started or 0.0, t.imported or 0.0, t.master or 0.0
-        initialised, first_step = t.initialised or 0.0, t.first_step or 0.0
-        if r.in_process:  # no new process: the trainer stopped and re-formed at "started"
-            r.drained = r.spawned = started
-        spawned = r.spawned or t.started or r.drained
-        phases = {
-            "detect": max(0.0, r.decided - r.noticed),
-            "drain": max(0.0, r.drained - r.decided),
-            "rendezvous": max(0.0, spawned - r.drained) + (master - imported),
-            "init": (imported - spawned) + (initialised - master),
-            "restore": first_step - initialised,
-        }
-        pause = first_step - r.decided
-        self._rescales.record(pause, phases)
-        log.info(
-            "rescale to generation %d: pause %.2f s (%s)",
-            r.generation,
-            pause,
-            ", ".join(f"{k} {v:.2f}" for k, v in phases.items()),
-        )
+            self._trained = True
+            rescale = self._open
+            if rescale is not None and running.generation >= rescale.generation:
+                record = rescale.close(running.generation, times)
+                self._rescales.record(record.pause, record.phases)
+                log.info("%s", record.describe())
+                self._open = None
 
     # -- leaving --------------------------------------------------------------------------------
 
@@ -559,14 +672,17 @@ class ElasticSupervisor:
             return 0
         known = self._membership.world
         self._hand_over(None, max(self._running.generation, known.generation if known else 0) + 1)
-        ended = self._wait_trainer(self._settings.drain_timeout)
+        asked = self._wall()
+        ended = self._wait_trainer(self._settings.drain_timeout, decided=asked)
         if ended is None:
-            log.error(
-                "trainer did not stop within %.0f s; killing it", self._settings.drain_timeout
-            )
+            log.error("trainer did not stop within %.0f s; killing it", self._wall() - asked)
             ended = self._stop_trainer()
         self._running = None
         if ended is None or ended.status in (0, RESCALE_EXIT, PEER_LOST_EXIT):
+            return 0
+        if not self._initialised:
+            # It had not joined its world (still starting, or re-forming in-process with its
+            # state saved first): stopping it lost nothing, so this is a clean leave.
             return 0
         return ended.status
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -33,19 +32,23 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, NoReturn
 
+from agent.checkpoints.errors import CheckpointError, CheckpointStoreError
 from agent.protocol import env as names
 from agent.protocol.control import (
     PEER_LOST_EXIT,
     RESCALE_EXIT,
     STANDBY_GENERATION,
     ControlChannel,
+    NextWorld,
     Timings,
 )
 from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
 from agent.protocol.world import TrainerWorld
 from agent.trainer import frameworks
+from agent.trainer.checkpointer import Checkpointer
 from agent.trainer.frameworks.base import Collective, Framework, ReduceOp, Reducer
 from agent.trainer.ledger import SampleLedger
+from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
 from agent.trainer.sampler import ElasticSampler, StepPlan
 from agent.trainer.session import TrainingSession, start_session
 from agent.trainer.state import TrainingState, load_local, save_local
@@ -70,14 +73,19 @@ class ElasticTrainerSettings:
     member: str = "local"
     """EDL_MEMBER: this agent's member id (names ledger files)."""
     checkpoint_seconds: float = 30.0
-    """EDL_CHECKPOINT_SECONDS: also save the local copy this often (bounds loss on a hang)."""
+    """EDL_LOCAL_SAVE_SECONDS (formerly EDL_CHECKPOINT_SECONDS): also save the local copy
+    this often (bounds loss on a hang; durable checkpoints are `agent.trainer.checkpointer`)."""
     master_wait_seconds: float = 120.0
-    """EDL_MASTER_WAIT_SECONDS: how long a non-zero rank waits for rank 0's store to listen."""
+    """EDL_MASTER_WAIT_SECONDS: how long the ranks of a generation wait for each other
+    (`agent.trainer.rendezvous`) before giving up on it."""
     reinit: str = "auto"
     """EDL_REINIT: ``auto`` (in-process when the self-test passes) or ``process`` (always
     restart the trainer process on a rescale)."""
     reinit_wait_seconds: float = 60.0
     """EDL_REINIT_WAIT_SECONDS: how long a drained in-process trainer waits for its next world."""
+    reinit_limit: int = 50
+    """EDL_REINIT_LIMIT: in-process generations per trainer process; after that it takes the
+    process path once (frameworks cannot release a store, so each generation keeps one)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
@@ -92,32 +100,16 @@ class ElasticTrainerSettings:
             state_dir=path(names.STATE_DIR),
             ledger_dir=path(names.SAMPLE_LEDGER),
             member=env.get(names.MEMBER, "local") or "local",
-            checkpoint_seconds=float(env.get(names.CHECKPOINT_SECONDS) or cls.checkpoint_seconds),
+            checkpoint_seconds=float(
+                env.get(names.LOCAL_SAVE_SECONDS)
+                or env.get(names.LOCAL_SAVE_SECONDS_OLD)
+                or cls.checkpoint_seconds
+            ),
             master_wait_seconds=float(env.get(names.MASTER_WAIT) or cls.master_wait_seconds),
             reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
             reinit_wait_seconds=float(env.get(names.REINIT_WAIT) or cls.reinit_wait_seconds),
+            reinit_limit=int(env.get(names.REINIT_LIMIT) or cls.reinit_limit),
         )
-
-
-def wait_for_listener(endpoint: str, timeout: float, interval: float = 0.05) -> float:
-    """Polls until `endpoint` accepts TCP connections; returns the seconds waited.
-
-    Why: a framework's store client may retry slowly (Paddle's every 3 s), so dialling before
-    rank 0 listens can cost seconds per rescale; polling here costs at most `interval`.
-    """
-    host, _, port = endpoint.rpartition(":")
-    start = time.monotonic()
-    deadline = start + timeout
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=interval * 4):
-                return time.monotonic() - start
-        except OSError as e:
-            if time.monotonic() >= deadline:
-                raise RendezvousTimeout(
-                    f"rank 0's store {endpoint} not listening after {timeout:.0f} s"
-                ) from e
-            time.sleep(interval)
 
 
 class ElasticTrainer:
@@ -130,6 +122,7 @@ class ElasticTrainer:
         framework: Framework,
         collective: Collective,
         started_at: float | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.session = session
         self.settings = settings
@@ -154,6 +147,12 @@ class ElasticTrainer:
         self._restored = False
         self._ledger = self._open_ledger()
         self._inprocess = False
+        self._hosts: dict[str, RendezvousHost] = {}  # master endpoint -> our rendezvous host
+        self._parent = os.getppid()  # read now: once the agent is gone it is too late
+        self._reinits = 0
+        self._checkpointer = checkpointer
+        """Durable checkpoints (rank 0 writes; None without ``EDL_CHECKPOINT_URL``)."""
+        self._from_checkpoint: str | None = None  # the checkpoint the last restore used
 
     def _open_ledger(self) -> SampleLedger | None:
         directory = self.settings.ledger_dir
@@ -182,6 +181,7 @@ class ElasticTrainer:
             ElasticTrainerSettings.from_env(env),
             chosen,
             chosen.collective(),
+            checkpointer=Checkpointer.from_env(env, chosen.name),
         )
         signal.signal(signal.SIGTERM, trainer._on_sigterm)
         if trainer.settings.reinit == "auto":
@@ -200,13 +200,25 @@ class ElasticTrainer:
     # -- collective ---------------------------------------------------------------------------
 
     def _init_collective(self) -> None:
-        self._mark("imported")
-        world = self.session.world
-        if self.world_size > 1 and self.rank != 0 and world.master:
-            wait_for_listener(world.master, self.settings.master_wait_seconds)
+        """Joins the newest world handed to us: meets its ranks, then forms the group.
+
+        A newer world (or a stop, or the agent's death) that comes while the ranks are still
+        meeting is followed at once: the meeting is in Python and gives up, so a trainer
+        still starting or re-initialising never has to be killed for a rescale.
+        """
+        while True:
+            self._mark("imported")
+            world = self.session.world
+            try:
+                store = self._meet(world)
+                break
+            except Superseded as e:
+                log.info("%s", e)
+                self._follow_newer_world()
         self._mark("master")
+        formed = replace(world, master=store) if store else world
         self._collective(
-            self._collective_of.init, world, self._inprocess, self.settings.master_wait_seconds
+            self._collective_of.init, formed, self._inprocess, self.settings.master_wait_seconds
         )
         if self.world_size > 1:
             # Guard against a mixed rendezvous (a stale trainer of another generation).
@@ -214,6 +226,66 @@ class ElasticTrainer:
             if gens != [self.generation, -self.generation]:
                 raise PeerLost(f"ranks disagree on the generation: {gens}")
         self._mark("initialised")
+
+    def _meet(self, world: TrainerWorld) -> str:
+        """The fresh store endpoint of this generation's group ("" for a world of one)."""
+        if self._superseded():  # a world of one meets nobody, but may be stale already
+            raise Superseded(f"generation {world.generation}: a newer world came first")
+        if world.world_size == 1 or not world.master:
+            return ""
+        host = None
+        if world.rank == 0:
+            host = self._hosts.get(world.master)
+            if host is None:
+                host = self._hosts[world.master] = self._host(world.master)
+        return meet(
+            world.master,
+            world.generation,
+            world.rank,
+            world.world_size,
+            self.settings.master_wait_seconds,
+            self._superseded,
+            host,
+        )
+
+    def _host(self, endpoint: str) -> RendezvousHost:
+        """Listens on our master endpoint; the previous incarnation may still be releasing it."""
+        deadline = time.monotonic() + self.settings.master_wait_seconds
+        while True:
+            try:
+                return RendezvousHost(endpoint)
+            except OSError as e:
+                if time.monotonic() >= deadline or self._superseded():
+                    raise RendezvousTimeout(f"cannot listen on {endpoint}: {e}") from e
+                time.sleep(0.1)
+
+    def _superseded(self) -> bool:
+        """A stop, a newer world handed over, or the agent gone: stop waiting for this one."""
+        if self._stop_signal or not self._agent_alive():
+            return True
+        return self._newer_world() is not None
+
+    def _agent_alive(self) -> bool:
+        lease = self.session.lease
+        if lease is not None:
+            return lease.alive
+        return self._channel is None or os.getppid() == self._parent
+
+    def _newer_world(self) -> NextWorld | None:
+        """The world handed over for a later generation than ours, if any."""
+        handed = self._channel.next_world() if self._channel is not None else None
+        return handed if handed is not None and handed.generation > self.generation else None
+
+    def _follow_newer_world(self) -> None:
+        """Adopts the newer world (waiting for it if need be), or leaves when told to."""
+        if self._stop_signal:
+            self._exit(RESCALE_EXIT, f"stopped before joining generation {self.generation}")
+        world = self._await_world()
+        if world is None:
+            self._exit(RESCALE_EXIT, f"no world to join after generation {self.generation}")
+        now = time.time()
+        self._adopt(world)
+        self._timings = Timings(started=now, imported=now)
 
     def _all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
         result: list[int] = self._collective(self._collective_of.all_reduce_ints, values, op)
@@ -288,17 +360,25 @@ class ElasticTrainer:
             self._last_save = time.monotonic()
 
     def _restore(self, state: TrainingState | None = None, how: str = "resumes") -> None:
-        """Everyone continues from the most advanced state: `state`, our local copy, or a peer's."""
+        """Everyone continues from the most advanced state.
+
+        That is `state`, our local copy, a peer's, or the newest durable checkpoint when it is
+        newer than every member's.
+        """
+        self._from_checkpoint = None
         if state is None and self.settings.state_dir is not None:
             state = load_local(self.settings.state_dir)
         if self.world_size > 1:
             self._broadcast_state(state)
-        elif state is not None:
-            self._apply(state)
+        else:
+            mine = state.step if state is not None else -1
+            state = self._or_checkpoint(state, mine, *self._checkpoint_hint())
+            if state is not None:
+                self._apply(state)
         self._restored = True
         self._mark("restored")
         if self._ledger is not None and self.rank == 0:
-            self._ledger.restored(self.global_step)
+            self._ledger.restored(self.global_step, checkpoint=self._from_checkpoint)
         log.info(
             "generation %d rank %d/%d %s at step %d",
             self.generation,
@@ -310,7 +390,11 @@ class ElasticTrainer:
 
     def _broadcast_state(self, local: TrainingState | None) -> None:
         mine = local.step if local is not None else -1
-        (best,) = self._all_reduce([mine], ReduceOp.MAX)
+        best, newest, unreadable = self._all_reduce([mine, *self._checkpoint_hint()], ReduceOp.MAX)
+        local = self._or_checkpoint(local, best, newest, unreadable)
+        if newest > best:  # every rank knows: rank 0 may now hold the checkpoint's state
+            mine = local.step if local is not None else -1
+            (best,) = self._all_reduce([mine], ReduceOp.MAX)
         if best < 0:
             return  # nobody has state: a fresh start, every rank built the same model
         (src,) = self._all_reduce([self.rank if mine == best else self.world_size], ReduceOp.MIN)
@@ -322,6 +406,51 @@ class ElasticTrainer:
             raise
         except Exception as e:
             raise StateTransferError(f"cannot apply the state from rank {src}: {e}") from e
+
+    def _checkpoint_hint(self) -> tuple[int, int]:
+        """Rank 0: (the newest checkpoint's step or -1, 1 when the store cannot be read)."""
+        if self._checkpointer is None or self.rank != 0:
+            return -1, 0
+        try:
+            return self._checkpointer.newest_step(), 0
+        except CheckpointStoreError as e:
+            log.warning("cannot read the checkpoints: %s", e)
+            return -1, 1
+
+    def _or_checkpoint(
+        self, local: TrainingState | None, best: int, newest: int, unreadable: int
+    ) -> TrainingState | None:
+        """`local`, or (rank 0) the newest usable checkpoint if past every member's `best` step.
+
+        A job nobody has state for never starts afresh past checkpoints it cannot read: the
+        trainer exits instead (its agent leaves; the pod restarts and tries again).
+        """
+        if unreadable and best < 0:
+            self._exit(1, "no member has training state and the checkpoints cannot be read")
+        if newest <= best or self.rank != 0 or self._checkpointer is None:
+            return local
+        try:
+            found = self._checkpointer.newest_after(best)
+        except CheckpointError as e:
+            self._exit(1, f"cannot restore from the checkpoints: {e}")
+        if found is None:
+            log.warning("no usable checkpoint past step %d: continuing without one", best)
+            return local
+        m = found.manifest
+        self._from_checkpoint = m.name
+        log.info(
+            "restoring from checkpoint %s (step %d, epoch %d, written %.0f s ago in generation "
+            "%d): no member has newer state; what the previous world trained after step %d is "
+            "redone%s",
+            m.name,
+            m.step,
+            m.epoch,
+            max(0.0, time.time() - m.written_at),
+            m.generation,
+            m.step,
+            "; the job finished there, nothing is left to train" if m.finished else "",
+        )
+        return found.state
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -342,6 +471,14 @@ class ElasticTrainer:
             if not self._first_step_reported:
                 self._mark("first_step")
                 self._first_step_reported = True
+            checkpointer = self._checkpointer
+            if (
+                checkpointer is not None
+                and self.rank == 0
+                and not sampler.done  # the last step: the finish writes one
+                and checkpointer.due(self.global_step)
+            ):
+                checkpointer.submit(self._snapshot)
             if self._stop_agreed():
                 if not self._inprocess:
                     self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
@@ -364,6 +501,14 @@ class ElasticTrainer:
             self._restore(self._snapshot(), how="continues in-process")
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
+        self._reinits += 1
+        if self._reinits >= self.settings.reinit_limit:
+            log.info(
+                "%d in-process generations in this process: the next rescale restarts it "
+                "(releasing the stores the framework keeps)",
+                self._reinits,
+            )
+            self._inprocess = False
 
     def _wait_as_standby(self) -> None:
         """Started warm before our agent joined: wait (as long as the agent lives) for a world.
@@ -391,14 +536,23 @@ class ElasticTrainer:
             return None
         wait = self.settings.reinit_wait_seconds if wait is None else wait
         deadline = time.monotonic() + wait
-        parent = os.getppid()
-        while time.monotonic() < deadline and os.getppid() == parent:
-            handed = self._channel.next_world()
-            if handed is not None and handed.generation > self.generation:
+        while time.monotonic() < deadline and self._agent_alive():
+            handed = self._newer_world()
+            if handed is not None:
                 return handed.world  # None: leave
             time.sleep(0.02)
         log.error("no next world within %.0f s (or the agent is gone)", wait)
         return None
+
+    def _leaving(self) -> bool:
+        """This trainer stops for good: SIGTERM, or the next world handed over is "leave"."""
+        handed = self._newer_world()
+        return self._stop_signal or (handed is not None and handed.world is None)
+
+    def _last_checkpoint(self, finished: bool = False) -> None:
+        """Rank 0 writes the committed state before leaving (or marks the job finished)."""
+        if self._checkpointer is not None and self.rank == 0 and self._restored:
+            self._checkpointer.write_now(self._snapshot, finished=finished)
 
     def drain_requested(self) -> bool:
         """True once the agent asked this trainer to stop (or it got SIGTERM)."""
@@ -439,6 +593,8 @@ class ElasticTrainer:
             self.save()
         except StateTransferError as e:
             log.error("%s", e)
+        if status == RESCALE_EXIT and self._leaving():
+            self._last_checkpoint()  # if every member is leaving, the job resumes from here
         log.info("%s (exit %d)", why, status)
         self.close()
         sys.stdout.flush()
@@ -467,5 +623,6 @@ class ElasticTrainer:
             # committed one, so saving it loses nothing but the unfinished step.
             self._exit(PEER_LOST_EXIT, f"{exc}; saved step {self.global_step}")
         if exc is None:  # the script is done: tell the agent at which step the job finished
+            self._last_checkpoint(finished=True)
             self._mark("finished", finished_step=self.global_step)
         self.close()

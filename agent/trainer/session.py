@@ -15,7 +15,8 @@ Usage (see docs/agent.md)::
     session.close()
 
 Under `edl-agent run` the session writes its counters to `$EDL_METRICS_DIR` on a background
-thread; run bare (no `EDL_METRICS_DIR`), it records in memory only, so the same script works
+thread and holds a lease on the agent (`agent.trainer.lease`: the trainer stops when the agent
+dies); run bare (no `EDL_METRICS_DIR`), it records in memory only, so the same script works
 with and without the agent.
 """
 
@@ -36,6 +37,7 @@ from agent.recording import StepRecorder
 from agent.reports import report_path
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
+from agent.trainer.lease import AgentLease, watch_agent
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,20 @@ class TrainerSettings:
 class TrainingSession:
     """A trainer incarnation's world and recorder, plus the flusher that reports them."""
 
-    def __init__(self, world: TrainerWorld, recorder: StepRecorder, flusher: ReportFlusher | None):
+    def __init__(
+        self,
+        world: TrainerWorld,
+        recorder: StepRecorder,
+        flusher: ReportFlusher | None,
+        lease: AgentLease | None = None,
+    ):
         self.world = world
         """The collective world this trainer was started in."""
         self.recorder = recorder
         """Record steps and communication here (bind it to a local in the training loop)."""
         self._flusher = flusher
+        self.lease = lease
+        """The lease on the agent (None when run bare): the trainer stops when the agent dies."""
 
     @property
     def rank(self) -> int:
@@ -143,6 +153,6 @@ def start_session(
             settings.flush_seconds,
         )
         flusher.start()
-    session = TrainingSession(world, recorder, flusher)
+    session = TrainingSession(world, recorder, flusher, watch_agent(env))
     atexit.register(session.close)
     return session

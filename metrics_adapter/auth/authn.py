@@ -16,6 +16,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from metrics_adapter.auth.identity import ANONYMOUS, Credentials, UserInfo
+from metrics_adapter.blocking import may_block
 from metrics_adapter.errors import AuthError, UnauthorizedError
 
 
@@ -293,6 +294,7 @@ class TokenReviewAuthenticator:
         if hit is not None and hit[0] > now:
             user = hit[1]
         else:
+            may_block()
             try:
                 user = self._reviewer.review(token.strip())
             except AuthError as e:

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from metrics_adapter.auth.authn import drop_expired
 from metrics_adapter.auth.identity import RequestAttributes
+from metrics_adapter.blocking import may_block
 from metrics_adapter.errors import AuthError, ForbiddenError
 
 
@@ -93,6 +94,7 @@ class SubjectAccessReviewAuthorizer:
         if hit is not None and hit[0] > now:
             allowed, reason = hit[1], hit[2]
         else:
+            may_block()
             try:
                 allowed, reason = self._reviewer.review(attributes)
             except AuthError as e:

@@ -4,8 +4,8 @@ loopback; the adapter reads them with instant queries and serves the same API me
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import shutil
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -80,8 +80,22 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adapter]:
         wait_until(
             "both trainers through Prometheus", lambda: len(adapter.items(path)) == 2, 60, 0.5
         )
-        time.sleep(3)
+        # Rates within 20 % need a span of samples, not the first two: Prometheus stamps a
+        # sample with the scrape's start, so on a loaded machine one late answer skews a
+        # 2-3 s span by a quarter (seen: 124 samples/s for 100). Wait until the adapter holds
+        # 8 s of samples of both (the newest sample behind each item 8 s past the first).
+        first = min(_seconds(i["timestamp"]) for i in adapter.items(path))
+        wait_until(
+            "8 s of samples in the adapter",
+            lambda: all(_seconds(i["timestamp"]) >= first + 8 for i in adapter.items(path)),
+            90,
+            0.5,
+        )
         yield adapter
+
+
+def _seconds(rfc3339: str) -> float:
+    return dt.datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
 
 
 def test_pods_metrics_through_prometheus(adapter: Adapter) -> None:

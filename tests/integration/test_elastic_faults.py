@@ -76,6 +76,9 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
     epochs = 6
     job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "2"], step_sleep=0.1)
     bounds = {"EDL_DRAIN_TIMEOUT": "4", "EDL_INIT_TIMEOUT": "30", "EDL_CHECKPOINT_SECONDS": "1"}
+    # b's stall bound runs from the SIGSTOP, the drain's from c's join (seconds later): the
+    # watchdog comes first, so b is excluded rather than restarted by the hand-over bound
+    bounds["EDL_STALL_TIMEOUT"] = "3.5"
     try:
         job.start("a", **bounds)
         job.start("b", **bounds)
@@ -94,10 +97,10 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
         job.procs["c"].wait(10)
 
         wait_for("the job to end", lambda: job.procs["a"].poll() is not None, 300, job.procs)
-        assert job.procs["b"].wait(30) == 0 and job.procs["a"].returncode == 0
+        # b's trainer stood still: its member was excluded (b exits 1), a went on and finished
+        assert job.procs["b"].wait(30) == 1 and job.procs["a"].returncode == 0
         assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE
-        logs = all_logs(job)
-        assert "did not reach a step boundary within 4 s" in logs
+        assert "trainer stood still for" in (job.tmp / "b.log").read_text()
         report = verify(job.ledger)
         assert report.problems(NUM_TRAIN, epochs) == []
     finally:

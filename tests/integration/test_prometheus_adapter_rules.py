@@ -2,13 +2,15 @@
 
 Two agent-like endpoints (100 and 50 samples/s, 0.1 s steps, 25 % communication, GPUs 75 % and
 25 % busy, half a CPU each) are scraped by a real Prometheus with the labels a pod relabelling
-gives (`namespace`, `pod`, `app`). Each rule is used as prometheus-adapter uses it: its
-`seriesQuery` must find the agents' series with the labels its `resources.overrides` name, its
-`name` must turn the series into EDL's metric name, and its `metricsQuery`, with `<<.Series>>`,
-`<<.LabelMatchers>>` and `<<.GroupBy>>` filled in as prometheus-adapter fills them for
-`pods/*/<metric>?labelSelector=app=trainer` (or an External metric with that selector), must
-give the values EDL's own adapter serves for the same agents (tests/integration/
-test_adapter_prometheus.py asserts those). The real prometheus-adapter binary is not run.
+gives (`namespace`, `pod`, `app`; `deployment` for the Object metrics). Each rule is used as
+prometheus-adapter uses it: its `seriesQuery` must find the agents' series with the labels its
+`resources.overrides` name, its `name` must turn the series into EDL's metric name, and its
+`metricsQuery`, with `<<.Series>>`, `<<.LabelMatchers>>` and `<<.GroupBy>>` filled in as
+prometheus-adapter fills them for `pods/*/<metric>?labelSelector=app=trainer` (or an External
+metric with that selector), must give the values EDL's own adapter serves for the same agents
+(tests/integration/test_adapter_prometheus.py asserts those). The real prometheus-adapter
+binary is not run here; bench/bench_adapter_peer.py runs it (built from the Go module proxy)
+with these rules.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ EXPECTED_PODS = {
     "comm_time_ratio": dict.fromkeys(PODS, 0.25),
     "gpu_utilization": dict.fromkeys(PODS, 0.5),
 }
+# Object metrics on deployments.apps/trainer (rules whose overrides name `deployment`), as
+# EDL's catalogue aggregates them over the Deployment's pods.
+EXPECTED_OBJECT = {"samples_per_second": 150.0, "gpu_utilization": 0.5}
 EXPECTED_EXTERNAL = {"job_samples_per_second": 150.0, "busy_accelerators": 2.0, "busy_cpus": 1.0}
 
 
@@ -53,7 +58,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for name, rate in PODS.items():
             proc, port = start_agent(workdir, name, rate)
             stack.callback(proc.stop)
-            labels = {"namespace": "ml", "pod": name, "app": "trainer"}
+            labels = {"namespace": "ml", "pod": name, "app": "trainer", "deployment": "trainer"}
             targets.append({"targets": [f"127.0.0.1:{port}"], "labels": labels})
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
@@ -165,3 +170,24 @@ def test_external_rules_give_edls_values(prometheus: str) -> None:
             metric,
             query,
         )
+
+
+def test_object_rules_give_edls_deployment_values(prometheus: str) -> None:
+    served = {}
+    for rule in _rules()["rules"]:
+        if "deployment" not in rule["resources"]["overrides"]:
+            continue
+        series = _discovered(prometheus, rule)
+        metric = _metric_name(rule, series)
+        query = _render(
+            rule["metricsQuery"],
+            {
+                "Series": series,
+                "LabelMatchers": 'namespace="ml",deployment="trainer"',
+                "GroupBy": "deployment",
+            },
+        )
+        (result,) = _query(prometheus, query)
+        assert result["metric"] == {"deployment": "trainer"}, query
+        served[metric] = float(result["value"][1])
+    assert served == {m: pytest.approx(v, rel=0.25) for m, v in EXPECTED_OBJECT.items()}

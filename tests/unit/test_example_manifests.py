@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agent.cli import parse_args
+from agent.cli import build_parser, parse_args
+from agent.elastic.runner import elastic_options
 from metrics_adapter.catalogue import MetricCatalogue
 from metrics_adapter.hpa.manifest import parse_hpa
 from metrics_adapter.selector import LabelSelector
@@ -101,3 +103,23 @@ def test_membership_role_allows_what_the_kubernetes_store_calls() -> None:
     binding = one(render(EXAMPLE), "RoleBinding")
     sa = one(render(EXAMPLE), "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     assert binding["subjects"][0]["name"] == sa
+
+
+def test_every_trainer_pod_mounts_the_checkpoint_claim_its_agent_writes_to(
+    tmp_path: Path,
+) -> None:
+    docs = render(EXAMPLE)
+    claim = one(docs, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # every pod, on any node
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    options = elastic_options(
+        build_parser(elastic=True), container["command"][1:], {"EDL_ELASTIC_DIR": str(tmp_path)}
+    )
+    assert options is not None and options.checkpoints.enabled
+    assert options.checkpoints.every_steps > 0 and options.checkpoints.keep >= 2
+    (volume,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["mountPath"] == options.checkpoints.url and not mount.get("readOnly")
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]

@@ -6,7 +6,8 @@ is `ErrImagePull`), `command`/`args` replace the image's ENTRYPOINT/CMD, the pod
 `KUBERNETES_SERVICE_*` variables are set, the securityContext is applied (runAsUser/Group,
 runAsNonRoot checked against the image's user, readOnlyRootFilesystem without a /tmp of
 podman's own, allowPrivilegeEscalation, capabilities), and volumes are materialised on the
-host: emptyDir, configMap, secret, downwardAPI, projected, plus the ServiceAccount token
+host: emptyDir, configMap, secret, downwardAPI, projected, persistentVolumeClaim (one shared
+host directory per claim, as a ReadWriteMany volume), plus the ServiceAccount token
 (TokenRequest bound to the pod, the cluster CA, the namespace) that the ServiceAccount
 admission plugin and the kubelet would mount at /var/run/secrets/kubernetes.io/serviceaccount.
 Every pod shares the host's network namespace, so its processes must listen on the pod's own
@@ -239,6 +240,8 @@ class PodmanContainers:
         elif volume.projected is not None:
             for source in volume.projected.sources or []:
                 self._project(pod, source, path)
+        elif volume.persistent_volume_claim is not None:
+            path = self._claim(ns, volume.persistent_volume_claim.claim_name)
         else:
             kind = next((k for k, v in volume.to_dict().items() if v and k != "name"), "unknown")
             raise StartFailure(
@@ -309,6 +312,24 @@ class PodmanContainers:
         data = {k: v.encode() for k, v in (cm.data or {}).items()}
         data |= {k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()}
         return data
+
+    def _claim(self, ns: str, name: str) -> Path:
+        """A PersistentVolumeClaim as one host directory shared by every pod that mounts it.
+
+        Like a ReadWriteMany volume: the same files in every pod, kept when pods go. No
+        provisioner or binding is modelled (the claim need not be Bound); it must exist.
+        """
+        try:
+            self.core.read_namespaced_persistent_volume_claim(name, ns, _request_timeout=10)
+        except ApiException as e:
+            raise StartFailure(
+                "CreateContainerConfigError",
+                f'persistentvolumeclaim "{name}" not found ({e.status})',
+            ) from e
+        path = self.settings.work_dir / "claims" / ns / name
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o777)  # any runAsUser may write, as on a shared export
+        return path
 
     def _secret(self, ns: str, name: str, optional: bool | None) -> dict[str, bytes]:
         try:

@@ -6,6 +6,7 @@ from prometheus_client.registry import CollectorRegistry
 from agent.cli import build_parser, parse_args
 from agent.elastic.runner import (
     DEFAULT_PORTS,
+    EPHEMERAL_RANGE,
     JobFinishedCollector,
     elastic_options,
     options_from,
@@ -37,6 +38,9 @@ def test_flags_then_environment() -> None:
 def test_ports_auto_and_explicit() -> None:
     auto = options_from(BASE, {"EDL_TRAINER_PORTS": "auto"})
     assert auto is not None and auto.ports != DEFAULT_PORTS and auto.ports[0] != auto.ports[1]
+    low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    # below the ephemeral range: no port bound to 0 (gloo's, a store's) can ever hold them
+    assert all(1024 <= p < low for p in (*auto.ports, *DEFAULT_PORTS))
     fixed = options_from(BASE, {"EDL_TRAINER_PORTS": "7000,7001"})
     assert fixed is not None and fixed.ports == (7000, 7001)
 

@@ -36,6 +36,9 @@ class FakeTrainer:
         self.exit_at: float | None = None
         self.status = 0
         self.signals: list[int] = []
+        self.report_path: Path | None = None
+        """Where the fake writes no report (the watchdog has nothing to judge)."""
+        self.pid: int | None = None
 
     def start(self, world: TrainerWorld) -> int:
         self.worlds.append(world)

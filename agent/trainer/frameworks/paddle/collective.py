@@ -1,13 +1,15 @@
 """`Collective` over Paddle's collectives: what `ElasticTrainer` runs on a Paddle trainer.
 
 Process-restart mode forms the default group with `init_parallel_env` (which reads the
-``PADDLE_*`` environment the agent launched us with); in-process mode forms one gloo group per
+``PADDLE_*`` environment: the agent's, with ``PADDLE_MASTER`` set to the generation's fresh
+store endpoint); in-process mode forms one gloo group per
 generation through `inprocess.form_group` and passes it to every collective explicitly.
 This module imports Paddle; the agent process never imports it.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -19,8 +21,9 @@ from agent.protocol.world import TrainerWorld
 from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
+from agent.trainer.frameworks.paddle import FRAMEWORK
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
-from agent.trainer.frameworks.paddle.inprocess import StoreCache, form_group, self_test
+from agent.trainer.frameworks.paddle.inprocess import StoreKeeper, form_group, self_test
 
 _OPS: dict[ReduceOp, Any] = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 
@@ -40,7 +43,7 @@ class PaddleCollective(ArrayCollective):
     """One Paddle trainer's collective across the generations it lives through."""
 
     def __init__(self) -> None:
-        self._stores: StoreCache = {}  # a store's port stays bound for the process's life
+        self._stores: StoreKeeper = []  # a store's port stays bound for the process's life
         self._group: Any = None  # None: Paddle's default group (process-restart mode)
 
     def self_test(self, backend: str) -> str | None:
@@ -55,6 +58,7 @@ class PaddleCollective(ArrayCollective):
         if in_process:
             self._group = form_group(world, int(timeout_seconds), self._stores).group
         else:
+            os.environ.update(FRAMEWORK.launch_env(world))  # its store: at world.master
             dist.init_parallel_env()
 
     def _all_reduce(self, values: npt.NDArray[np.int64], op: ReduceOp) -> npt.NDArray[np.int64]:

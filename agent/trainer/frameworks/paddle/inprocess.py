@@ -4,13 +4,16 @@ Paddle 3.3.1 cannot re-run `init_parallel_env` in one process (the default group
 TCPStore and the comm-context keys are all set once; a second call returns the stale world). This
 module side-steps every one of those singletons instead of resetting them: each generation
 gets its own `ProcessGroupGloo` with group id ``GID_BASE + generation`` and its own `Group`,
-passed explicitly to every collective, over a `core.TCPStore` for the generation's master
-endpoint. A store cannot be released (its port stays bound for the life of the process), so
-stores are cached per (endpoint, role) and reused by later generations with the same master:
-generations alternate between two ports, so a rank 0 holds at most two. Only Paddle's cached
-`ParallelEnv` is refreshed. Every trainer of a job forms its
-groups this way once the self-test passes (the same image gives the same answer), so fresh
-joiners and in-process survivors meet in the same group.
+passed explicitly to every collective, over a *fresh* `core.TCPStore` on the endpoint the
+generation's rendezvous handed out (`agent.trainer.rendezvous`: a free port of rank 0's host).
+Never a reused one: a TCPStore server that served an earlier group hands a later group stale
+gloo addresses (``address.cc:30 sizeof(impl_) == bytes.size(). 136 vs 45``: a world of 4
+reading a world of 2's address) or hangs it until the store timeout. A store cannot be
+released (its port stays bound for the life of the process), so `StoreKeeper` keeps every
+one this process made alive: one per generation it went through in-process. Only Paddle's
+cached `ParallelEnv` is refreshed. Every trainer of a job forms its groups this way once the
+self-test passes (the same image gives the same answer), so fresh joiners and in-process
+survivors meet in the same group.
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ class FormedGroup:
     generation: int
 
 
-StoreCache = dict[tuple[str, bool], Any]
-"""(master endpoint, is master) -> the TCPStore this process made for it (kept for life)."""
+StoreKeeper = list[Any]
+"""Every TCPStore this process made (kept alive: Paddle cannot release one)."""
 
 
 def _private_api() -> tuple[Any, Any, Any]:
@@ -96,22 +99,21 @@ def self_test(backend: str) -> str | None:
     return None
 
 
-def form_group(world: TrainerWorld, timeout_seconds: int, stores: StoreCache) -> FormedGroup:
-    """Creates this generation's gloo group (rank 0 hosts the store), reusing cached stores.
+def form_group(world: TrainerWorld, timeout_seconds: int, stores: StoreKeeper) -> FormedGroup:
+    """Creates this generation's gloo group over a fresh store at `world.master` (rank 0's).
 
-    The caller waits for rank 0's port first (non-zero ranks), so no client hits Paddle's
-    3 s connect retry.
+    The caller has met every rank first (`agent.trainer.rendezvous`), so rank 0 listens
+    before anyone dials (no client hits Paddle's 3 s connect retry) and nobody is missing.
     """
     core, parallel, group_cls = _private_api()
     os.environ.update(FRAMEWORK.launch_env(world))
     parallel._global_parallel_env = None  # dist.get_rank() must see the new rank
     host, _, port = world.master.rpartition(":")
     gid = GID_BASE + world.generation
-    key = (world.master, world.rank == 0)
-    store = stores.get(key)
-    if store is None:
-        store = core.TCPStore(host, int(port), key[1], world.world_size, timeout_seconds)
-        stores[key] = store
+    # num_workers 1: rank 0's store does not wait in its constructor for clients that
+    # connect only once it exists; the gloo rendezvous below waits for every rank's keys.
+    store = core.TCPStore(host, int(port), world.rank == 0, 1, timeout_seconds)
+    stores.append(store)
     pg = core.ProcessGroupGloo.create(store, world.rank, world.world_size, gid)
     group = group_cls(
         world.rank, gid, list(range(world.world_size)), pg=pg, name=f"edl_g{world.generation}"

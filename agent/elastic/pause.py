@@ -1,0 +1,100 @@
+"""One rescale as a member lives it, from training standing still to its next first step.
+
+Why a value of its own: the slow rescales are exactly the ones that take detours (the
+trainer crashed, never joined its world and was restarted in a newer one, a further world
+change came mid-rescale). An `OpenRescale` is opened once and follows every detour
+(`supersede`) instead of being dropped, so the pause it closes with (`close`) is the whole
+time without training, and its reasons say what happened. Pure values; the supervisor feeds
+them the times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.elastic.world import World
+from agent.protocol.control import Timings
+
+
+def change(old: World | None, new: World) -> str:
+    """What differs between two worlds, by member id: ``+c -a``, or ``same members``."""
+    before = {m.id for m in old.members} if old is not None else set()
+    after = {m.id for m in new.members}
+    parts = [f"+{m}" for m in sorted(after - before)] + [f"-{m}" for m in sorted(before - after)]
+    return " ".join(parts) or "same members"
+
+
+@dataclass(frozen=True)
+class RescaleRecord:
+    """A finished rescale: what `edl_trainer_rescale_pause_seconds` counts, and the log line."""
+
+    generation: int
+    """The generation the trainer first stepped in again."""
+    from_generation: int
+    """The generation it last trained in."""
+    reasons: tuple[str, ...]
+    path: str
+    """``in-process`` (the same process throughout) or ``restart`` (a new process)."""
+    pause: float
+    """Seconds without training: from when training stood still to the first step."""
+    phases: dict[str, float]
+
+    def describe(self) -> str:
+        """``rescale to generation N (from M: reasons; path): pause X s (phases)``."""
+        why = "; ".join(self.reasons)
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in self.phases.items())
+        return (
+            f"rescale to generation {self.generation} (from {self.from_generation}: {why}; "
+            f"{self.path}): pause {self.pause:.2f} s ({phases})"
+        )
+
+
+@dataclass
+class OpenRescale:
+    """A rescale in progress (wall-clock times)."""
+
+    from_generation: int
+    generation: int
+    """The generation it is heading for (moves on when a newer world supersedes it)."""
+    stalled: float
+    """When training stood still: the decision, or the last step if that came earlier."""
+    noticed: float
+    decided: float
+    reasons: list[str] = field(default_factory=list)
+    drained: float = 0.0
+    spawned: float = 0.0
+    restarted: bool = False
+    """A new trainer process was started on the way."""
+
+    def supersede(self, generation: int, reason: str) -> None:
+        """A newer world came before the trainer stepped: head there, keep the start."""
+        self.generation = max(self.generation, generation)
+        if reason and reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def close(self, generation: int, t: Timings) -> RescaleRecord:
+        """The record, once `t` (of `generation`, where it ends) reached the first step."""
+        started, imported, master = t.started or 0.0, t.imported or 0.0, t.master or 0.0
+        initialised, first_step = t.initialised or 0.0, t.first_step or 0.0
+        start = min(self.decided, self.stalled)
+        noticed = min(self.noticed, start)
+        drained, spawned = self.drained, self.spawned
+        if not self.restarted:  # no new process: the trainer stopped and re-formed at "started"
+            drained = spawned = started or self.decided
+        spawned = spawned or started or drained
+        drained = drained or spawned
+        phases = {
+            "detect": max(0.0, self.decided - noticed),
+            "drain": max(0.0, drained - self.decided),
+            "rendezvous": max(0.0, spawned - drained) + max(0.0, master - imported),
+            "init": max(0.0, imported - spawned) + max(0.0, initialised - master),
+            "restore": max(0.0, first_step - initialised),
+        }
+        return RescaleRecord(
+            generation=generation,
+            from_generation=self.from_generation,
+            reasons=tuple(self.reasons),
+            path="restart" if self.restarted else "in-process",
+            pause=max(0.0, first_step - start),
+            phases=phases,
+        )

@@ -1,0 +1,131 @@
+"""`kubectl delete pod` of every trainer pod on the real control plane: the job resumes.
+
+A 2-replica elastic Deployment (as in test_elastic_scale.py: `edl-agent run --elastic
+--membership kubernetes` as the container command, Leases and the world ConfigMap through
+kube-apiserver) checkpoints every few steps. The test deletes every trainer pod at once
+(what a node drain, a cluster upgrade or a whole-job preemption does), the ReplicaSet creates
+new pods with new names, and their agents, finding no member with training state, restore
+from the newest checkpoint. The pod runner runs pods as host processes and mounts nothing, so
+the ReadWriteMany PersistentVolumeClaim is modelled by what it gives the pods: one host
+directory that every pod process (old and new) sees at the same path, here passed as
+``EDL_CHECKPOINT_URL`` (the container runner mounts a real claim that way, tests/e2e/
+harness/containers.py). Then: the ledger shows every sample of every epoch exactly once in
+the final lineage, with the restore from the checkpoint in it, and the accuracy is within 1
+point of a one-process run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from agent.checkpoints.catalogue import Checkpoints
+from agent.checkpoints.local import LocalDirectory
+from agent.trainer.ledger import verify
+from tests.e2e.conftest import E2ENamespace, Kubectl
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.waiting import wait_for
+from tests.e2e.harness.workloads import create_trainer_job
+from tests.e2e.test_elastic_scale import (
+    JOB,
+    SERVICE_ACCOUNT,
+    WorldWatch,
+    _reap_trainers,
+    elastic_container,
+    grant_agent_access,
+)
+from tests.integration.test_elastic_digits import NUM_TRAIN, SCRIPTS, reference_accuracy
+
+pytestmark = pytest.mark.timeout(360)
+
+EPOCHS = 5
+STEPS = EPOCHS * -(-NUM_TRAIN // 64)
+TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", "64", "--seed", "3"]
+
+
+def shorter(container: dict[str, Any]) -> dict[str, Any]:
+    """`elastic_container`'s job (built to outlast three rescales) at `EPOCHS`, 0.2 s a step."""
+    command = container["command"]
+    command[command.index("--epochs") + 1] = str(EPOCHS)
+    command[command.index("--step-sleep") + 1] = "0.2"
+    return container
+
+
+def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
+    e2e_ns: E2ENamespace, kubectl: Kubectl, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    ns = e2e_ns.name
+    kubeconfig = grant_agent_access(
+        ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig"
+    )
+    volume = tmp_path / "claim"  # the ReadWriteMany volume every pod mounts
+    container = shorter(elastic_container(tmp_path, kubeconfig, "auto", SCRIPTS["paddle"]))
+    container["env"] += [
+        {"name": "EDL_CHECKPOINT_URL", "value": str(volume)},
+        {"name": "EDL_CHECKPOINT_EVERY_STEPS", "value": "10"},
+        {"name": "EDL_CHECKPOINT_EVERY_SECONDS", "value": "0"},
+    ]
+    create_trainer_job(
+        e2e_ns.api,
+        ns,
+        e2e_ns.load_dir,
+        replicas=2,
+        container=container,
+        service_account=SERVICE_ACCOUNT,
+    )
+    core = client.CoreV1Api(e2e_ns.api)
+    watch = WorldWatch(core, ns, tmp_path / "ledger")
+    checkpoints = Checkpoints(LocalDirectory(volume / JOB))
+    logs = e2e_ns.runner.log_tails
+    try:
+        gen = wait_for(
+            lambda: watch.training_at(2, 0, 25) if checkpoints.latest() else None,
+            timeout_s=150,
+            what="a world of 2 training, checkpointed",
+            describe=logs,
+        )
+        old = list(e2e_ns.runner.running())
+        newest = checkpoints.latest()
+        assert newest is not None and len(old) == 2
+        kubectl("-n", ns, "delete", "pod", *old, "--wait=false")
+        resumed = wait_for(
+            lambda: watch.training_at(2, gen, 5),
+            timeout_s=150,
+            what="the recreated pods training in a new world of 2",
+            describe=logs,
+        )
+        assert not set(old) & set(e2e_ns.runner.running())
+        result = tmp_path / "result.json"
+        wait_for(result.exists, timeout_s=150, what="the job to finish", describe=logs)
+        final = json.loads(result.read_text())
+        finished = wait_for(
+            lambda: watch.record() if watch.record().get("finished") else None,
+            timeout_s=30,
+            what="the world record marked finished",
+            describe=logs,
+        )
+    finally:
+        try:
+            kubectl("-n", ns, "scale", "deployment/trainer", "--replicas=0")
+        finally:
+            _reap_trainers(tmp_path, SCRIPTS["paddle"])
+
+    report = verify(tmp_path / "ledger")
+    assert report.problems(NUM_TRAIN, EPOCHS) == []
+    assert final["global_step"] == report.steps == STEPS == finished["finished_at_step"]
+    from_checkpoint = {g: report.restores[g] for g in report.checkpoints}
+    assert from_checkpoint, report.restores  # no member had state: the checkpoint did
+    (first, step), *_ = sorted(from_checkpoint.items())
+    assert gen < first <= resumed and step >= newest.step > 0
+    print(
+        f"deleted both pods in generation {gen} (newest checkpoint then: step {newest.step}); "
+        f"generation {first} resumed at step {step} from {report.checkpoints[first]}; "
+        f"redone {report.rolled_back_steps} steps ({report.redone_samples} samples)"
+    )
+    reference = reference_accuracy(tmp_path, TRAIN_ARGS, SCRIPTS["paddle"])
+    assert abs(final["accuracy"] - reference) <= 0.01
+    assert not e2e_ns.runner.errors, e2e_ns.runner.errors

@@ -1,0 +1,219 @@
+"""Every pod of a job dies; new ones resume from its last durable checkpoint, still exactly once.
+
+Real agents and trainers on 127.0.0.1 (helpers from test_elastic_digits), checkpoints in a
+directory as on a ReadWriteMany volume. A 2-rank job is SIGKILLed whole (every agent and
+every trainer) at a seeded random step, as a node loss or a spot reclaim would; two new
+agents start: the job resumes from the newest usable checkpoint, the samples trained after it
+are redone (the ledger accounts for each) and none is lost, and the final accuracy matches a
+one-process run. The Paddle run also corrupts the newest checkpoint before the restart (the
+one before it is used, with a log line and a metric), then loses the world record after the
+end: a new agent reads the finished checkpoint and trains nothing. Without agents: a
+checkpoint write SIGKILLed midway leaves the previous checkpoint usable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.checkpoints.catalogue import Checkpoints, Manifest
+from agent.checkpoints.local import LocalDirectory
+from agent.trainer.ledger import verify
+from agent.trainer.sampler import ElasticSampler
+from tests.integration.test_elastic_digits import (
+    NUM_TRAIN,
+    ROOT,
+    SCRIPTS,
+    Job,
+    reference_accuracy,
+    wait_for,
+)
+
+EPOCHS = 6
+GLOBAL_BATCH = 64
+SEED = 5
+TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--seed", str(SEED)]
+STEPS = EPOCHS * -(-NUM_TRAIN // GLOBAL_BATCH)
+EVERY = 10
+
+
+def step_sizes() -> list[int]:
+    """The global batch of every step of the job (the last of an epoch is smaller)."""
+    sampler, sizes = ElasticSampler(NUM_TRAIN, GLOBAL_BATCH, EPOCHS, SEED), []
+    while (plan := sampler.plan(0, 1)) is not None:
+        sizes.append(plan.global_count)
+        sampler.advance(plan)
+    return sizes
+
+
+def kill_everything(job: Job) -> None:
+    """SIGKILL every agent and every trainer of the job at once, as a lost node would."""
+    trainers = [job.trainer_of(name) for name in job.procs]
+    for trainer in trainers:
+        os.killpg(trainer.pid, signal.SIGKILL)
+    for proc in job.procs.values():
+        proc.kill()
+    for proc in job.procs.values():
+        proc.wait(30)
+    psutil.wait_procs(trainers, timeout=30)
+
+
+def started_steps(ledger: Path) -> int:
+    """The highest global step any trainer began (its intent is logged before the step)."""
+    steps = [
+        int(json.loads(line)["s"])
+        for path in ledger.glob("ledger-*.jsonl")
+        for line in path.read_text().splitlines()
+        if '"s":' in line
+    ]
+    return max(steps)
+
+
+def metric(text: str, name: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize(("framework", "corrupt"), [("paddle", True), ("torch", False)])
+def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
+    tmp_path: Path, framework: str, corrupt: bool
+) -> None:
+    kill_at = random.Random(f"{framework}-kill").randint(25, 70)
+    job = Job(tmp_path, TRAIN_ARGS, step_sleep=0.1, script=SCRIPTS[framework])
+    volume = tmp_path / "volume"  # what every pod mounts
+    job.extra_env.update(
+        EDL_CHECKPOINT_URL=str(volume),
+        EDL_CHECKPOINT_EVERY_STEPS=str(EVERY),
+        EDL_CHECKPOINT_EVERY_SECONDS="0",
+        EDL_CHECKPOINT_KEEP="3",
+    )
+    checkpoints = Checkpoints(LocalDirectory(volume / "digits"))
+    try:
+        job.start("a")
+        job.start("b")
+        wait_for(
+            f"a world of 2 past step {kill_at}",
+            lambda: job.world()[1] == 2 and job.steps_done() >= kill_at,
+            240,
+            job.procs,
+        )
+        kill_everything(job)
+        last_started = started_steps(job.ledger)
+        manifests = checkpoints.manifests()
+        assert manifests and manifests[0].step <= last_started < STEPS
+        expected: Manifest = manifests[0]
+        if corrupt:  # the newest checkpoint rots on the volume while no pod runs
+            payload = volume / "digits" / expected.payload_name
+            blob = bytearray(payload.read_bytes())
+            blob[len(blob) // 2] ^= 0xFF
+            payload.write_bytes(bytes(blob))
+            expected = manifests[1]
+
+        job.procs.clear()
+        job.start("c", on_finished="idle")
+        job.start("d", on_finished="idle")
+        wait_for("the resumed job to finish", job.result.exists, 300, job.procs)
+        wait_for(
+            "every agent idling on the finished job",
+            lambda: all("finished at step" in job.readyz(n)[1] for n in job.procs),
+            60,
+            job.procs,
+        )
+        rank0 = job.metrics("c") if metric(job.metrics("c"), "edl_trainer_rank") == 0 else ""
+        rank0 = rank0 or job.metrics("d")
+        logs = "".join((tmp_path / f"{n}.log").read_text(errors="replace") for n in "cd")
+        final = json.loads(job.result.read_text())
+        report = verify(job.ledger)
+        restored_from = {report.restores[g]: name for g, name in report.checkpoints.items()}
+
+        assert report.problems(NUM_TRAIN, EPOCHS) == [], report.problems(NUM_TRAIN, EPOCHS)
+        assert final["global_step"] == report.steps == STEPS
+        assert restored_from == {expected.step: expected.name}  # the last usable checkpoint
+        redone = range(expected.step, last_started + 1)
+        assert report.rolled_back_steps == len(redone)
+        assert report.redone_samples == sum(step_sizes()[s] for s in redone)
+        assert f"restoring from checkpoint {expected.name} (step {expected.step}" in logs
+        assert metric(rank0, "edl_trainer_checkpoint_invalid_total") == (1 if corrupt else 0)
+        assert metric(rank0, "edl_trainer_checkpoint_last_step") == STEPS  # the finish
+        assert metric(rank0, "edl_trainer_checkpoint_seconds_count") >= 1
+        if corrupt:
+            assert "payload SHA-256 differs from the manifest's (corrupt)" in logs
+        latest = checkpoints.latest()
+        assert latest is not None and latest.finished and latest.step == STEPS
+        assert len(checkpoints.manifests()) == 3  # pruned to the last K
+        print(
+            f"killed after step {last_started}, resumed from {expected.name}; "
+            f"redone {report.rolled_back_steps} steps ({report.redone_samples} samples)"
+        )
+        reference = reference_accuracy(tmp_path, TRAIN_ARGS, job.script)
+        assert abs(final["accuracy"] - reference) <= 0.01
+        if corrupt:
+            a_lost_store_does_not_restart_the_finished_job(job)
+    finally:
+        job.stop_all()
+
+
+def a_lost_store_does_not_restart_the_finished_job(job: Job) -> None:
+    """The world record goes (a deleted ConfigMap): the finished checkpoint still says done."""
+    for name in list(job.procs):
+        job.procs[name].send_signal(signal.SIGTERM)
+        assert job.procs[name].wait(30) == 0
+    (job.store / "digits" / "world.json").unlink()
+    lines = job.ledger_lines()
+    job.start("late", on_finished="exit")
+    assert job.procs["late"].wait(60) == 0
+    log = (job.tmp / "late.log").read_text()
+    assert f"the newest checkpoint says job digits finished at step {STEPS}" in log
+    assert job.ledger_lines() == lines  # no trainer trained anything
+    world = json.loads((job.store / "digits" / "world.json").read_text())
+    assert world["finished"] is True and world["finished_at_step"] == STEPS
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from agent.checkpoints.catalogue import Checkpoints
+from agent.checkpoints.local import LocalDirectory
+Checkpoints(LocalDirectory(Path(sys.argv[1]))).write(
+    bytes(int(sys.argv[2])), step=20, generation=2, epoch=0, consumed=0, framework="paddle"
+)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_write_killed_midway_leaves_the_previous_one_usable(tmp_path: Path) -> None:
+    directory = tmp_path / "digits"
+    checkpoints = Checkpoints(LocalDirectory(directory))
+    previous = checkpoints.write(
+        b"the state at step 10", step=10, generation=1, epoch=0, consumed=640, framework="paddle"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(directory), str(256 << 20)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.monotonic() + 60
+    while not any(".tmp-" in p.name for p in directory.iterdir()):
+        assert writer.poll() is None and time.monotonic() < deadline, "the write never began"
+        time.sleep(0.001)
+    writer.kill()
+    assert writer.wait(30) == -signal.SIGKILL
+    assert [p.name for p in directory.iterdir() if ".tmp-" in p.name]  # the dead write's file
+
+    assert checkpoints.latest() == previous
+    assert checkpoints.newest_usable(lambda m, blob: blob) == (previous, b"the state at step 10")
+    after = checkpoints.write(
+        b"the state at step 20", step=20, generation=2, epoch=0, consumed=1280, framework="paddle"
+    )
+    assert after.seq == previous.seq + 1
+    assert checkpoints.newest_usable(lambda m, blob: blob) == (after, b"the state at step 20")

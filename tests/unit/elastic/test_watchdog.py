@@ -1,0 +1,88 @@
+"""The step-progress watchdog and the rescale record: pure values, judged without a clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.elastic.pause import OpenRescale, change
+from agent.elastic.watchdog import Progress, StallWatchdog
+from agent.elastic.world import Member, World
+from agent.protocol.control import Timings
+
+
+def test_a_stopped_trainer_is_frozen_after_the_bound_whatever_it_was_doing() -> None:
+    dog = StallWatchdog(stall_seconds=10, flush_seconds=1)
+    dog.observe(Progress(updated=100.0, last_step=99.5, steps=50))
+    dog.observe_state(stopped=True, now=101.0)
+    assert dog.frozen_for(110.0, in_training_loop=False) == 0.0
+    assert dog.frozen_for(111.5, in_training_loop=False) == pytest.approx(10.5)
+    dog.observe_state(stopped=False, now=112.0)  # SIGCONT: it runs again
+    assert dog.frozen_for(112.0, in_training_loop=True) == 0.0
+    dog.observe_state(stopped=True, now=113.0)
+    dog.reset()  # a new incarnation forgets the old one
+    assert dog.frozen_for(200.0, in_training_loop=True) == 0.0
+
+
+def test_a_stale_report_counts_only_in_the_training_loop_and_after_three_bounds() -> None:
+    dog = StallWatchdog(stall_seconds=10, flush_seconds=1)
+    assert dog.frozen_for(1000.0, in_training_loop=True) == 0.0  # no report yet: no verdict
+    dog.observe(Progress(updated=100.0, last_step=100.0, steps=5))
+    dog.observe(None)  # an unreadable read keeps the last good one
+    assert dog.frozen_for(125.0, in_training_loop=True) == 0.0
+    # a framework may hold the interpreter lock while it forms a group: not in the loop
+    assert dog.frozen_for(140.0, in_training_loop=False) == 0.0
+    assert dog.frozen_for(131.0, in_training_loop=True) == pytest.approx(31.0)
+    assert StallWatchdog(0, 1).frozen_for(1e9, in_training_loop=True) == 0.0  # disabled
+    with pytest.raises(ValueError, match="three report flushes"):
+        StallWatchdog(stall_seconds=2, flush_seconds=1)
+
+
+def test_a_pause_starts_at_the_last_step_when_the_steps_had_stopped_before_the_decision() -> None:
+    dog = StallWatchdog(stall_seconds=10, flush_seconds=1)
+    assert dog.stood_still_since(50.0) == 50.0  # nothing known
+    dog.observe(Progress(updated=49.8, last_step=49.7, steps=10, mean_step=0.1))
+    assert dog.stood_still_since(50.0) == 50.0  # stepping until the decision (report lags)
+    dog.observe(Progress(updated=79.9, last_step=60.0, steps=11, mean_step=0.1))
+    assert dog.stood_still_since(80.0) == 60.0  # hung since its last step
+    dog.observe(Progress(updated=79.9, last_step=70.0, steps=11, mean_step=5.0))
+    assert dog.stood_still_since(80.0) == 80.0  # a 5 s step in flight is still training
+
+
+A = Member(1.0, "a", "1", "h", (1, 2))
+B = Member(2.0, "b", "2", "h", (3, 4))
+C = Member(3.0, "c", "3", "h", (5, 6))
+
+
+def test_the_change_between_worlds_names_members() -> None:
+    assert change(World(1, (A, B)), World(2, (A, C))) == "+c -b"
+    assert change(World(1, (A,)), World(2, (A,))) == "same members"
+    assert change(None, World(1, (A,))) == "+a"
+
+
+def test_an_open_rescale_follows_its_detours_and_closes_with_the_whole_pause() -> None:
+    r = OpenRescale(from_generation=4, generation=5, stalled=90.0, noticed=99.0, decided=100.0)
+    r.reasons.append("-b")
+    r.supersede(6, "never joined generation 5")
+    r.supersede(5, "-b")  # an older target never moves it back; a known reason is kept once
+    r.restarted, r.drained, r.spawned = True, 101.0, 102.0
+    t = Timings(started=102.5, imported=104.0, master=104.2, initialised=105.0, first_step=106.0)
+    record = r.close(7, t)
+    assert record.generation == 7 and record.from_generation == 4
+    assert record.pause == pytest.approx(16.0)  # from the last step (90), not the decision
+    assert record.path == "restart" and record.reasons == ("-b", "never joined generation 5")
+    assert record.phases["detect"] == pytest.approx(10.0)
+    assert record.phases["drain"] == pytest.approx(1.0)
+    assert record.phases["init"] == pytest.approx(2.0 + 0.8)
+    assert record.phases["restore"] == pytest.approx(1.0)
+    line = record.describe()
+    assert line.startswith("rescale to generation 7 (from 4: -b; never joined generation 5; ")
+    assert "restart): pause 16.00 s (detect 10.00" in line
+
+
+def test_an_in_process_rescale_pauses_from_the_decision() -> None:
+    r = OpenRescale(4, 5, stalled=100.0, noticed=99.5, decided=100.0, reasons=["+c"])
+    t = Timings(started=100.1, imported=100.1, master=100.2, initialised=100.5, first_step=100.6)
+    record = r.close(5, t)
+    assert record.path == "in-process" and record.pause == pytest.approx(0.6)
+    assert record.phases["drain"] == pytest.approx(0.1)
+    assert record.phases["rendezvous"] == pytest.approx(0.1)
