@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
 
 import agent
 from agent.app import create_registry
@@ -33,8 +32,8 @@ from agent.reports import prepare_metrics_dir
 from agent.supervisor import TrainerSupervisor
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
+from edl_common.options import Parser, read
 from edl_common.options import add_arguments as add_options
-from edl_common.options import read
 
 log = logging.getLogger("agent")
 
@@ -42,13 +41,6 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 EXIT_CANNOT_EXECUTE = 127
 _POLL_SECONDS = 0.2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so errors are one line."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"{message} (see `edl-agent run --help`)")
 
 
 def wants_elastic(argv: Sequence[str]) -> bool:
@@ -63,9 +55,9 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
     The elastic flags are added only with `elastic=True`: `agent.elastic` pulls in Paddle, which
     a plain agent must not pay for (seconds of import, warnings on stderr).
     """
-    parser = _Parser(prog="edl-agent", description="EDL per-pod agent.")
+    parser = Parser(prog="edl-agent", description="EDL per-pod agent.")
     parser.add_argument("--version", action="version", version=f"edl-agent {agent.__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=Parser)
     run = sub.add_parser(
         "run",
         help="run a trainer command and export its metrics",

@@ -20,7 +20,6 @@ from edl_common.options import (
     PATH,
     SWITCH,
     TEXT,
-    Kind,
     Option,
     choice,
     duration,
@@ -37,12 +36,6 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 def _agent(name: str, flag_name: str | None = None) -> tuple[str, str]:
     return "--" + (flag_name or name).replace("_", "-"), ENV_PREFIX + name.upper()
-
-
-def _log_level(text: str) -> str:
-    if text.upper() not in LOG_LEVELS:
-        raise ConfigError(f"unknown log level (expected {', '.join(LOG_LEVELS)})")
-    return text.upper()
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -103,7 +96,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "log_level",
         *_agent("log_level"),
-        Kind(" \\| ".join(LOG_LEVELS), _log_level, "chatty"),
+        choice(*LOG_LEVELS, fold=True),
         "INFO",
         "agent log level",
         "trainer",

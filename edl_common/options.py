@@ -17,10 +17,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from edl_common.durations import parse_duration
 from edl_common.errors import ConfigError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are a `ConfigError` (one line), not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raises instead of printing usage and exiting."""
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,8 @@ class Kind:
     """Text to value; raises `ConfigError` or `ValueError` with a short reason."""
     bad: str | None
     """A text `parse` refuses; None where every text is accepted (free text, paths)."""
+    choices: tuple[str, ...] = ()
+    """The accepted texts, where there is a fixed set (shown in ``--help`` as ``{a,b}``)."""
 
 
 def _int(text: str, low: int | None, high: int | None) -> int:
@@ -85,15 +95,17 @@ def duration(allow_zero: bool = False) -> Kind:
     )
 
 
-def choice(*values: str) -> Kind:
-    """One of `values`."""
+def choice(*values: str, fold: bool = False) -> Kind:
+    """One of `values` (with `fold`, in any case; the value is then the one in `values`)."""
+    known = {(v.lower() if fold else v): v for v in values}
 
     def parse(text: str) -> str:
-        if text not in values:
+        found = known.get(text.lower() if fold else text)
+        if found is None:
             raise ConfigError(f"expected one of {', '.join(values)}")
-        return text
+        return found
 
-    return Kind(" \\| ".join(values), parse, "no-such-" + values[0])
+    return Kind(" | ".join(values), parse, "no-such-" + values[0], values)
 
 
 def _switch(text: str) -> bool:
@@ -147,7 +159,7 @@ class Option:
         try:
             return self.kind.parse(text)
         except (ConfigError, ValueError) as e:
-            reason = str(e).replace(f" {text!r}", "").replace(f"{text!r}", "").strip(": ")
+            reason = str(e).replace(f" {text!r}", "", 1).removeprefix(f"{text!r}").strip(": ")
             raise ConfigError(f"{label}={text!r}: {reason or 'invalid'}") from e
 
     def describe_default(self) -> str:
@@ -220,6 +232,8 @@ def add_arguments(
             kwargs["action"] = "store_true"
         elif option.kind is LIST:
             kwargs["action"] = "append"
+        elif option.kind.choices:
+            kwargs["metavar"] = "{" + ",".join(option.kind.choices) + "}"
         else:
             kwargs["metavar"] = option.kind.name.split(" ")[0].upper()
         target.add_argument(option.flag, *option.aliases, **kwargs)
@@ -246,7 +260,8 @@ def markdown_table(options: Sequence[Option]) -> str:
         default = option.describe_default()
         shown = f"`{default}`" if default else "—"
         meaning = option.help.replace("|", "\\|")
-        rows.append(f"| {flags} | {env} | {option.kind.name} | {shown} | {meaning} |")
+        kind = option.kind.name.replace("|", "\\|")
+        rows.append(f"| {flags} | {env} | {kind} | {shown} | {meaning} |")
     return "\n".join(rows) + "\n"
 
 
