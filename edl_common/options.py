@@ -43,6 +43,8 @@ class Kind:
     """A text `parse` refuses; None where every text is accepted (free text, paths)."""
     choices: tuple[str, ...] = ()
     """The accepted texts, where there is a fixed set (shown in ``--help`` as ``{a,b}``)."""
+    repeatable: bool = False
+    """The flag may be given again; the values are joined with commas (a comma list)."""
 
 
 def _int(text: str, low: int | None, high: int | None) -> int:
@@ -125,7 +127,9 @@ TEXT = Kind("text", str, None)
 PATH = Kind("path", Path, None)
 SWITCH = Kind("switch", _switch, "maybe")
 """A flag without a value; its variable takes true/false (1/0, yes/no, on/off)."""
-LIST = Kind("list", _list, None)
+TOGGLE = Kind("switch", _switch, "maybe")
+"""A `SWITCH` that is on by default: ``--x`` / ``--no-x``."""
+LIST = Kind("list", _list, None, repeatable=True)
 """Comma separated; the flag is repeatable (``--x a --x b`` is ``a,b``)."""
 
 
@@ -164,7 +168,7 @@ class Option:
 
     def describe_default(self) -> str:
         """The default for help and docs."""
-        if self.kind is SWITCH:
+        if self.kind in (SWITCH, TOGGLE):
             return "off" if self.default in (None, "false") else "on"
         return "" if self.default is None else self.default
 
@@ -184,9 +188,9 @@ def read(
         given = flags.get(option.name)
         if isinstance(given, list):
             given = ",".join(given)
-        if given is True and option.kind is SWITCH:
-            given = "true"
-        if given not in (None, False, ""):
+        if isinstance(given, bool) and option.kind in (SWITCH, TOGGLE):
+            given = "true" if given else "false"
+        if given not in (None, ""):
             values[option.name] = option.parse(str(given), option.flag or option.name)
         elif option.env and env.get(option.env, "").strip():
             values[option.name] = option.parse(env[option.env].strip(), option.env)
@@ -230,18 +234,20 @@ def add_arguments(
         kwargs: dict[str, Any] = {"dest": option.name, "default": None, "help": _escape(help_text)}
         if option.kind is SWITCH:
             kwargs["action"] = "store_true"
-        elif option.kind is LIST:
-            kwargs["action"] = "append"
+        elif option.kind is TOGGLE:
+            kwargs["action"] = argparse.BooleanOptionalAction
         elif option.kind.choices:
             kwargs["metavar"] = "{" + ",".join(option.kind.choices) + "}"
         else:
             kwargs["metavar"] = option.kind.name.split(" ")[0].upper()
+        if option.kind.repeatable:
+            kwargs["action"] = "append"
         target.add_argument(option.flag, *option.aliases, **kwargs)
 
 
 def _default_words(option: Option) -> str:
     shown = option.describe_default()
-    return f"default {shown}" if shown and option.kind is not SWITCH else ""
+    return f"default {shown}" if shown and option.kind not in (SWITCH, TOGGLE) else ""
 
 
 def _escape(text: str) -> str:
