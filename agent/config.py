@@ -45,7 +45,7 @@ OPTIONS: tuple[Option, ...] = (
         *_agent("port"),
         integer(0, 65535),
         "9400",
-        "port of /metrics, /healthz, /readyz; 0 picks a free one",
+        "port of /metrics, /healthz, /readyz; 0 picks a free one (printed in the first log line)",
         "exporter",
     ),
     Option(
@@ -54,7 +54,7 @@ OPTIONS: tuple[Option, ...] = (
         duration(allow_zero=True),
         "0",
         "keep serving /metrics this long after the trainer ended, so a last scrape sees the "
-        "final counters",
+        "final counters (a signal ends it early)",
         "exporter",
     ),
     Option(
@@ -79,8 +79,8 @@ OPTIONS: tuple[Option, ...] = (
         *_agent("stop_grace_seconds"),
         duration(allow_zero=True),
         "25",
-        "after forwarding SIGTERM, how long the trainer may take before SIGKILL (keep it under "
-        "the pod's termination grace period)",
+        "after a forwarded SIGTERM/SIGINT, how long the trainer's process group may take "
+        "before SIGKILL; keep it below the pod's terminationGracePeriodSeconds",
         "trainer",
     ),
     Option(
@@ -98,7 +98,7 @@ OPTIONS: tuple[Option, ...] = (
         *_agent("log_level"),
         choice(*LOG_LEVELS, fold=True),
         "INFO",
-        "agent log level",
+        "agent log level (lines start with edl-agent: on stderr)",
         "trainer",
     ),
 )
@@ -196,7 +196,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_HEARTBEAT_INTERVAL",
         duration(),
-        "1",
+        "1s",
         "time between heartbeat renewals",
         MEMBERSHIP,
     ),
@@ -205,7 +205,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_MEMBER_TTL",
         duration(),
-        "10",
+        "10s",
         "a member whose heartbeat has not changed for this long is gone (more than two "
         "heartbeat intervals)",
         MEMBERSHIP,
@@ -216,7 +216,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_DEBOUNCE",
         duration(allow_zero=True),
-        "1",
+        "1s",
         "the live set must be still this long before a new generation is written (a burst of "
         "joins becomes one)",
         MEMBERSHIP,
@@ -226,7 +226,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_MAX_DEBOUNCE",
         duration(allow_zero=True),
-        "5",
+        "5s",
         "a pending change is written after this long even if joins keep coming",
         MEMBERSHIP,
     ),
@@ -235,7 +235,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_POLL_INTERVAL",
         duration(),
-        "0.2",
+        "200ms",
         "time between reads of the membership store",
         MEMBERSHIP,
     ),
@@ -244,7 +244,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_DRAIN_TIMEOUT",
         duration(),
-        "30",
+        "30s",
         "a trainer asked to stop gets this long to reach a step boundary (then SIGTERM, 5 s, "
         "SIGKILL); a live trainer handed a new world gets this long to take it",
         PHASES,
@@ -254,7 +254,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_INIT_TIMEOUT",
         duration(),
-        "120",
+        "2m0s",
         "a new trainer must have joined its collective within this long",
         PHASES,
     ),
@@ -263,7 +263,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_REGROUP_TIMEOUT",
         duration(),
-        "20",
+        "20s",
         "after a broken collective without a membership change, wait this long before forcing "
         "a fresh generation of the same members",
         PHASES,
@@ -282,7 +282,7 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_STALL_TIMEOUT",
         duration(allow_zero=True),
-        "10",
+        "10s",
         "a trainer stopped (SIGSTOP) this long, or in its training loop without rewriting its "
         "report for three times this long, stands still: it is killed and this member leaves "
         "the job",

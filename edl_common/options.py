@@ -256,18 +256,19 @@ def _escape(text: str) -> str:
 
 def markdown_table(options: Sequence[Option]) -> str:
     """The docs table of `options`: flag, variable, type, default, meaning."""
-    rows = [
-        "| Flag | Environment | Type | Default | Meaning |",
-        "|---|---|---|---|---|",
-    ]
+    with_env = any(option.env for option in options)
+    head = ["Flag", *(["Environment"] if with_env else []), "Type", "Default", "Meaning"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for option in options:
-        flags = ", ".join(f"`{f}`" for f in (option.flag, *option.aliases) if f) or "—"
-        env = f"`{option.env}`" if option.env else "—"
         default = option.describe_default()
-        shown = f"`{default}`" if default else "—"
-        meaning = option.help.replace("|", "\\|")
-        kind = option.kind.name.replace("|", "\\|")
-        rows.append(f"| {flags} | {env} | {kind} | {shown} | {meaning} |")
+        cells = [
+            ", ".join(f"`{f}`" for f in (option.flag, *option.aliases) if f) or "—",
+            *([f"`{option.env}`" if option.env else "—"] if with_env else []),
+            option.kind.name,
+            f"`{default}`" if default else "—",
+            option.help,
+        ]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -78,7 +78,8 @@ OPTIONS: tuple[Option, ...] = (
         "tls_cert_file",
         PATH,
         None,
-        "serving certificate (PEM); without cert and key a self-signed one is generated",
+        "serving certificate (PEM); without cert and key a self-signed ECDSA one for "
+        "localhost, 127.0.0.1, ::1 and edl-metrics-adapter.edl-system.svc is generated at start",
         "serving",
     ),
     _opt("tls_private_key_file", PATH, None, "serving private key (PEM)", "serving"),
@@ -96,7 +97,15 @@ OPTIONS: tuple[Option, ...] = (
         "serve plain HTTP (benchmarks only: the aggregator requires TLS)",
         "serving",
     ),
-    _opt("threads", integer(1), "8", "threads running the app (one process)", "serving"),
+    _opt(
+        "threads",
+        integer(1),
+        "8",
+        "app threads for the requests that wait on the network (a TokenReview or "
+        "SubjectAccessReview not in the cache) and for streaming answers too large to buffer; "
+        "every other request is answered on the event loop (one process)",
+        "serving",
+    ),
     _opt(
         "log_level",
         choice("debug", "info", "warning", "error", fold=True),
@@ -210,7 +219,13 @@ OPTIONS: tuple[Option, ...] = (
         "time between scrapes / Prometheus queries",
         "sources",
     ),
-    _opt("scrape_timeout", duration(), "3s", "total deadline of one scrape", "sources"),
+    _opt(
+        "scrape_timeout",
+        duration(),
+        "3s",
+        "total deadline of one scrape (connect, headers and body)",
+        "sources",
+    ),
     _opt("scrape_concurrency", integer(1), "32", "scrapes in flight at once", "sources"),
     _opt("max_scrape_bytes", integer(1), str(8 << 20), "largest /metrics body accepted", "sources"),
     _opt(
@@ -224,7 +239,7 @@ OPTIONS: tuple[Option, ...] = (
         "reload_interval",
         duration(),
         "2s",
-        "how often the catalogue and static files are checked for changes",
+        "how often the catalogue, static files and the serving certificate are checked for changes",
         "metrics",
     ),
     _opt(
@@ -245,7 +260,7 @@ OPTIONS: tuple[Option, ...] = (
         "samples_per_series",
         integer(1),
         None,
-        "samples kept per series (default: enough for the longest window)",
+        "samples kept per series (default: longest window / interval + 2, at most 256)",
         "metrics",
     ),
     _opt(
@@ -267,7 +282,8 @@ OPTIONS: tuple[Option, ...] = (
         "sizing_capacity",
         choice(*sorted(CAPACITY_SOURCES)),
         "kubernetes",
-        "capacity source",
+        "capacity source: kubernetes (watch Nodes, Pods, PriorityClasses, trainer "
+        "Deployments) or static (a file)",
         "sizing",
     ),
     _opt(
@@ -277,7 +293,14 @@ OPTIONS: tuple[Option, ...] = (
         "cluster description YAML (for --sizing-capacity static; re-read when it changes)",
         "sizing",
     ),
-    _opt("sizing_history", choice(*sorted(HISTORY_STORES)), "configmap", "history store", "sizing"),
+    _opt(
+        "sizing_history",
+        choice(*sorted(HISTORY_STORES)),
+        "configmap",
+        "where the per-size history lives: configmap (shared by replicas, survives restarts) "
+        "or memory",
+        "sizing",
+    ),
     _opt(
         "sizing_history_configmap",
         TEXT,
@@ -405,7 +428,8 @@ OPTIONS: tuple[Option, ...] = (
         "auth_config_refresh",
         duration(),
         "60s",
-        "how often the auth ConfigMap is re-read (rotated CAs apply without a restart)",
+        "how often the auth ConfigMap is re-read (rotated CAs and allowed names apply without a "
+        "restart)",
         "security",
         flag="--authentication-config-refresh",
     ),

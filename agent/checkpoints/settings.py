@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from agent.checkpoints.store import CheckpointStore, job_url, open_store, scheme_of
 from agent.errors import ConfigError
 from agent.protocol import env as names
-from edl_common.options import TEXT, Option, duration, integer, read
+from edl_common.options import TEXT, Option, duration, integer, label, read
 
 GROUP = "durable checkpoints"
 OPTIONS: tuple[Option, ...] = (
@@ -111,10 +111,14 @@ class CheckpointSettings:
         """Flags (when given and set) over ``EDL_CHECKPOINT_*``; raises `ConfigError`."""
         values = read(OPTIONS, flags or {}, env)
         url = values["checkpoint_url"] or ""
+        where = label(OPTIONS, "checkpoint_url")
         if url and scheme_of(url) == "file" and "://" not in url and not url.startswith("/"):
-            raise ConfigError(f"--checkpoint-url {url!r}: give an absolute path or a URL")
+            raise ConfigError(f"{where} {url!r}: give an absolute path or a URL")
         if url:
-            open_store(url)  # an unknown scheme or a bad URL is a usage error, found now
+            try:
+                open_store(url)  # an unknown scheme or a bad URL is a usage error, found now
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from e
         return cls(
             url,
             values["checkpoint_every_steps"],

@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+from edl_common.durations import parse_duration
+from edl_common.errors import ConfigError
 from metrics_adapter.clustersim import scenarios
 from metrics_adapter.clustersim.engine import SimResult, SimSettings, Simulation
 from metrics_adapter.clustersim.inputs import SimulationError, Workload, load_workload
@@ -39,17 +41,23 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _seconds(text: str) -> float:
+    """A Kubernetes duration (``90s``, ``1m30s``) or seconds, >= 0: the adapter's grammar."""
     try:
-        value = float(text.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
-    return value
+        return parse_duration(text, allow_zero=True)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _duration(text: str) -> float:
+    """As `_seconds`, > 0."""
+    try:
+        return parse_duration(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive(text: str) -> float:
-    value = _seconds(text) if text.endswith("s") else _number(text)
+    value = _number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return value
@@ -117,9 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--placement", choices=("spread", "pack"), default="spread")
     cluster.add_argument("--preemption", action="store_true",
                          help="higher-priority pods evict lower-priority ones")  # fmt: skip
-    cluster.add_argument("--max-time", type=_positive, default=30 * 86400.0)
+    cluster.add_argument("--max-time", type=_duration, default=30 * 86400.0)
     hpa = run.add_argument_group("HPAs (hpa-throughput, edl)")
-    hpa.add_argument("--hpa-sync-period", type=_positive, default=15.0)
+    hpa.add_argument("--hpa-sync-period", type=_duration, default=15.0)
     hpa.add_argument(
         "--no-configurable-tolerance", action="store_true",
         help="Kubernetes < 1.35: ignore per-HPA tolerances (the 10%% flag applies)",
@@ -133,8 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     edl = run.add_argument_group("the sizer (edl) and the 2018 rule (edl-2018)")
     adapter = PolicySettings()
     defaults = adapter.sizing
-    edl.add_argument("--sizing-interval", type=_positive, default=adapter.sizing_interval)
-    edl.add_argument("--history-interval", type=_positive, default=adapter.history_interval)
+    edl.add_argument("--sizing-interval", type=_duration, default=adapter.sizing_interval)
+    edl.add_argument("--history-interval", type=_duration, default=adapter.history_interval)
     edl.add_argument("--observe-window", type=_seconds, default=adapter.observe_window)
     edl.add_argument("--hold-off", type=_seconds, default=defaults.hold_off_s)
     edl.add_argument("--payback", type=_seconds, default=defaults.payback_s)
