@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 import agent
 from agent.app import create_registry
@@ -43,6 +44,14 @@ EXIT_CANNOT_EXECUTE = 127
 _POLL_SECONDS = 0.2
 
 
+class _Parser(Parser):
+    """One-line usage errors that point at the one verb's help."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raises `ConfigError`."""
+        raise ConfigError(f"{message} (see `edl-agent run --help`)")
+
+
 def wants_elastic(argv: Sequence[str]) -> bool:
     """True when `--elastic` comes before the `--` that starts the trainer command."""
     args = list(argv)
@@ -55,9 +64,9 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
     The elastic flags are added only with `elastic=True`: `agent.elastic` pulls in Paddle, which
     a plain agent must not pay for (seconds of import, warnings on stderr).
     """
-    parser = Parser(prog="edl-agent", description="EDL per-pod agent.")
+    parser = _Parser(prog="edl-agent", description="EDL per-pod agent.")
     parser.add_argument("--version", action="version", version=f"edl-agent {agent.__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=Parser)
+    sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=_Parser)
     run = sub.add_parser(
         "run",
         help="run a trainer command and export its metrics",
