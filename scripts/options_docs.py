@@ -4,7 +4,8 @@
     python scripts/options_docs.py --check  # exit 1 naming each stale block (the unit suite)
 
 Each table lives once, in code (`agent/config.py`, `agent/checkpoints/settings.py`,
-`metrics_adapter/options.py`, `metrics_adapter/hpa/cli.py`); the docs show what `--help` shows.
+`metrics_adapter/options.py`, `metrics_adapter/hpa/cli.py`,
+`metrics_adapter/clustersim/cli.py`); the docs show what `--help` shows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from agent.config import OPTIONS as AGENT
 from agent.elastic.runner import ELASTIC_TABLE
 from edl_common.options import Option, markdown_table, replace_block
+from metrics_adapter.clustersim.cli import RUN as SIM_RUN
 from metrics_adapter.hpa.cli import COMMON, SIMULATE, TUNE
 from metrics_adapter.options import OPTIONS as ADAPTER
 
@@ -34,6 +36,7 @@ BLOCKS: dict[str, dict[str, tuple[Option, ...]]] = {
         "edl-hpa-simulate": _only(SIMULATE),
         "edl-hpa-tune": _only(TUNE),
     },
+    "docs/cluster-simulation.md": {"edl-sim-run": SIM_RUN},
 }
 """Which tables go into which document, by block name."""
 

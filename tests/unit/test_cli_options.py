@@ -17,6 +17,7 @@ import pytest
 
 import agent.cli
 import metrics_adapter.cli
+import metrics_adapter.clustersim.cli
 import metrics_adapter.hpa.cli
 from agent.config import OPTIONS as AGENT_OPTIONS
 from agent.elastic.runner import ELASTIC_TABLE
@@ -54,6 +55,11 @@ def _agent(options: tuple[Option, ...], elastic: bool) -> Cli:
     )
 
 
+def _sim_argv(flags: list[str], tested: str) -> list[str]:
+    files = [f"--{name}={name}.csv" for name in ("workload", "curves", "cluster") if name != tested]
+    return ["run", *files, *flags]
+
+
 CLIS = (
     _agent(AGENT_OPTIONS, elastic=False),
     _agent((*AGENT_OPTIONS, *ELASTIC_TABLE), elastic=True),
@@ -75,6 +81,14 @@ CLIS = (
             command,
         )
         for command, table in metrics_adapter.hpa.cli.TABLES.items()
+    ),
+    Cli(
+        "edl-sim run",
+        metrics_adapter.clustersim.cli.RUN,
+        _sim_argv,
+        metrics_adapter.clustersim.cli.main,
+        metrics_adapter.clustersim.cli,
+        "_run",
     ),
 )
 
