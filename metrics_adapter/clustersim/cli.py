@@ -174,6 +174,14 @@ RUN: tuple[Option, ...] = (
         "never grow beyond this multiple of the largest size measured",
         SIZER,
     ),
+    _opt(
+        "rescale_margin",
+        number(0, above=True),
+        f"{_SIZING.rescale_margin:g}",
+        "a job already growing this round keeps the next worker while it is worth at least "
+        "1/this of the best other's (the sizer's SizingPolicy.rescale_margin)",
+        SIZER,
+    ),
     _opt("prior_sigma", number(0), f"{_SIZING.prior.sigma:g}", "the curve prior's sigma", SIZER),
     _opt("prior_kappa", number(0), f"{_SIZING.prior.kappa:g}", "the curve prior's kappa", SIZER),
     _opt(
@@ -241,6 +249,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         hold_off_s=args.hold_off,
         payback_s=args.payback,
         exploration=args.exploration,
+        rescale_margin=args.rescale_margin,
         prior=replace(adapter.prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
     )
     policy = PolicySettings(
