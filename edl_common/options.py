@@ -91,7 +91,7 @@ def number(low: float | None = None, above: bool = False) -> Kind:
 def duration(allow_zero: bool = False) -> Kind:
     """A Kubernetes duration (``1m30s``, ``300ms``) or plain seconds; seconds as a float."""
     return Kind(
-        "duration" if not allow_zero else "duration (0: off)",
+        "duration >= 0" if allow_zero else "duration",
         lambda text: parse_duration(text, allow_zero=allow_zero),
         "soon",
     )
