@@ -57,8 +57,6 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 """The checkpoint rows of `edl-agent run --elastic` (`edl_common.options`)."""
-FLAGS = tuple(option.name for option in OPTIONS)
-"""The argparse destinations of the checkpoint flags."""
 
 
 @dataclass(frozen=True)

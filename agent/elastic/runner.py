@@ -95,7 +95,6 @@ class ElasticOptions:
 
 ELASTIC_TABLE = (*ELASTIC_OPTIONS, *checkpoint_settings.OPTIONS)
 """Every row of `edl-agent run --elastic` beyond the plain agent's."""
-ELASTIC_FLAGS = tuple(option.name for option in ELASTIC_TABLE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
