@@ -98,3 +98,69 @@ class OpenRescale:
             pause=max(0.0, first_step - start),
             phases=phases,
         )
+
+
+class RescaleTracker:
+    """The rescale this member lives through, if any.
+
+    A survivor opens it at a decision; it follows every detour and is closed (and counted)
+    at the first step in the new world.
+    """
+
+    def __init__(self) -> None:
+        self.open: OpenRescale | None = None
+        self.trained = False
+        """Our trainer has stepped in some world: from then on, world changes are rescales."""
+
+    @property
+    def target(self) -> int | None:
+        """The generation the open rescale heads for (None: none open)."""
+        return None if self.open is None else self.open.generation
+
+    def begin(
+        self,
+        from_generation: int,
+        generation: int,
+        why: str,
+        decided: float,
+        stalled: float,
+        noticed: float | None,
+    ) -> None:
+        """Opens a record (or extends the open one); a joiner's first world is no rescale."""
+        if not self.trained:
+            return
+        if self.open is not None:
+            self.open.supersede(generation, why)
+            return
+        self.open = OpenRescale(
+            from_generation=from_generation,
+            generation=generation,
+            stalled=stalled,
+            noticed=noticed or decided,
+            decided=decided,
+            reasons=[why],
+        )
+
+    def drained(self, at: float) -> None:
+        """The trainer of the old world is gone."""
+        if self.open is not None:
+            self.open.drained = at
+
+    def restarted(self, generation: int, spawned: float) -> None:
+        """A new trainer process started in `generation`."""
+        rescale = self.open
+        if rescale is None:
+            return
+        if rescale.drained == 0.0:
+            rescale.drained = spawned
+        rescale.supersede(generation, "")
+        rescale.restarted, rescale.spawned = True, spawned
+
+    def stepped(self, generation: int, timings: Timings) -> RescaleRecord | None:
+        """The trainer stepped in `generation`: the finished record, when the rescale ends."""
+        self.trained = True
+        rescale = self.open
+        if rescale is None or generation < rescale.generation:
+            return None
+        self.open = None
+        return rescale.close(generation, timings)
