@@ -21,7 +21,7 @@ from agent.trainer import frameworks
 
 
 class FakeTrainer:
-    """Stands in for TrainerSupervisor + a trainer that follows the control-dir protocol."""
+    """A `Trainer` (as TrainerSupervisor + a trainer that follows the control-dir protocol)."""
 
     def __init__(self, control: Path, exit_status: int, reports: str = "paddle") -> None:
         self.channel = ControlChannel(control)
@@ -94,7 +94,7 @@ def agent(
     fake = FakeTrainer(control, exit_status, reports)
     sup = ElasticSupervisor(
         membership,
-        fake,  # type: ignore[arg-type]
+        fake,
         control,
         RescaleLog(),
         ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),

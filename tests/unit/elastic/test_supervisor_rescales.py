@@ -32,7 +32,7 @@ PEER = Member(joined=2.0, id="b", incarnation="y", host="127.0.0.1", ports=(7002
 
 
 class ScriptedTrainer:
-    """A trainer process as the supervisor sees it, driven by simple rules.
+    """A `Trainer` (the process as the supervisor sees it), driven by simple rules.
 
     `joins`: whether it joins (initialises and steps in) the worlds it is given; a trainer
     that does not is one still importing, or meeting peers that never come.
@@ -141,7 +141,7 @@ def make(
     options = {"backend": "gloo", "init_timeout": 30.0, "on_finished": "exit", **settings}
     sup = ElasticSupervisor(
         membership,
-        fake,  # type: ignore[arg-type]
+        fake,
         control,
         rescales,
         ElasticSettings(**options),  # type: ignore[arg-type]
