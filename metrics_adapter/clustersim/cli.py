@@ -139,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     edl.add_argument("--hold-off", type=_seconds, default=defaults.hold_off_s)
     edl.add_argument("--payback", type=_seconds, default=defaults.payback_s)
     edl.add_argument("--exploration", type=_positive, default=defaults.exploration)
+    edl.add_argument("--rescale-margin", type=_positive, default=defaults.rescale_margin)
     edl.add_argument("--prior-sigma", type=_number, default=defaults.prior.sigma)
     edl.add_argument("--prior-kappa", type=_number, default=defaults.prior.kappa)
     edl.add_argument(
@@ -179,6 +180,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         hold_off_s=args.hold_off,
         payback_s=args.payback,
         exploration=args.exploration,
+        rescale_margin=args.rescale_margin,
         prior=replace(adapter.prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
     )
     policy = PolicySettings(

@@ -9,7 +9,7 @@ starting with ``#`` are skipped). Amounts are Kubernetes quantities (``5``, ``50
   requests of ONE worker pod, ``work_samples`` what the job trains before it is done.
 * curves: ``curve,workers,samples_per_second`` -- measured throughput of a job class at a
   world size. Between and beyond the measured sizes the throughput is the sizer's own USL
-  fit of these points (:func:`metrics_adapter.sizing.fit_usl`).
+  fit of these points alone (:func:`metrics_adapter.sizing.fit_usl`, no prior pull).
 * cluster: ``name,count,cpu,memory,gpu`` -- node groups (``count`` identical nodes, named
   ``<name>-<i>``) with their allocatable amounts.
 * background (optional): ``time_seconds,pods,cpu,memory,gpu,priority`` -- a higher-priority
@@ -28,7 +28,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from metrics_adapter.sizing import GPU, ResourceError, Resources, ScalingCurve, fit_usl
+from metrics_adapter.sizing import (
+    GPU,
+    ResourceError,
+    Resources,
+    ScalingCurve,
+    ScalingPrior,
+    fit_usl,
+)
 
 WORKLOAD_COLUMNS = (
     "name",
@@ -98,13 +105,20 @@ class BackgroundStep:
         return f"svc-p{self.priority}-{r.cpu:g}c-{r.memory / 2**20:g}mi-{r.gpu:g}g"
 
 
+WORLD_PRIOR = ScalingPrior(sigma=0.05, kappa=0.0, weight=0.0)
+"""How the simulated world interpolates a curve: the sizer's fit on the points alone.
+
+No prior pull (weight 0), so the world does not change when the sizer's prior does; the
+shape only decides a curve of one measured point."""
+
+
 class Curve:
     """A job class's throughput per world size: measured points, the sizer's fit elsewhere."""
 
     def __init__(self, name: str, points: Mapping[int, float]) -> None:
         self.name = name
         self.points = dict(points)
-        self.fit: ScalingCurve = fit_usl(self.points)
+        self.fit: ScalingCurve = fit_usl(self.points, WORLD_PRIOR)
         self._cache: dict[int, float] = {}
 
     @property

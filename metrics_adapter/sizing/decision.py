@@ -20,7 +20,9 @@ same inputs always give the same plan. One round, in order:
 4. **Granted workers.** A job's workers that are created but not yet bound keep their place
    while they fit (they were granted in an earlier round).
 5. **Growth.** One worker at a time to the job with the highest
-   ``weight * marginal speed-up / dominant share of one worker``, while the job is below
+   ``weight * marginal speed-up / dominant share of one worker`` (a job already growing
+   this round counts ``rescale_margin`` times that: it rescales anyway, so scarce room goes
+   to fewer jobs in larger steps), while the job is below
    its maximum, a worker fits a node, the marginal speed-up is at least the job's
    threshold, the job's last growth is older than the hold-off, and the size stays within
    ``exploration`` x the largest size measured. A job's growth in the round must pay back
@@ -70,6 +72,10 @@ class SizingPolicy:
     """A growth must make up for its rescale pause within this many seconds."""
     exploration: float = 2.0
     """Never grow beyond this multiple of the largest size measured (at least 1 assumed)."""
+    rescale_margin: float = 2.0
+    """How much more a worker must be worth to cost a job a rescale it would not have this
+    round (>= 1): free room goes to a job already growing while its next worker is worth
+    at least 1/margin of the best other's, so it is given in fewer, larger steps."""
     prior: ScalingPrior = field(default_factory=ScalingPrior)
 
 
@@ -192,6 +198,13 @@ class _State:
     """Nodes the workers added this round went to."""
     room_before: dict[str, Resources] = field(default_factory=dict)
     """Free room of each node this round's growth used, before the round's first worker."""
+    granted: int = 0
+    """Created-but-unbound workers kept this round (the job grows: it is no one's donor)."""
+    took: list[tuple[_State, str]] = field(default_factory=list)
+    """(donor, node) of each worker this job's growth took from another job this round."""
+    gave: list[tuple[str, float, float]] = field(default_factory=list)
+    """(job key, marginal speed-up there, marginal speed-up here) of each worker this job
+    gave up to a job where it is worth more."""
 
     def value(self, n: int) -> float:
         """Marginal value of the job's n-th worker: what removing it costs."""
@@ -231,7 +244,7 @@ def decide(
     for s in valid:
         _trim_to_max(packing, s)
     demands = _serve_claims(packing, states, valid, pods)
-    _keep_granted(packing, valid)
+    _keep_granted(packing, valid, policy)
     _grow(packing, valid, policy, now)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
@@ -324,14 +337,22 @@ def _make_room(
     priority: int,
     exclude: str | None,
     counts: Mapping[str, int] | None = None,
+    cost_limit: float = math.inf,
+    consolidate: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
-    """The cheapest node and the extra workers to remove there so that ``requests`` fits."""
-    best: tuple[float, int, str, list[tuple[str, str]]] | None = None
+    """The cheapest node and the extra workers to remove there so that ``requests`` fits.
+
+    With ``cost_limit``, what is removed must be worth less than that in all. With
+    ``consolidate``, workers of jobs that already give some up this round go first (fewer
+    jobs rescale), then the lowest marginal value; otherwise the lowest marginal value.
+    """
+    best: tuple[int, float, int, str, list[tuple[str, str]]] | None = None
     for node in packing.candidates(who.tolerations, who.node_selector):
         room = packing.free[node.name]
         taken: dict[str, int] = {}
         removed: list[tuple[str, str]] = []
         cost = 0.0
+        fresh = 0
         while not requests.fits_in(room):
             options = []
             for job_key in sorted(packing.by_node.get(node.name, ())):
@@ -346,34 +367,78 @@ def _make_room(
                     continue
                 if left <= s.job.min_replicas:
                     continue
-                options.append((s.value(left), job_key))
+                value = s.value(left)
+                if cost + value >= cost_limit:
+                    continue
+                new_donor = int(consolidate and not (gone or s.gave))
+                options.append((new_donor, value, job_key))
             if not options:
                 break
-            value, job_key = min(options)
+            added, value, job_key = min(options)
+            fresh += added
             taken[job_key] = taken.get(job_key, 0) + 1
             removed.append((job_key, node.name))
             cost += value
             room = room + states[job_key].job.worker
         if requests.fits_in(room):
-            candidate = (cost, len(removed), node.name, removed)
-            if best is None or candidate[:3] < best[:3]:
+            candidate = (fresh, cost, len(removed), node.name, removed)
+            if best is None or candidate[:4] < best[:4]:
                 best = candidate
-    return (best[2], best[3]) if best is not None else None
+    return (best[3], best[4]) if best is not None else None
 
 
-def _keep_granted(packing: Packing, valid: list[_State]) -> None:
-    """Created-but-unbound workers keep their place while they fit."""
+def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
+    """Created-but-unbound workers keep their place.
+
+    They keep it while they fit, or while the room they were granted by taking another
+    job's worker is still worth taking (the donor's HPA may not have scaled it down yet).
+    """
     for s in sorted(valid, key=lambda s: (-s.job.priority, s.job.arrival, s.job.key)):
         if s.waiting or s.shrunk_for:
             continue
         job = s.job
         while s.count < min(job.replicas, job.max_replicas):
             node = packing.first_fit(job.worker, job.tolerations, job.node_selector)
+            if node is None and not s.gave:
+                node = _displace(packing, valid, s, policy)
             if node is None:
                 s.reason = Reason.NO_CAPACITY
                 break
             packing.place(node, job.worker, job.key)
             s.count += 1
+            s.granted += 1
+    for s in valid:
+        s.took.clear()  # kept workers are no growth of this round: nothing to undo
+
+
+def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPolicy) -> str | None:
+    """Room for one more worker of ``s`` taken from other jobs' extra workers worth less.
+
+    A donor is a job of no higher priority that neither grows this round nor gives room to
+    protected demand or a waiting minimum, above its minimum; what it loses must be worth
+    less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
+    this round is preferred (it rescales anyway). Returns the node (its room is freed).
+    """
+    limit = s.value(s.count + 1) / max(1.0, policy.rescale_margin)
+    donors = {
+        o.job.key: o
+        for o in valid
+        if o is not s and not (o.grown or o.granted or o.waiting or o.shrunk_for)
+    }
+    job = s.job
+    found = _make_room(
+        packing, donors, job.worker, job, job.priority, job.key, cost_limit=limit, consolidate=True
+    )
+    if found is None:
+        return None
+    node, removals = found
+    for donor_key, on in removals:
+        o = donors[donor_key]
+        packing.release(on, o.job.worker, donor_key)
+        o.count -= 1
+        o.gave.append((job.key, s.curve.marginal(s.count), o.curve.marginal(o.count)))
+        s.took.append((o, on))
+    return node
 
 
 def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: float) -> None:
@@ -382,14 +447,19 @@ def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: floa
         s.job.key for s in valid if s.waiting or s.shrunk_for or s.reason is Reason.NO_CAPACITY
     }
     for _ in range(len(valid) + 1):
-        _grow_greedily(packing, [s for s in valid if s.job.key not in excluded], policy, now)
+        growing = [s for s in valid if s.job.key not in excluded]
+        _grow_greedily(packing, growing, policy, now, valid)
         unpaid = [s for s in valid if s.grown and not _pays_back(s, start[s.job.key], policy)]
         if not unpaid:
             return
         for s in unpaid:
             for node in s.grown:
                 packing.release(node, s.job.worker, s.job.key)
-            s.count, s.grown, s.room_before = start[s.job.key], [], {}
+            for donor, node in s.took:
+                packing.place(node, donor.job.worker, donor.job.key)
+                donor.count += 1
+                donor.gave = [g for g in donor.gave if g[0] != s.job.key]
+            s.count, s.grown, s.room_before, s.took = start[s.job.key], [], {}, []
             s.reason = Reason.LOW_MARGINAL_GAIN
             excluded.add(s.job.key)
         for s in valid:
@@ -398,30 +468,42 @@ def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: floa
 
 
 def _grow_greedily(
-    packing: Packing, candidates: list[_State], policy: SizingPolicy, now: float
+    packing: Packing,
+    candidates: list[_State],
+    policy: SizingPolicy,
+    now: float,
+    valid: list[_State],
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
-    A job's score depends only on its own size, so a heap keeps the order; a job that is
-    blocked or does not fit stays out (room only shrinks during growth).
+    A job's score depends only on its own size (and, by the rescale margin, on whether it
+    already grows this round), so a heap keeps the order; a job that is blocked or does not
+    fit stays out (room only shrinks during growth).
     """
+    margin = max(1.0, policy.rescale_margin)
 
     def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
-        score = s.job.weight * s.curve.marginal(s.count) / max(s.share, 1e-12)
+        score = s.value(s.count + 1) * (margin if s.grown else 1.0)
         return (-score, -s.job.priority, s.job.arrival, s.job.key), s
 
     heap = [entry(s) for s in candidates]
     heapq.heapify(heap)
     while heap:
         _, s = heapq.heappop(heap)
+        if s.gave:
+            s.reason = Reason.LOW_MARGINAL_GAIN  # its workers are worth more elsewhere
+            continue
         blocked = _growth_block(s, policy, now)
         node = None
         if blocked is None:
             node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
+            if node is not None:
+                s.room_before.setdefault(node, packing.free[node])
+            else:
+                node = _displace(packing, valid, s, policy)
         if node is None:
             s.reason = blocked or Reason.NO_CAPACITY
             continue
-        s.room_before.setdefault(node, packing.free[node])
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
         s.grown.append(node)
@@ -466,6 +548,8 @@ def _decision(s: _State, placed: Mapping[str, int]) -> JobDecision:
         reason = s.reason or Reason.NO_CAPACITY
         if s.shrunk_for:
             reason = Reason.PROTECTED_DEMAND
+        elif s.gave:
+            reason = Reason.LOW_MARGINAL_GAIN
         message = _message(s, desired, reason)
     marginal = s.curve.marginal(desired) if desired < job.max_replicas else 0.0
     nodes = dict(sorted((n, c) for n, c in placed.items() if c > 0))
@@ -494,14 +578,34 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
         return (
             f"shrank to {desired}: made room for {who}{more}; the job's priority is {job.priority}"
         )
-    if s.grown:
-        node = min(s.room_before)
-        room = _limiting_part(s.room_before[node].clamped(), job.worker)
-        step = f" (+{len(s.grown)})" if len(s.grown) > 1 else ""
-        others = len(s.room_before) - 1
-        where = node + (f" and {others} more node{'s' if others > 1 else ''}" if others else "")
+    if s.gave:
+        takers = sorted({key for key, _, _ in s.gave})
+        there = max(m for _, m, _ in s.gave)
+        here = min(m for _, _, m in s.gave)
+        more = f" and {len(takers) - 3} more" if len(takers) > 3 else ""
         return (
-            f"grew to {desired}{step}: {room.describe()} free on {where}, "
+            f"shrank to {desired}: its workers are worth more to {', '.join(takers[:3])}{more} "
+            f"(marginal speed-up {there:.2f} there, {here:.2f} here)"
+        )
+    if s.grown:
+        step = f" (+{len(s.grown)})" if len(s.grown) > 1 else ""
+        parts = []
+        if s.room_before:
+            node = min(s.room_before)
+            room = _limiting_part(s.room_before[node].clamped(), job.worker)
+            others = len(s.room_before) - 1
+            more = f" and {others} more node{'s' if others > 1 else ''}" if others else ""
+            parts.append(f"{room.describe()} free on {node}{more}")
+        if s.took:
+            donors = sorted({d.job.key for d, _ in s.took})
+            worth = max(d.curve.marginal(d.count) for d, _ in s.took)
+            n = len(s.took)
+            parts.append(
+                f"the room of {n} worker{'s' if n > 1 else ''} of {', '.join(donors[:3])}"
+                f"{' and more' if len(donors) > 3 else ''} (marginal speed-up {worth:.2f} there)"
+            )
+        return (
+            f"grew to {desired}{step}: {' and '.join(parts)}, "
             f"marginal speed-up {s.curve.marginal(desired - 1):.2f}"
         )
     verb = "shrank to" if desired < job.replicas else "stays at"

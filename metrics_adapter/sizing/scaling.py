@@ -12,6 +12,12 @@ b = sigma/lambda, c = kappa/lambda, constrained to b, c >= 0, plus two prior row
 sigma and kappa towards the prior with the weight of ``prior_weight`` observations at the
 largest size seen. With fewer than two sizes the prior's sigma and kappa are used as they
 are (one size only fixes lambda).
+
+The default prior has no coherency cost (kappa 0): until the data show throughput falling
+off, none is assumed. The asymmetry is why: an optimistic prior costs one measured step
+and a shrink when it is wrong, while a pessimistic one is never corrected, because the job
+is never measured at the sizes it rules out (Pollux's fit prefers the optimistic model for
+the same reason).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ class ScalingPrior:
     """What is assumed before a job has been measured at two sizes."""
 
     sigma: float = 0.05
-    kappa: float = 0.002
+    kappa: float = 0.0
+    """No retrogression assumed until measured (see the module docstring)."""
     weight: float = 0.1
     """How many observations (at the largest size seen) the prior is worth once data exist."""
 

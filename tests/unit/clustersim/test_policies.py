@@ -80,6 +80,24 @@ def test_edl_calls_the_real_decide_once_per_sizing_interval(
     assert len(calls) <= result["makespan_s"] / 7 + 1
 
 
+def test_edl_sim_sizer_options_reach_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policies: list[sizing.SizingPolicy] = []
+
+    def recording(*args: Any, **kwargs: Any) -> sizing.Plan:
+        policies.append(args[3])
+        return sizing.decide(*args, **kwargs)
+
+    monkeypatch.setattr(edl_module, "decide", recording)
+    job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
+    args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
+    _json([*args, "--policy", "edl", "--rescale-margin", "1.5", "--prior-kappa", "0.001"])
+    assert policies, "the sizer never ran"
+    assert {(p.rescale_margin, p.prior.kappa) for p in policies} == {(1.5, 0.001)}
+    assert sizing.SizingPolicy().rescale_margin != 1.5  # the option, not the default
+
+
 def test_protected_pods_get_their_room(tmp_path: Path) -> None:
     """A priority-100 service of 3 one-CPU pods arrives at 200 s on a 4-CPU node a job fills.
 

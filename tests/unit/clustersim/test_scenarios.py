@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metrics_adapter.clustersim import scenarios
+from metrics_adapter.clustersim import load_workload, scenarios
 from metrics_adapter.clustersim.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "cluster"
@@ -54,3 +54,25 @@ def test_every_scenario_runs_under_every_policy() -> None:
             assert f["pending_mean_s"] >= 5, where  # the start delay
             assert f["jct_mean_s"] >= f["pending_mean_s"], where
         assert result["policies"]["static"]["rescales"] == 0
+
+
+def _usl(lam: float, sigma: float, kappa: float, n: int) -> float:
+    return lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
+
+
+@pytest.mark.parametrize("name", ["edl2018-case2", "gpu-philly"])
+def test_the_world_between_measured_points_follows_the_points(name: str) -> None:
+    """Between its measured sizes a job trains at the fit of the points alone: within 6 % of
+    the curve the scenario drew them from (+/-5 % noise), whatever the sizer's prior says."""
+    folder = EXAMPLES / name
+    workload = load_workload(
+        folder / "workload.csv", folder / "curves.csv", folder / "cluster.csv",
+        folder / "background.csv" if (folder / "background.csv").exists() else None,
+    )  # fmt: skip
+    truth = {"digits": scenarios._DIGITS, **scenarios._MODELS}
+    for curve_name, curve in workload.curves.items():
+        top = max(curve.points)
+        for n in range(1, top + 1):
+            if n not in curve.points:
+                expected = _usl(*truth[curve_name], n)
+                assert curve.throughput(n) == pytest.approx(expected, rel=0.06), (curve_name, n)

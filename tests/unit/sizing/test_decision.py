@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from metrics_adapter.sizing import (
     Pod,
     Resources,
     ScalingCurve,
+    ScalingPrior,
     SizingPolicy,
     decide,
 )
@@ -83,6 +85,31 @@ def test_exploration_is_capped_at_twice_the_largest_size_measured() -> None:
     assert reasons(plan) == {"measured": "hold_off"}
 
 
+def _usl(n: int, sigma: float = 0.01, kappa: float = 0.0001) -> float:
+    return 100.0 * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
+
+
+def test_the_default_prior_assumes_no_retrogression_until_measured() -> None:
+    # A job of 5-CPU workers that scales well, measured at 15 and 18 workers only (EDL 2018
+    # case 2): two nearby sizes cannot tell contention from coherency, the prior decides.
+    measured = job("a", worker=Resources(cpu=5, memory=8 * GI), replicas=18, max_replicas=60,
+                   observed={15: _usl(15), 18: _usl(18)})  # fmt: skip
+    cluster = nodes(30, cpu=16)  # room for 90 workers
+    plan = decide(cluster, [], [measured], now=100.0)
+    # Optimistic: it grows to its exploration cap (2 x 18) and gets measured there.
+    assert desired(plan) == {"a": 36} and reasons(plan) == {"a": "hold_off"}
+    # A prior with a coherency cost (the old default, kappa 0.002) puts the peak near 22
+    # workers, and nothing measured ever contradicts it.
+    pessimistic = SizingPolicy(prior=ScalingPrior(kappa=0.002))
+    held = decide(cluster, [], [measured], pessimistic, now=100.0)
+    assert desired(held)["a"] < 25 and reasons(held) == {"a": "low_marginal_gain"}
+    # Measured sizes that show the curve flattening still stop it.
+    falling = job("b", worker=measured.worker, replicas=18, max_replicas=60,
+                  observed={n: _usl(n, 0.05, 0.004) for n in (8, 12, 18)})  # fmt: skip
+    plan = decide(cluster, [], [falling], now=100.0)
+    assert desired(plan) == {"b": 18} and reasons(plan) == {"b": "low_marginal_gain"}
+
+
 def test_mins_first_running_jobs_then_waiting_jobs_by_priority_and_arrival() -> None:
     # 4 CPUs; a runs 3 (min 1); b (prio 5) and c (prio 5, later) each need a min of 2.
     a = job("a", replicas=3)
@@ -115,6 +142,25 @@ def test_fairness_weighted_marginal_speedup_per_dominant_share() -> None:
     # Equal weights split evenly.
     even = decide(nodes(1, cpu=10), [], [a, job("b", observed=a.observed, replicas=1)])
     assert desired(even) == {"a": 5, "b": 5}
+
+
+def test_scarce_room_goes_to_fewer_jobs_in_larger_steps() -> None:
+    # Two equal jobs at 4 workers, room for 2 more: one rescale of +2, not two of +1, as
+    # long as the second worker is worth at least 1/margin of the other job's first.
+    a = job("a", replicas=4, observed={1: 100.0, 2: 180.0, 4: 300.0, 8: 420.0})
+    b = job("b", replicas=4, observed=a.observed)
+    pods = workers(a, ["node-1"] * 4) + workers(b, ["node-1"] * 4)
+    plan = decide(nodes(1, cpu=10), pods, [a, b], now=100.0)
+    assert desired(plan) == {"a": 6, "b": 4}
+    assert plan.jobs["ns/a"].message.startswith("grew to 6 (+2)")
+    assert reasons(plan) == {"a": "no_capacity", "b": "no_capacity"}
+    even = decide(nodes(1, cpu=10), pods, [a, b], SizingPolicy(rescale_margin=1.0), now=100.0)
+    assert desired(even) == {"a": 5, "b": 5}
+    # A much better use elsewhere still wins: b's fifth worker is worth far more than a's
+    # sixth (b scales linearly).
+    linear = job("b", replicas=4, observed=LINEAR)
+    pods = workers(a, ["node-1"] * 4) + workers(linear, ["node-1"] * 4)
+    assert desired(decide(nodes(1, cpu=10), pods, [a, linear], now=100.0)) == {"a": 4, "b": 6}
 
 
 def test_dominant_share_favours_the_cheaper_worker() -> None:
@@ -216,6 +262,86 @@ def test_room_given_back_by_an_unpaid_growth_goes_to_others() -> None:
     assert desired(plan) == {"slow": 1, "other": 3}
 
 
+FLAT = {1: 100.0, 2: 150.0, 4: 200.0, 8: 230.0}
+"""A job that scales badly: its eighth worker adds about 0.05 of one worker."""
+
+
+def test_growth_takes_a_worker_worth_less_than_half_as_much_elsewhere() -> None:
+    # One node of 8 CPUs, full: flat runs 7 (its 7th worker adds 0.04), linear runs 1.
+    flat = job("flat", replicas=7, observed=FLAT)
+    linear = job("linear", replicas=1, observed={1: 100.0})
+    pods = workers(flat, ["node-1"] * 7) + workers(linear, ["node-1"])
+    plan = decide(nodes(1, cpu=8), pods, [flat, linear], now=100.0)
+    assert desired(plan) == {"flat": 6, "linear": 2}  # linear: capped at 2 x measured
+    assert reasons(plan) == {"flat": "low_marginal_gain", "linear": "hold_off"}
+    assert plan.jobs["ns/linear"].message == (
+        "grew to 2: the room of 1 worker of ns/flat (marginal speed-up 0.04 there), "
+        "marginal speed-up 0.90"
+    )
+    assert plan.jobs["ns/flat"].message == (
+        "shrank to 6: its workers are worth more to ns/linear "
+        "(marginal speed-up 0.90 there, 0.04 here)"
+    )
+    # Worth more, but not twice as much (the rescale margin): nothing moves.
+    close = job("close", replicas=7, observed={1: 100.0, 2: 195.0, 4: 370.0, 8: 650.0})
+    pods = workers(close, ["node-1"] * 7) + workers(linear, ["node-1"])
+    assert desired(decide(nodes(1, cpu=8), pods, [close, linear], now=100.0)) == {
+        "close": 7, "linear": 1,
+    }  # fmt: skip
+
+
+def test_growth_never_takes_below_min_nor_from_higher_priority() -> None:
+    at_min = job("at-min", replicas=7, min_replicas=7, observed=FLAT)
+    high = job("high", replicas=7, priority=10, observed=FLAT)
+    linear = job("linear", replicas=1, observed={1: 100.0})
+    for donor in (at_min, high):
+        pods = workers(donor, ["node-1"] * 7) + workers(linear, ["node-1"])
+        plan = decide(nodes(1, cpu=8), pods, [donor, linear], now=100.0)
+        assert desired(plan) == {donor.name: 7, "linear": 1}
+        assert reasons(plan)["linear"] == "no_capacity"
+
+
+def test_taken_room_is_kept_until_the_donor_has_scaled_down() -> None:
+    # The round after: linear's HPA made it 2 (one worker Pending), flat's HPA has not scaled
+    # it down yet (7 bound). The plan is the same, not a flip back.
+    flat = job("flat", replicas=7, observed=FLAT)
+    linear = job("linear", replicas=2, observed={1: 100.0}, last_rescale=105.0)
+    pods = workers(flat, ["node-1"] * 7) + workers(linear, ["node-1"])[:1]
+    plan = decide(nodes(1, cpu=8), pods, [flat, linear], now=110.0)
+    assert desired(plan) == {"flat": 6, "linear": 2}
+    # Once it has, and linear's worker is bound, nothing moves back.
+    flat6 = job("flat", replicas=6, observed=FLAT)
+    pods = workers(flat6, ["node-1"] * 6) + workers(linear, ["node-1"] * 2)
+    again = decide(nodes(1, cpu=8), pods, [flat6, linear], now=120.0)
+    assert desired(again) == {"flat": 6, "linear": 2}
+    assert "threshold 0.05" in again.jobs["ns/flat"].message  # its 7th worker adds 0.04
+
+
+def test_taken_workers_come_from_as_few_jobs_as_possible() -> None:
+    # Two equally flat donors on one node; linear (measured at 2) grows by 2: both workers
+    # come from one donor (one rescale), though the other's last worker is worth the same.
+    a = job("a", replicas=4, observed=FLAT)
+    b = job("b", replicas=4, observed=FLAT)
+    linear = job("linear", replicas=2, observed={1: 100.0, 2: 200.0})
+    pods = workers(a, ["node-1"] * 4) + workers(b, ["node-1"] * 4) + workers(linear, ["n-1"] * 2)
+    cluster = [*nodes(1, cpu=8), *nodes(1, cpu=2, prefix="n")]
+    plan = decide(cluster, pods, [a, b, linear], now=100.0)
+    assert desired(plan)["linear"] == 4
+    assert sorted([desired(plan)["a"], desired(plan)["b"]]) == [2, 4]
+    assert plan.jobs["ns/linear"].message.startswith("grew to 4 (+2): the room of 2 workers of ns/")
+
+
+def test_an_unpaid_growth_gives_the_taken_workers_back() -> None:
+    flat = job("flat", replicas=7, observed=FLAT)
+    slow = job("slow", replicas=1, observed={1: 100.0, 2: 130.0}, rescale_pause_s=200.0)
+    pods = workers(flat, ["node-1"] * 7) + workers(slow, ["node-1"])
+    plan = decide(nodes(1, cpu=8), pods, [flat, slow], SizingPolicy(payback_s=150.0), now=100.0)
+    assert desired(plan) == {"flat": 7, "slow": 1}
+    assert reasons(plan)["slow"] == "low_marginal_gain"
+    assert plan.jobs["ns/flat"].message.startswith("stays at 7: one more worker would add")
+    assert plan.jobs["ns/flat"].nodes == {"node-1": 7}
+
+
 def test_granted_but_unbound_workers_keep_their_place() -> None:
     # The HPA applied 4, two pods are Pending (not yet scheduled): still 4, not a shrink.
     a = job("a", replicas=4, last_rescale=99.0)
@@ -297,6 +423,38 @@ def test_never_plans_more_than_fits() -> None:
         assert used.cpu <= sum(n.allocatable.cpu for n in ns) + 1e-9
 
 
+def test_running_jobs_are_never_planned_below_min_nor_over_a_node() -> None:
+    # Full clusters of running jobs with different curves, where growth takes room from
+    # other jobs: every node's planned room stays >= 0, every job >= its min, and the plan
+    # does not depend on input order.
+    rnd = random.Random(5)
+    curves = [FLAT, LINEAR, {1: 100.0}, {1: 100.0, 2: 170.0, 4: 260.0}, {}]
+    for trial in range(40):
+        ns = nodes(rnd.randint(1, 3), cpu=rnd.choice([4, 8]))
+        js, pods = [], []
+        for i in range(rnd.randint(2, 4)):
+            j = job(f"j{i}", replicas=0, min_replicas=rnd.randint(0, 2),
+                    priority=rnd.choice([0, 0, 5]), observed=rnd.choice(curves))  # fmt: skip
+            js.append(j)
+        for n in ns:
+            for k in range(int(n.allocatable.cpu)):
+                owner = rnd.choice(js)
+                pods.append(Pod("ns", f"{n.name}-{k}", CPU1, owner.priority, n.name, owner.key))
+        counts = {j.key: sum(p.job == j.key for p in pods) for j in js}
+        js = [replace(j, replicas=counts[j.key]) for j in js]
+        plan = decide(ns, pods, js, now=1000.0 + trial)
+        for name, free in plan.node_free.items():
+            assert free.cpu >= -1e-9, (trial, name, free)
+        for j in js:
+            d = plan.jobs[j.key]
+            assert d.desired >= min(j.min_replicas, counts[j.key]), (trial, d)
+            assert sum(d.nodes.values()) == d.desired or d.limited_by.value == "waiting"
+        ref = plan.to_dict()
+        rnd.shuffle(js)
+        rnd.shuffle(pods)
+        assert decide(ns, pods, js, now=1000.0 + trial).to_dict() == ref
+
+
 def test_plan_to_dict_is_json_ready() -> None:
     import json
 
@@ -311,5 +469,5 @@ def test_marginal_speedup_reported_at_the_decided_size() -> None:
     a = job("a", replicas=1, max_replicas=3, observed={})
     d = decide(nodes(1), [], [a], now=1.0).jobs["ns/a"]
     assert d.desired == 2
-    assert d.marginal_speedup == pytest.approx(ScalingCurve(0.05, 0.002).marginal(2))
+    assert d.marginal_speedup == pytest.approx(ScalingCurve(0.05, 0.0).marginal(2))
     assert d.curve.lam is None
