@@ -5,6 +5,14 @@ reported timings, the stall watchdog's verdicts, the signal asking it to leave),
 `transition`, and executes the actions it returns. Only this module decides; it reads no
 file, process or clock, so every path, detours included, is table-tested without processes
 (`tests/unit/elastic/test_phases.py`). See `Phase` for what each phase does.
+
+The phases are the ones the agent really goes through: besides the usual STANDBY, FORMING,
+RUNNING, DRAINING, REGROUPING, FINISHED and LEAVING there is STARTING (the warm trainer
+starts before we are a member, so no survivor waits for our import), FINISHING (the job
+finished elsewhere while our trainer still runs: it gets a bound to say so) and DONE.
+Stopping a trainer (SIGTERM, then SIGKILL) is no phase of its own but `State.stop`: it
+happens inside RUNNING, DRAINING, FINISHING, LEAVING and STARTING, each going on as its
+own phase says once the trainer is gone.
 """
 
 from __future__ import annotations
@@ -32,8 +40,8 @@ class Phase(enum.Enum):
 
     Every phase with a trainer has a deadline, and "stop the trainer" always means SIGTERM,
     then SIGKILL after 5 s (1 s for a hand-over that failed), then giving up after 5 s more.
-    A signal (SIGTERM, Ctrl-C) or the run's time limit moves STANDBY, FORMING, RUNNING,
-    DRAINING and REGROUPING to LEAVING.
+    A signal (SIGTERM, Ctrl-C) moves STARTING, STANDBY, FORMING, RUNNING, DRAINING and
+    REGROUPING to LEAVING (so does the run's time limit, STARTING aside).
 
     STARTING    The trainer starts warm (generation 0) before we are a member: survivors never
                 wait for our process start and framework import. Its first report -> join ->
