@@ -173,7 +173,6 @@ class ElasticSupervisor:
         self._trainer = trainer
         self._channel = ControlChannel(control_dir)
         self._rescales = rescales
-        self._settings = settings
         self._backend = settings.backend or default_backend()
         self._wall = wall_clock
         self._watchdog = watchdog or StallWatchdog(settings.stall_timeout, flush_seconds=1.0)
