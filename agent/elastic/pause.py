@@ -10,7 +10,7 @@ them the times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.elastic.world import World
 from agent.protocol.control import Timings
@@ -65,12 +65,40 @@ class OpenRescale:
     spawned: float = 0.0
     restarted: bool = False
     """A new trainer process was started on the way."""
+    heads: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """Each newer world it was sent on to: generation -> (when decided, reasons so far)."""
 
-    def supersede(self, generation: int, reason: str) -> None:
+    def supersede(self, generation: int, reason: str, decided: float = 0.0) -> None:
         """A newer world came before the trainer stepped: head there, keep the start."""
+        if generation > self.generation:
+            self.heads[generation] = (decided, len(self.reasons))
         self.generation = max(self.generation, generation)
         if reason and reason not in self.reasons:
             self.reasons.append(reason)
+
+    def split(self, generation: int, t: Timings) -> tuple[RescaleRecord, OpenRescale]:
+        """The trainer stepped in `generation` after all, on its way to a newer world.
+
+        It had formed that world before the newer one reached it (or stepped in it between
+        two reads of its agent), and stops at its next boundary. That is two world changes
+        and two pauses, not one: the record up to its first step there, and the rescale
+        that goes on from there to where this one heads, paused from that first step (or
+        from the newer world's decision, if the trainer was still stepping then).
+        """
+        later = sorted(g for g in self.heads if g > generation)
+        decided, known = self.heads[later[0]] if later else (0.0, len(self.reasons))
+        record = replace(self, reasons=self.reasons[:known], heads={}).close(generation, t)
+        start = max(decided, t.first_step or 0.0)
+        rest = OpenRescale(
+            from_generation=generation,
+            generation=self.generation,
+            stalled=start,
+            noticed=start,
+            decided=start,
+            reasons=self.reasons[known:] or ["a newer world"],
+            heads={g: (d, n - known) for g, (d, n) in self.heads.items() if later and g > later[0]},
+        )
+        return record, rest
 
     def close(self, generation: int, t: Timings) -> RescaleRecord:
         """The record, once `t` (of `generation`, where it ends) reached the first step."""

@@ -363,7 +363,7 @@ class ElasticSupervisor:
         if not self._trained or world.rank_of(self._key) is None:
             return  # a joiner's first world is not a rescale for it, nor one it is not in
         if self._open is not None:
-            self._open.supersede(world.generation, why)
+            self._open.supersede(world.generation, why, decided)
             return
         running = self._running
         self._open = OpenRescale(
@@ -643,6 +643,12 @@ class ElasticSupervisor:
         if times.initialised is not None:
             self._initialised = True
             self._initialised_gen = running.generation
+        for g in range(self._open.from_generation + 1, self._open.generation) if self._open else ():
+            passed = self._channel.timings(g)  # a world it stepped in on its way to a newer one
+            if self._open is not None and passed is not None and passed.first_step is not None:
+                record, self._open = self._open.split(g, passed)
+                self._rescales.record(record.pause, record.phases)
+                log.info("%s", record.describe())
         if times.first_step is not None:
             self._resets = 0
             self._trained = True
