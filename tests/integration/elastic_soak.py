@@ -217,6 +217,14 @@ def unrecorded(
     return missing
 
 
+def gone(process: psutil.Process) -> bool:
+    """The process has ended (a zombie counts: only its parent's wait is left)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 class Soak:
     """Runs one seeded sequence against a fresh job in `tmp`."""
 
@@ -231,6 +239,8 @@ class Soak:
         self.stateful: set[str] = set()
         """Members that trained in a settled world (they hold the training state)."""
         self.stopped: list[psutil.Process] = []
+        self.frozen: dict[str, psutil.Process] = {}
+        """Members whose stopped trainer still stands (they count again if their agent stays)."""
         self.actions: list[Action] = []
         self._names = 0
 
@@ -269,6 +279,11 @@ class Soak:
             if self.job.procs[name].poll() is not None:
                 self.alive.remove(name)
                 self.stateful.discard(name)
+        for name, trainer in list(self.frozen.items()):
+            if gone(trainer):  # its agent killed it: it left the job, or started a new one
+                del self.frozen[name]
+                if self.job.procs[name].poll() is None and name not in self.alive:
+                    self.alive.append(name)  # a drain found it frozen: still a member
 
     def done(self) -> bool:
         return self.job.result.exists()
@@ -304,6 +319,7 @@ class Soak:
                 pass
             if kind == "stop_trainer":
                 self.stopped.append(trainer)
+                self.frozen[name] = trainer
             if kind == "kill_pod":
                 proc.kill()
 
