@@ -18,23 +18,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import agent
 from agent.app import create_registry
 from agent.collectors.gpu import open_nvml
-from agent.config import AgentSettings
+from agent.config import OPTIONS, AgentSettings
 from agent.errors import AgentError, ConfigError, TrainerStartError
 from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
 from agent.supervisor import TrainerSupervisor
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
-
-if TYPE_CHECKING:
-    from agent.elastic.runner import ElasticOptions
+from edl_common.options import Parser, read
+from edl_common.options import add_arguments as add_options
 
 log = logging.getLogger("agent")
 
@@ -44,10 +44,11 @@ EXIT_CANNOT_EXECUTE = 127
 _POLL_SECONDS = 0.2
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so errors are one line."""
+class _Parser(Parser):
+    """One-line usage errors that point at the one verb's help."""
 
     def error(self, message: str) -> NoReturn:
+        """Raises `ConfigError`."""
         raise ConfigError(f"{message} (see `edl-agent run --help`)")
 
 
@@ -74,28 +75,7 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
         "framework's environment (PADDLE_*, or RANK/WORLD_SIZE/MASTER_*) plus EDL_*, and "
         "serves /metrics, /healthz and /readyz until it exits.",
     )
-    run.add_argument("--host", help="listen address (EDL_AGENT_HOST, default 0.0.0.0)")
-    run.add_argument("--port", help="listen port (EDL_AGENT_PORT, default 9400; 0: any)")
-    run.add_argument(
-        "--metrics-dir", help="trainer report directory (EDL_AGENT_METRICS_DIR, default: temp)"
-    )
-    run.add_argument(
-        "--flush-seconds", help="trainer report interval (EDL_AGENT_FLUSH_SECONDS, default 1)"
-    )
-    run.add_argument(
-        "--stop-grace-seconds",
-        help="SIGTERM to SIGKILL delay (EDL_AGENT_STOP_GRACE_SECONDS, default 25)",
-    )
-    run.add_argument(
-        "--linger-seconds",
-        help="keep serving after the trainer ends (EDL_AGENT_LINGER_SECONDS, default 0)",
-    )
-    run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (EDL_AGENT_LOG_LEVEL)")
-    run.add_argument(
-        "--framework",
-        help=f"the trainer's framework: {', '.join(frameworks.FRAMEWORKS)} or auto "
-        "(EDL_FRAMEWORK, default auto)",
-    )
+    add_options(run, OPTIONS)
     if elastic:
         from agent.elastic.runner import add_arguments
 
@@ -121,13 +101,12 @@ def parse_args(
         raise ConfigError("missing verb: edl-agent run [options] -- <trainer command...>")
     if not command:
         raise ConfigError("missing trainer command: edl-agent run [options] -- <command...>")
-    elastic_flags: tuple[str, ...] = ()
+    flags = vars(ns)
+    settings = AgentSettings.from_values(read(OPTIONS, flags, env))
     if elastic:
-        from agent.elastic.runner import ELASTIC_FLAGS
+        from agent.elastic.runner import options_from
 
-        elastic_flags = ELASTIC_FLAGS
-    flags = {k: v for k, v in vars(ns).items() if k != "verb" and k not in elastic_flags}
-    settings = AgentSettings.from_env(env).with_overrides(flags)
+        settings = replace(settings, elastic=options_from(flags, env))
     return settings, command
 
 
@@ -146,44 +125,40 @@ class _SignalLatch:
         self._supervisor.forward_signal(signum)
 
 
-def run(
-    settings: AgentSettings,
-    command: Sequence[str],
-    env: Mapping[str, str],
-    elastic: ElasticOptions | None = None,
-) -> int:
+def run(settings: AgentSettings, command: Sequence[str], env: Mapping[str, str]) -> int:
     """Serves metrics while the trainer runs; returns the exit status for the process."""
+    elastic = settings.elastic
     temp_dir: str | None = None
-    if settings.metrics_dir is None:
+    if settings.trainer.metrics_dir is None:
         temp_dir = tempfile.mkdtemp(prefix="edl-metrics-")
     try:
-        metrics_dir = prepare_metrics_dir(settings.metrics_dir or Path(str(temp_dir)))
+        metrics_dir = prepare_metrics_dir(settings.trainer.metrics_dir or Path(str(temp_dir)))
         if elastic is not None:
             from agent.elastic.runner import run_elastic
 
             return run_elastic(elastic, settings, command, env, metrics_dir)
-        framework = launched_framework(settings.framework, env)
+        framework = launched_framework(settings.trainer.framework, env)
         supervisor = TrainerSupervisor(
             command,
             metrics_dir,
             framework.world_from_env(env),
             env,
-            flush_seconds=settings.flush_seconds,
-            stop_grace_seconds=settings.stop_grace_seconds,
+            flush_seconds=settings.trainer.flush_seconds,
+            stop_grace_seconds=settings.trainer.stop_grace_seconds,
             framework=framework,
         )
         nvml, nvml_note = open_nvml()
         server = MetricsServer(
             create_registry(metrics_dir, supervisor, nvml),
             supervisor.readiness,
-            settings.host,
-            settings.port,
+            settings.exporter.host,
+            settings.exporter.port,
         )
         server.start()
         try:
             log.info(
                 "serving /metrics on http://%s:%d (metrics dir %s); %s",
-                settings.host,
+                settings.exporter.host,
                 server.port,
                 metrics_dir,
                 nvml_note,
@@ -223,7 +198,7 @@ def _supervise(supervisor: TrainerSupervisor, settings: AgentSettings) -> int:
         while (ended := supervisor.wait(_POLL_SECONDS)) is None:
             if latch.first_at is not None and (
                 len(latch.received) > 1
-                or time.monotonic() - latch.first_at > settings.stop_grace_seconds
+                or time.monotonic() - latch.first_at > settings.trainer.stop_grace_seconds
             ):
                 log.warning("trainer still running after a signal; killing it")
                 supervisor.kill()
@@ -231,7 +206,7 @@ def _supervise(supervisor: TrainerSupervisor, settings: AgentSettings) -> int:
             log.error("%s", ended.describe())
         else:
             log.info("%s", ended.describe())
-        deadline = time.monotonic() + settings.linger_seconds
+        deadline = time.monotonic() + settings.exporter.linger_seconds
         while not latch.received and time.monotonic() < deadline:
             time.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
         return ended.status
@@ -246,11 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = sys.argv[1:] if argv is None else argv
         settings, command = parse_args(args, env)
-        elastic = None
-        if wants_elastic(args):
-            from agent.elastic.runner import elastic_options
-
-            elastic = elastic_options(build_parser(elastic=True), args, env)
     except ConfigError as e:
         print(f"edl-agent: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -258,10 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level.upper(), format="edl-agent: %(message)s", stream=sys.stderr
     )
     try:
-        return run(settings, command, env, elastic)
+        return run(settings, command, env)
     except TrainerStartError as e:
         print(f"edl-agent: error: {e}", file=sys.stderr)
         return EXIT_CANNOT_EXECUTE
+    except ConfigError as e:
+        print(f"edl-agent: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except AgentError as e:
         print(f"edl-agent: error: {e}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILURE
+        return EXIT_FAILURE

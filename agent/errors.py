@@ -6,13 +6,16 @@ Each keeps its cause (`raise ... from e`) and carries a message written for the 
 
 from __future__ import annotations
 
+from edl_common.errors import ConfigError
+
+__all__ = ["AgentError", "ConfigError", "ExporterError", "MetricsDirError", "TrainerStartError"]
+
 
 class AgentError(Exception):
-    """Base of every error the agent reports to its user."""
+    """Base of every error the agent reports to its user.
 
-
-class ConfigError(AgentError):
-    """A setting from the command line or the environment is malformed."""
+    `ConfigError` (a bad setting) is `edl_common`'s, the one the adapter raises too.
+    """
 
 
 class MetricsDirError(AgentError):

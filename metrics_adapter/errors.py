@@ -6,6 +6,24 @@ at the edge (see :mod:`metrics_adapter.wire`). Callers raise them ``from`` the u
 
 from __future__ import annotations
 
+from edl_common.errors import ConfigError
+
+__all__ = [
+    "AdapterError",
+    "AuthError",
+    "BadRequestError",
+    "ConfigError",
+    "ForbiddenError",
+    "InternalError",
+    "InvalidPathError",
+    "InvalidSelectorError",
+    "MethodNotAllowedError",
+    "NotFoundError",
+    "ScrapeError",
+    "SourceError",
+    "UnauthorizedError",
+]
+
 
 class AdapterError(Exception):
     """Base class: an error with a Kubernetes Status code and reason."""
@@ -63,10 +81,6 @@ class ForbiddenError(AdapterError):
 
 class InternalError(AdapterError):
     """Something failed inside the adapter; the message never leaks details."""
-
-
-class ConfigError(Exception):
-    """A configuration file or setting is invalid."""
 
 
 class ScrapeError(Exception):

@@ -1,4 +1,9 @@
-"""AdapterSettings: every option of ``edl-adapter serve``, with EDL_ADAPTER_* env defaults."""
+"""AdapterSettings: what one adapter process was told, frozen and validated once.
+
+The flags and ``EDL_ADAPTER_*`` variables that build it are the table in
+`metrics_adapter.options`; fields are grouped by concern in the order ``--help`` shows them
+(serving, limits, sources, metrics, sizing, security).
+"""
 
 from __future__ import annotations
 
@@ -19,13 +24,17 @@ class SourceKind(enum.Enum):
 
 
 class AuthMode(enum.Enum):
-    """``none`` (local demo/tests: everyone is allowed) or ``delegated`` (DESIGN 4.2)."""
+    """``none`` (local demos/tests: everyone is allowed) or ``delegated``.
+
+    Delegated is kube-apiserver's: requestheader and client certificates, TokenReview,
+    SubjectAccessReview.
+    """
 
     NONE = "none"
     DELEGATED = "delegated"
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdapterSettings:
     """Settings of one adapter process."""
 
@@ -164,6 +173,9 @@ class AdapterSettings:
     """Max workers of a job without the ``edl.paddlepaddle.org/max-workers`` annotation."""
 
     def __post_init__(self) -> None:
+        for name in ("port", "metrics_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)}: not a port")
         if self.sizing_exploration < 1:
             raise ConfigError(f"--sizing-exploration {self.sizing_exploration} must be >= 1")
         if self.sizing_default_max_workers < 1:

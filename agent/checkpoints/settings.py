@@ -6,21 +6,57 @@ to every trainer in its environment; a trainer run bare reads the same variables
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.checkpoints.store import CheckpointStore, job_url, open_store, scheme_of
 from agent.errors import ConfigError
 from agent.protocol import env as names
+from edl_common.options import TEXT, Option, duration, integer, label, read
 
-FLAGS = (
-    "checkpoint_url",
-    "checkpoint_every_steps",
-    "checkpoint_every_seconds",
-    "checkpoint_keep",
+GROUP = "durable checkpoints"
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "checkpoint_url",
+        "--checkpoint-url",
+        names.CHECKPOINT_URL,
+        TEXT,
+        None,
+        "a directory every pod mounts (a ReadWriteMany volume) or file:///dir; the job's "
+        "checkpoints go to <url>/<job> (default: none, no durable checkpoints)",
+        GROUP,
+        bad="s3://bucket",
+    ),
+    Option(
+        "checkpoint_every_steps",
+        "--checkpoint-every-steps",
+        names.CHECKPOINT_EVERY_STEPS,
+        integer(0),
+        "0",
+        "a checkpoint after this many steps (0: not by steps) ...",
+        GROUP,
+    ),
+    Option(
+        "checkpoint_every_seconds",
+        "--checkpoint-every-seconds",
+        names.CHECKPOINT_EVERY_SECONDS,
+        duration(allow_zero=True),
+        "300",
+        "... or when this long has passed since the last one, whichever comes first (0: not "
+        "by time)",
+        GROUP,
+    ),
+    Option(
+        "checkpoint_keep",
+        "--checkpoint-keep",
+        names.CHECKPOINT_KEEP,
+        integer(1),
+        "3",
+        "checkpoints kept; older ones are pruned (keep at least 2: one to fall back to)",
+        GROUP,
+    ),
 )
-"""The argparse destinations of the checkpoint flags."""
+"""The checkpoint rows of `edl-agent run --elastic` (`edl_common.options`)."""
 
 
 @dataclass(frozen=True)
@@ -71,48 +107,19 @@ class CheckpointSettings:
         cls, env: Mapping[str, str], flags: Mapping[str, object] | None = None
     ) -> CheckpointSettings:
         """Flags (when given and set) over ``EDL_CHECKPOINT_*``; raises `ConfigError`."""
-        flags = flags or {}
-
-        def pick(flag: str, var: str) -> str:
-            value = flags.get(flag)
-            return str(value).strip() if value not in (None, "") else env.get(var, "").strip()
-
-        url = pick("checkpoint_url", names.CHECKPOINT_URL)
-        raw = {
-            "every_steps": pick("checkpoint_every_steps", names.CHECKPOINT_EVERY_STEPS),
-            "every_seconds": pick("checkpoint_every_seconds", names.CHECKPOINT_EVERY_SECONDS),
-            "keep": pick("checkpoint_keep", names.CHECKPOINT_KEEP),
-        }
-        try:
-            steps = int(raw["every_steps"]) if raw["every_steps"] else cls.every_steps
-            seconds = float(raw["every_seconds"]) if raw["every_seconds"] else cls.every_seconds
-            keep = int(raw["keep"]) if raw["keep"] else cls.keep
-        except ValueError as e:
-            raise ConfigError(f"checkpoint setting: {e}") from e
+        values = read(OPTIONS, flags or {}, env)
+        url = values["checkpoint_url"] or ""
+        where = label(OPTIONS, "checkpoint_url")
         if url and scheme_of(url) == "file" and "://" not in url and not url.startswith("/"):
-            raise ConfigError(f"--checkpoint-url {url!r}: give an absolute path or a URL")
+            raise ConfigError(f"{where} {url!r}: give an absolute path or a URL")
         if url:
-            open_store(url)  # an unknown scheme or a bad URL is a usage error, found now
-        return cls(url, steps, seconds, keep)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The checkpoint flags of `edl-agent run --elastic`."""
-    group = parser.add_argument_group("durable checkpoints")
-    group.add_argument(
-        "--checkpoint-url",
-        help="directory (a ReadWriteMany volume) or URL for the job's checkpoints "
-        "(EDL_CHECKPOINT_URL; default: none)",
-    )
-    group.add_argument(
-        "--checkpoint-every-steps",
-        help="checkpoint every N steps (EDL_CHECKPOINT_EVERY_STEPS, 0: off)",
-    )
-    group.add_argument(
-        "--checkpoint-every-seconds",
-        help="checkpoint every T seconds, whichever of N and T comes first "
-        "(EDL_CHECKPOINT_EVERY_SECONDS, 300; 0: off)",
-    )
-    group.add_argument(
-        "--checkpoint-keep", help="checkpoints kept, older ones pruned (EDL_CHECKPOINT_KEEP, 3)"
-    )
+            try:
+                open_store(url)  # an unknown scheme or a bad URL is a usage error, found now
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from e
+        return cls(
+            url,
+            values["checkpoint_every_steps"],
+            values["checkpoint_every_seconds"],
+            values["checkpoint_keep"],
+        )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,19 +24,13 @@ from agent.elastic.world import Member, World, next_members
 log = logging.getLogger(__name__)
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
-
-
 @dataclass(frozen=True)
 class MembershipSettings:
-    """How members agree on a world. Every field has an ``EDL_`` environment variable."""
+    """How members agree on a world.
+
+    Every field has an ``EDL_`` variable, read by `edl-agent run --elastic` through the option
+    table in `agent.config` (``EDL_MEMBER_TTL`` is `ttl`).
+    """
 
     min_size: int = 1
     """EDL_MIN_WORLD: below this many live members the job pauses."""
@@ -53,20 +46,6 @@ class MembershipSettings:
     """EDL_MAX_DEBOUNCE: a pending change is written after this long even if joins keep coming."""
     poll_interval: float = 0.2
     """EDL_POLL_INTERVAL: seconds between reads of the store."""
-
-    @classmethod
-    def from_env(cls, **overrides: float | int) -> MembershipSettings:
-        """Settings from ``EDL_*`` variables; explicit `overrides` (CLI flags) win."""
-        base = cls(
-            min_size=_env_int("EDL_MIN_WORLD", cls.min_size),
-            max_size=_env_int("EDL_MAX_WORLD", cls.max_size),
-            heartbeat_interval=_env_float("EDL_HEARTBEAT_INTERVAL", cls.heartbeat_interval),
-            ttl=_env_float("EDL_MEMBER_TTL", cls.ttl),
-            debounce=_env_float("EDL_DEBOUNCE", cls.debounce),
-            max_debounce=_env_float("EDL_MAX_DEBOUNCE", cls.max_debounce),
-            poll_interval=_env_float("EDL_POLL_INTERVAL", cls.poll_interval),
-        )
-        return cls(**{**base.__dict__, **overrides})
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_size <= self.max_size:

@@ -15,25 +15,25 @@ import signal
 import socket
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.app import create_registry
-from agent.checkpoints import settings as checkpoint_flags
+from agent.checkpoints import settings as checkpoint_settings
 from agent.checkpoints.catalogue import Checkpoints, finished_at
 from agent.checkpoints.settings import CheckpointSettings
 from agent.collectors.gpu import open_nvml
-from agent.config import AgentSettings
+from agent.config import ELASTIC_OPTIONS, AgentSettings
 from agent.elastic.errors import ElasticError
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.store import MembershipStore
 from agent.elastic.supervisor import (
-    ON_FINISHED,
     ElasticSettings,
     ElasticSupervisor,
     control_env,
@@ -49,6 +49,8 @@ from agent.reports import prepare_metrics_dir
 from agent.rescales import RescaleLog
 from agent.supervisor import TrainerSupervisor
 from agent.trainer import frameworks
+from edl_common.options import add_arguments as add_option_arguments
+from edl_common.options import read
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ DEFAULT_PORTS = (29543, 29544)
 """Below Linux's default ephemeral range (32768-60999): no port bound to 0 (a gloo pair, a
 generation's store) can be holding one when this member's trainer needs it."""
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -84,32 +87,19 @@ class ElasticOptions:
     Deployment) or ``exit`` 0 (a Job, a local run)."""
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
     """--checkpoint-* / EDL_CHECKPOINT_*: durable checkpoints (`agent.checkpoints`)."""
+    membership_settings: MembershipSettings = field(default_factory=MembershipSettings)
+    """EDL_HEARTBEAT_INTERVAL, EDL_MEMBER_TTL, ...: how members agree on a world."""
+    timeouts: ElasticSettings = field(default_factory=ElasticSettings)
+    """EDL_DRAIN_TIMEOUT, EDL_INIT_TIMEOUT, ...: the bounds of the rescale phases."""
+
+
+ELASTIC_TABLE = (*ELASTIC_OPTIONS, *checkpoint_settings.OPTIONS)
+"""Every row of `edl-agent run --elastic` beyond the plain agent's."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The elastic flags of `edl-agent run`."""
-    group = parser.add_argument_group("elastic training")
-    group.add_argument("--elastic", action="store_true", help="join an elastic job")
-    group.add_argument("--job", help="job name (EDL_JOB)")
-    group.add_argument("--membership", help="local:/dir or kubernetes (EDL_MEMBERSHIP)")
-    group.add_argument("--min", dest="min_world", help="smallest world (EDL_MIN_WORLD, 1)")
-    group.add_argument("--max", dest="max_world", help="largest world (EDL_MAX_WORLD, 64)")
-    group.add_argument(
-        "--on-finished",
-        help="once the job is finished: idle until SIGTERM, or exit 0 (EDL_ON_FINISHED, idle)",
-    )
-    checkpoint_flags.add_arguments(parser)
-
-
-ELASTIC_FLAGS = (
-    "elastic",
-    "job",
-    "membership",
-    "min_world",
-    "max_world",
-    "on_finished",
-    *checkpoint_flags.FLAGS,
-)
+    add_option_arguments(parser, ELASTIC_TABLE)
 
 
 def free_static_port(rng: random.Random | None = None, attempts: int = 200) -> int:
@@ -136,54 +126,93 @@ def free_static_port(rng: random.Random | None = None, attempts: int = 200) -> i
 
 
 def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> ElasticOptions | None:
-    """`ElasticOptions` from parsed flags and the environment; None without ``--elastic``."""
-    if not flags.get("elastic"):
+    """`ElasticOptions` from parsed flags and the environment; None without ``--elastic``.
+
+    Raises:
+        ConfigError: one line naming the flag or variable that is wrong.
+    """
+    values = read(ELASTIC_OPTIONS, flags, env)
+    if not values["elastic"]:
         return None
-
-    def pick(flag: str, var: str, default: str = "") -> str:
-        value = flags.get(flag)
-        return str(value) if value not in (None, "") else env.get(var, default).strip()
-
-    job = pick("job", "EDL_JOB")
-    membership = pick("membership", "EDL_MEMBERSHIP")
+    job, membership = values["job"], values["membership"]
     if not job or not membership:
         raise ConfigError("--elastic needs --job NAME and --membership local:/dir|kubernetes")
     if not (membership.startswith("local:") or membership == "kubernetes"):
         raise ConfigError(f"--membership {membership!r}: expected local:/dir or kubernetes")
-    on_finished = pick("on_finished", "EDL_ON_FINISHED", "idle")
-    if on_finished not in ON_FINISHED:
-        raise ConfigError(f"--on-finished {on_finished!r}: expected idle or exit")
-    try:
-        min_size = int(pick("min_world", "EDL_MIN_WORLD", "1"))
-        max_size = int(pick("max_world", "EDL_MAX_WORLD", "64"))
-        raw_ports = env.get("EDL_TRAINER_PORTS", "").strip()
-        if raw_ports == "auto" or (not raw_ports and membership.startswith("local:")):
-            ports = (free_static_port(), free_static_port())  # one network namespace
-            while ports[1] == ports[0]:
-                ports = (ports[0], free_static_port())
-        elif raw_ports:
-            a, b = (int(p) for p in raw_ports.split(","))
-            ports = (a, b)
-        else:
-            ports = DEFAULT_PORTS
-    except ValueError as e:
-        raise ConfigError(f"elastic option: {e}") from e
+    ports = _trainer_ports(values["trainer_ports"], membership)
     member_id = (
-        env.get("EDL_MEMBER_ID") or env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        values["member_id"] or env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     )
-    work = env.get("EDL_ELASTIC_DIR", "").strip()
+    work = values["elastic_dir"]
     return ElasticOptions(
         job=job,
         membership=membership,
-        min_size=min_size,
-        max_size=max_size,
+        min_size=values["min_world"],
+        max_size=values["max_world"],
         member_id=member_id,
-        host=env.get("EDL_ADVERTISE_HOST") or env.get("POD_IP") or "127.0.0.1",
+        host=values["advertise_host"] or env.get("POD_IP") or "127.0.0.1",
         ports=ports,
-        work_dir=Path(work) if work else Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
-        on_finished=on_finished,
+        work_dir=work or Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
+        on_finished=values["on_finished"],
         checkpoints=CheckpointSettings.from_env(env, flags),
+        membership_settings=_checked(
+            MembershipSettings,
+            min_size=values["min_world"],
+            max_size=values["max_world"],
+            heartbeat_interval=values["heartbeat_interval"],
+            ttl=values["ttl"],
+            debounce=values["debounce"],
+            max_debounce=values["max_debounce"],
+            poll_interval=values["poll_interval"],
+        ),
+        timeouts=_checked(
+            ElasticSettings,
+            drain_timeout=values["drain_timeout"],
+            init_timeout=values["init_timeout"],
+            regroup_timeout=values["regroup_timeout"],
+            max_resets=values["max_resets"],
+            stall_timeout=values["stall_timeout"],
+            backend=values["backend"] or "",
+            on_finished=values["on_finished"],
+        ),
     )
+
+
+def _trainer_ports(raw: str | None, membership: str) -> tuple[int, int]:
+    if raw == "auto" or (not raw and membership.startswith("local:")):
+        ports = (free_static_port(), free_static_port())  # one network namespace
+        while ports[1] == ports[0]:
+            ports = (ports[0], free_static_port())
+        return ports
+    if not raw:
+        return DEFAULT_PORTS
+    try:
+        a, b = (int(p) for p in raw.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"EDL_TRAINER_PORTS={raw!r}: expected two ports, comma separated, or auto"
+        ) from None
+    if not (0 < a < 65536 and 0 < b < 65536) or a == b:
+        raise ConfigError(f"EDL_TRAINER_PORTS={raw!r}: expected two different ports 1-65535")
+    return a, b
+
+
+def _checked(cls: Callable[..., _T], **values: Any) -> _T:
+    """`cls(**values)`, with a rule across fields broken as one `ConfigError` line."""
+    if values.get("min_size", 1) > values.get("max_size", 1):
+        raise ConfigError(
+            f"--min {values['min_size']} is above --max {values['max_size']} (EDL_MIN_WORLD, "
+            "EDL_MAX_WORLD)"
+        )
+    if "ttl" in values and values["ttl"] <= 2 * values["heartbeat_interval"]:
+        raise ConfigError(
+            f"EDL_MEMBER_TTL={values['ttl']:g}s must exceed two heartbeat intervals "
+            f"(EDL_HEARTBEAT_INTERVAL={values['heartbeat_interval']:g}s)"
+        )
+    try:
+        return cls(**values)
+    except ValueError as e:
+        raise ConfigError(f"elastic settings: {e}") from e
 
 
 def elastic_options(
@@ -244,10 +273,7 @@ def run_elastic(
         host=options.host,
         ports=options.ports,
     )
-    membership_settings = MembershipSettings.from_env(
-        min_size=options.min_size, max_size=options.max_size
-    )
-    membership = Membership(build_store(options, env), me, membership_settings)
+    membership = Membership(build_store(options, env), me, options.membership_settings)
     control_dir, state_dir = options.work_dir / "control", options.work_dir / "state"
     trainer_env = {**env, **control_env(control_dir, state_dir, me.id), names.JOB: options.job}
     checkpoints = None
@@ -256,22 +282,22 @@ def run_elastic(
         store.probe()  # an unusable volume stops the agent now, in one line
         checkpoints = Checkpoints(store)
         trainer_env.update(options.checkpoints.to_env())
-    explicit = settings.framework != frameworks.AUTO
+    explicit = settings.trainer.framework != frameworks.AUTO
     if explicit:  # else the warm trainer reports the framework it imported
-        trainer_env[names.FRAMEWORK] = settings.framework
+        trainer_env[names.FRAMEWORK] = settings.trainer.framework
     trainer = TrainerSupervisor(
         command,
         prepare_metrics_dir(metrics_dir),
         TrainerWorld(),
         trainer_env,
-        flush_seconds=settings.flush_seconds,
-        stop_grace_seconds=settings.stop_grace_seconds,
-        framework=frameworks.get(settings.framework if explicit else "paddle"),
+        flush_seconds=settings.trainer.flush_seconds,
+        stop_grace_seconds=settings.trainer.stop_grace_seconds,
+        framework=frameworks.get(settings.trainer.framework if explicit else "paddle"),
     )
     rescales = RescaleLog()
-    elastic_settings = ElasticSettings.from_env({**env, "EDL_ON_FINISHED": options.on_finished})
+    elastic_settings = options.timeouts
     try:
-        watchdog = StallWatchdog(elastic_settings.stall_timeout, settings.flush_seconds)
+        watchdog = StallWatchdog(elastic_settings.stall_timeout, settings.trainer.flush_seconds)
     except ValueError as e:
         raise ConfigError(f"EDL_STALL_TIMEOUT: {e}") from e
     elastic = ElasticSupervisor(
@@ -290,8 +316,8 @@ def run_elastic(
     server = MetricsServer(
         registry,
         lambda: readiness_of(elastic, trainer, options.job),
-        settings.host,
-        settings.port,
+        settings.exporter.host,
+        settings.exporter.port,
     )
     server.start()
     previous = {s: signal.signal(s, elastic.request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -302,7 +328,7 @@ def run_elastic(
         options.membership,
         options.min_size,
         options.max_size,
-        settings.framework,
+        settings.trainer.framework,
         server.port,
         nvml_note,
         f"checkpoints in {checkpoints.store.url}" if checkpoints else "no durable checkpoints",

@@ -6,19 +6,35 @@
 
 Figures go to stdout (a table, or one JSON object with ``--json``); progress to stderr.
 Every user error is one line on stderr: exit status 2 for a bad command line, 1 for bad input.
+Durations are Kubernetes durations (``1m30s``, ``300ms``) or seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
+from edl_common.durations import format_duration
+from edl_common.errors import ConfigError
+from edl_common.options import (
+    PATH,
+    SWITCH,
+    TEXT,
+    Kind,
+    Option,
+    Parser,
+    add_arguments,
+    choice,
+    duration,
+    integer,
+    number,
+    read,
+)
 from metrics_adapter.clustersim import scenarios
 from metrics_adapter.clustersim.engine import SimResult, SimSettings, Simulation
 from metrics_adapter.clustersim.inputs import SimulationError, Workload, load_workload
@@ -31,44 +47,10 @@ from metrics_adapter.clustersim.report import figures, table, to_json
 PROG = "edl-sim"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _seconds(text) if text.endswith("s") else _number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
-
-
 def _share(text: str) -> float:
-    value = _number(text)
+    value = float(text)
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+        raise ConfigError("must be in (0, 1]")
     return value
 
 
@@ -76,86 +58,173 @@ def _policies(text: str) -> list[str]:
     names = list(POLICIES) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(
+        raise ConfigError(
             f"unknown policy {', '.join(unknown) or repr(text)} (choose from "
             f"{', '.join(POLICIES)}, a comma-separated list, or all)"
         )
     return list(dict.fromkeys(names))
 
 
+SHARE = Kind("share (0, 1]", _share, "1.5")
+POLICY_NAMES = Kind(f"{' | '.join(POLICIES)}, a comma list, or all", _policies, "fastest")
+INPUTS = "inputs (CSV, see docs/cluster-simulation.md)"
+CLUSTER = "the simulated cluster"
+HPAS = "HPAs (hpa-throughput, edl)"
+SIZER = "the sizer (edl) and the 2018 rule (edl-2018)"
+_POLICY = PolicySettings()
+_SIZING = _POLICY.sizing
+
+
+def _opt(name: str, kind: Kind, default: str | None, help: str, group: str = "") -> Option:
+    return Option(name, "--" + name.replace("_", "-"), None, kind, default, help, group)
+
+
+RUN: tuple[Option, ...] = (
+    _opt("workload", PATH, None, "the jobs: arrival, size, work (required)", INPUTS),
+    _opt("curves", PATH, None, "each job kind's throughput by size (required)", INPUTS),
+    _opt("cluster", PATH, None, "the nodes (required)", INPUTS),
+    _opt("background", PATH, None, "other pods that hold capacity", INPUTS),
+    _opt("policy", POLICY_NAMES, "all", "the policies to compare"),
+    _opt("seed", integer(), "0", "seeds the rescale pauses"),
+    _opt("json", SWITCH, None, "print one JSON object instead"),
+    _opt("plot", PATH, None, "write utilisation and workers over time (PNG)"),
+    _opt("title", TEXT, None, "the plot's title (default: the workload file's name)"),
+    _opt(
+        "window",
+        duration(),
+        None,
+        "average utilisation over [0, WINDOW] (default: each policy's makespan)",
+    ),
+    _opt("quiet", SWITCH, None, "no progress on stderr"),
+    _opt("start_delay", duration(allow_zero=True), "5s", "from binding to Running", CLUSTER),
+    _opt(
+        "reinit",
+        choice("in-process", "restart"),
+        "in-process",
+        "rescale pauses: in-process 0.6-0.9 s up / 0.3 s down; restart 2.9-3.3 / 2.2-3.3",
+        CLUSTER,
+    ),
+    _opt("pause_up", duration(allow_zero=True), None, "fixed pause of a scale-up", CLUSTER),
+    _opt("pause_down", duration(allow_zero=True), None, "fixed pause of a scale-down", CLUSTER),
+    _opt("placement", choice("spread", "pack"), "spread", "where the scheduler binds", CLUSTER),
+    _opt("preemption", SWITCH, None, "higher-priority pods evict lower-priority ones", CLUSTER),
+    _opt("max_time", duration(), "720h", "simulated time at most", CLUSTER),
+    _opt(
+        "hpa_sync_period",
+        duration(),
+        format_duration(_POLICY.hpa_sync_period),
+        "the HPA controller's sync period",
+        HPAS,
+    ),
+    _opt(
+        "no_configurable_tolerance",
+        SWITCH,
+        None,
+        "Kubernetes < 1.35: ignore per-HPA tolerances (the 10% flag applies)",
+        HPAS,
+    ),
+    _opt("hpa_throughput_manifest", PATH, None, "hpa-throughput's HPA (default: built in)", HPAS),
+    _opt("hpa_edl_manifest", PATH, None, "edl's HPA (default: built in)", HPAS),
+    _opt(
+        "target_efficiency",
+        SHARE,
+        "0.8",
+        "hpa-throughput's per-pod target, as a share of one worker's throughput",
+        HPAS,
+    ),
+    _opt(
+        "sizing_interval",
+        duration(),
+        format_duration(_POLICY.sizing_interval),
+        "time between sizing decisions",
+        SIZER,
+    ),
+    _opt(
+        "history_interval",
+        duration(),
+        format_duration(_POLICY.history_interval),
+        "time between writes of new observations",
+        SIZER,
+    ),
+    _opt(
+        "observe_window",
+        duration(allow_zero=True),
+        format_duration(_POLICY.observe_window),
+        "the window a throughput is measured over",
+        SIZER,
+    ),
+    _opt(
+        "hold_off",
+        duration(allow_zero=True),
+        format_duration(_SIZING.hold_off_s),
+        "no growth within this time of a job's last growth",
+        SIZER,
+    ),
+    _opt(
+        "payback",
+        duration(allow_zero=True),
+        format_duration(_SIZING.payback_s),
+        "a growth must pay back its rescale pause within this",
+        SIZER,
+    ),
+    _opt(
+        "exploration",
+        number(0, above=True),
+        f"{_SIZING.exploration:g}",
+        "never grow beyond this multiple of the largest size measured",
+        SIZER,
+    ),
+    _opt(
+        "rescale_margin",
+        number(0, above=True),
+        f"{_SIZING.rescale_margin:g}",
+        "a job already growing this round keeps the next worker while it is worth at least "
+        "1/this of the best other's (the sizer's SizingPolicy.rescale_margin)",
+        SIZER,
+    ),
+    _opt("prior_sigma", number(0), f"{_SIZING.prior.sigma:g}", "the curve prior's sigma", SIZER),
+    _opt("prior_kappa", number(0), f"{_SIZING.prior.kappa:g}", "the curve prior's kappa", SIZER),
+    _opt(
+        "prime_history",
+        SWITCH,
+        None,
+        "the sizer starts with each job's curve points (default: it measures them)",
+        SIZER,
+    ),
+    _opt("max_load_desired", SHARE, "0.97", "the 2018 rule's load ceiling", SIZER),
+)
+"""The options of ``edl-sim run`` (`edl_common.options`)."""
+REQUIRED = ("workload", "curves", "cluster")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a workload under one or more policies")
-    files = run.add_argument_group("inputs (CSV, see docs/cluster-simulation.md)")
-    files.add_argument("--workload", type=Path, required=True)
-    files.add_argument("--curves", type=Path, required=True)
-    files.add_argument("--cluster", type=Path, required=True)
-    files.add_argument("--background", type=Path)
-    run.add_argument(
-        "--policy", type=_policies, default=list(POLICIES),
-        help=f"{'|'.join(POLICIES)}, a comma-separated list, or all (default: all)",
-    )  # fmt: skip
-    run.add_argument("--seed", type=int, default=0, help="seeds the rescale pauses (default 0)")
-    run.add_argument("--json", action="store_true", help="print one JSON object instead")
-    run.add_argument("--plot", type=Path, help="write utilisation and workers over time (PNG)")
-    run.add_argument("--title", default="", help="the plot's title")
-    run.add_argument(
-        "--window", type=_seconds,
-        help="average utilisation over [0, WINDOW] s (default: each policy's makespan)",
-    )  # fmt: skip
-    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    cluster = run.add_argument_group("the simulated cluster")
-    cluster.add_argument("--start-delay", type=_seconds, default=5.0,
-                         help="seconds from binding to Running (default 5)")  # fmt: skip
-    cluster.add_argument(
-        "--reinit", choices=("in-process", "restart"), default="in-process",
-        help="rescale pauses: in-process 0.6-0.9 s up / 0.3 s down; restart 2.9-3.3 / 2.2-3.3",
-    )  # fmt: skip
-    cluster.add_argument("--pause-up", type=_seconds, help="fixed pause of a scale-up (s)")
-    cluster.add_argument("--pause-down", type=_seconds, help="fixed pause of a scale-down (s)")
-    cluster.add_argument("--placement", choices=("spread", "pack"), default="spread")
-    cluster.add_argument("--preemption", action="store_true",
-                         help="higher-priority pods evict lower-priority ones")  # fmt: skip
-    cluster.add_argument("--max-time", type=_positive, default=30 * 86400.0)
-    hpa = run.add_argument_group("HPAs (hpa-throughput, edl)")
-    hpa.add_argument("--hpa-sync-period", type=_positive, default=15.0)
-    hpa.add_argument(
-        "--no-configurable-tolerance", action="store_true",
-        help="Kubernetes < 1.35: ignore per-HPA tolerances (the 10%% flag applies)",
-    )  # fmt: skip
-    hpa.add_argument("--hpa-throughput-manifest", type=Path)
-    hpa.add_argument("--hpa-edl-manifest", type=Path)
-    hpa.add_argument(
-        "--target-efficiency", type=_share, default=0.8,
-        help="hpa-throughput's per-pod target, as a share of one worker's throughput",
-    )  # fmt: skip
-    edl = run.add_argument_group("the sizer (edl) and the 2018 rule (edl-2018)")
-    adapter = PolicySettings()
-    defaults = adapter.sizing
-    edl.add_argument("--sizing-interval", type=_positive, default=adapter.sizing_interval)
-    edl.add_argument("--history-interval", type=_positive, default=adapter.history_interval)
-    edl.add_argument("--observe-window", type=_seconds, default=adapter.observe_window)
-    edl.add_argument("--hold-off", type=_seconds, default=defaults.hold_off_s)
-    edl.add_argument("--payback", type=_seconds, default=defaults.payback_s)
-    edl.add_argument("--exploration", type=_positive, default=defaults.exploration)
-    edl.add_argument("--rescale-margin", type=_positive, default=defaults.rescale_margin)
-    edl.add_argument("--prior-sigma", type=_number, default=defaults.prior.sigma)
-    edl.add_argument("--prior-kappa", type=_number, default=defaults.prior.kappa)
-    edl.add_argument(
-        "--prime-history", action="store_true",
-        help="the sizer starts with each job's curve points (default: it measures them)",
-    )  # fmt: skip
-    edl.add_argument("--max-load-desired", type=_share, default=0.97)
+    add_arguments(run, RUN)
     scenario = sub.add_parser("scenario", help="write a shipped scenario's input files")
     scenario.add_argument("name", choices=sorted(scenarios.SCENARIOS))
     scenario.add_argument("--out", type=Path, required=True, help="folder for the CSV files")
     return parser
 
 
+def _converted(args: argparse.Namespace) -> argparse.Namespace:
+    if args.command != "run":
+        return args
+    values = read(RUN, vars(args), {})
+    missing = [f"--{name}" for name in REQUIRED if values[name] is None]
+    if missing:
+        raise ConfigError(f"edl-sim run needs {', '.join(missing)}")
+    return argparse.Namespace(**{**vars(args), **values})
+
+
 def parse_run_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The options of ``edl-sim run ARGV`` (for tools that run the simulator themselves)."""
-    return _parser().parse_args(["run", *argv])
+    """The options of ``edl-sim run ARGV`` (for tools that run the simulator themselves).
+
+    Raises:
+        ConfigError: one line naming the bad option.
+    """
+    return _converted(_parser().parse_args(["run", *argv]))
 
 
 def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings]:
@@ -241,16 +310,21 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def main(
-    argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    """Entry point of ``edl-sim``."""
-    args = _parser().parse_args(argv)
+    """Entry point of ``edl-sim`` (`out`, `err`: stdout and stderr when not given)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
     try:
+        args = _converted(_parser().parse_args(argv))
         if args.command == "scenario":
             for path in scenarios.write(args.name, args.out):
                 print(path, file=out)
             return 0
         return _run(args, out, err)
+    except ConfigError as e:
+        print(f"{PROG}: error: {e}", file=err)
+        return 2
     except (SimulationError, PlotError, OSError) as e:
         print(f"{PROG}: error: {e}", file=err)
         return 1

@@ -1,23 +1,39 @@
 """`edl-hpa`: simulate an HPA over a recorded metric trace, or tune its `behavior`.
 
 Every user error ends as one line on stderr and a non-zero exit status (2 for bad usage,
-1 for bad input files or an unreachable Prometheus).
+1 for bad input files or an unreachable Prometheus). Durations are Kubernetes durations
+(``1m30s``, ``300ms``) or seconds, as kube-controller-manager's flags take them.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 import metrics_adapter
+from edl_common.errors import ConfigError
+from edl_common.options import (
+    PATH,
+    SWITCH,
+    TEXT,
+    TOGGLE,
+    Kind,
+    Option,
+    Parser,
+    add_arguments,
+    choice,
+    duration,
+    integer,
+    number,
+    read,
+)
 from metrics_adapter.hpa.controller import ControllerSettings
-from metrics_adapter.hpa.errors import HpaError, QuantityError
+from metrics_adapter.hpa.errors import HpaError
 from metrics_adapter.hpa.manifest import load_hpa, manifest_with_behavior
 from metrics_adapter.hpa.report import comparison, summary_lines, timeline
 from metrics_adapter.hpa.simulate import LoadModel, Simulation, SimulationSettings
@@ -30,30 +46,8 @@ from metrics_adapter.hpa.trace import MetricTrace, PrometheusQuery, load_prometh
 from metrics_adapter.hpa.tune import GRID, TOLERANCE_GRID, Objective, Tuner
 from metrics_adapter.quantity import parse_quantity
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
-
-class UsageError(Exception):
-    """Bad command line; reported as one line with exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr instead of the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def duration(text: str) -> float:
-    """Seconds from `90`, `90s`, `1.5m`, `500ms` or `1h`."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 15s, 5m, 120)")
-    return float(match.group(1)) * _UNIT[match.group(2)]
-
-
-def timestamp(text: str) -> float:
+def _timestamp(text: str) -> float:
     """Unix seconds from a number or an RFC 3339 time (for Prometheus ranges)."""
     try:
         return float(text)
@@ -62,125 +56,164 @@ def timestamp(text: str) -> float:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Unix time or RFC 3339 time") from e
+        raise ConfigError("not a Unix time or RFC 3339 time") from e
 
 
-def resource_request(text: str) -> tuple[str, Decimal]:
-    """`cpu=500m` -> ("cpu", 0.5)."""
-    name, sep, quantity = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"{text!r} is not RESOURCE=QUANTITY (e.g. cpu=500m)")
-    try:
-        return name, parse_quantity(quantity)
-    except QuantityError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
+def _requests(text: str) -> dict[str, Decimal]:
+    """``cpu=500m,memory=1Gi`` -> {"cpu": 0.5, "memory": 1073741824}."""
+    requests: dict[str, Decimal] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, quantity = part.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"{part!r} is not RESOURCE=QUANTITY (e.g. cpu=500m)")
+        requests[name] = parse_quantity(quantity)
+    return requests
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("hpa", type=Path, help="HPA manifest (autoscaling/v2 YAML)")
-    source = parser.add_argument_group("metric trace (a file, or a Prometheus range query)")
-    source.add_argument(
-        "--trace", type=Path, help="CSV or JSON trace: time_seconds,metric,pod|object,value"
-    )
-    source.add_argument("--prometheus-url", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
-    source.add_argument("--query", help="PromQL for the range query")
-    source.add_argument("--start", type=timestamp, help="range start (Unix seconds or RFC 3339)")
-    source.add_argument("--end", type=timestamp, help="range end (Unix seconds or RFC 3339)")
-    source.add_argument("--step", type=duration, default=15.0, help="range step (default 15s)")
-    source.add_argument("--metric", help="metric name for the queried series (default __name__)")
-    source.add_argument("--pod-label", default="pod", help="label naming the pod (default pod)")
-    ctl = parser.add_argument_group("kube-controller-manager flags")
-    ctl.add_argument("--sync-period", type=duration, default=15.0, help="default 15s")
-    ctl.add_argument("--tolerance", type=float, default=0.1, help="default 0.1")
-    ctl.add_argument("--downscale-stabilization", type=duration, default=300.0, help="default 5m")
-    ctl.add_argument("--cpu-initialization-period", type=duration, default=300.0, help="default 5m")
-    ctl.add_argument("--initial-readiness-delay", type=duration, default=30.0, help="default 30s")
-    ctl.add_argument(
-        "--configurable-tolerance",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="feature gate HPAConfigurableTolerance (beta, on by default in v1.35; "
+TIMESTAMP = Kind("time (Unix seconds or RFC 3339)", _timestamp, "yesterday")
+REQUESTS = Kind("RESOURCE=QUANTITY", _requests, "cpu=lots", repeatable=True)
+"""Repeatable (``--request cpu=500m --request memory=1Gi``) or a comma list."""
+
+TRACE = "metric trace (a file, or a Prometheus range query)"
+CONTROLLER = "kube-controller-manager flags"
+CLUSTER = "simulated cluster"
+OBJECTIVE = "objective and search"
+
+
+def _opt(name: str, kind: Kind, default: str | None, help: str, group: str = "") -> Option:
+    return Option(name, "--" + name.replace("_", "-"), None, kind, default, help, group)
+
+
+COMMON: tuple[Option, ...] = (
+    _opt("trace", PATH, None, "CSV or JSON trace: time_seconds,metric,pod|object,value", TRACE),
+    _opt("prometheus_url", TEXT, None, "Prometheus base URL, e.g. http://127.0.0.1:9090", TRACE),
+    _opt("query", TEXT, None, "PromQL for the range query", TRACE),
+    _opt("start", TIMESTAMP, None, "range start", TRACE),
+    _opt("end", TIMESTAMP, None, "range end", TRACE),
+    _opt("step", duration(), "15s", "range step", TRACE),
+    _opt("metric", TEXT, None, "metric name for the queried series (default __name__)", TRACE),
+    _opt("pod_label", TEXT, "pod", "label naming the pod", TRACE),
+    _opt("sync_period", duration(), "15s", "--horizontal-pod-autoscaler-sync-period", CONTROLLER),
+    _opt("tolerance", number(0), "0.1", "--horizontal-pod-autoscaler-tolerance", CONTROLLER),
+    _opt(
+        "downscale_stabilization",
+        duration(allow_zero=True),
+        "5m",
+        "--horizontal-pod-autoscaler-downscale-stabilization",
+        CONTROLLER,
+    ),
+    _opt(
+        "cpu_initialization_period",
+        duration(allow_zero=True),
+        "5m",
+        "--horizontal-pod-autoscaler-cpu-initialization-period",
+        CONTROLLER,
+    ),
+    _opt(
+        "initial_readiness_delay",
+        duration(allow_zero=True),
+        "30s",
+        "--horizontal-pod-autoscaler-initial-readiness-delay",
+        CONTROLLER,
+    ),
+    _opt(
+        "configurable_tolerance",
+        TOGGLE,
+        "true",
+        "feature gate HPAConfigurableTolerance (beta, on by default in v1.35; "
         "--no-configurable-tolerance models v1.33-1.34, where it is off)",
-    )
-    sim = parser.add_argument_group("simulated cluster")
-    sim.add_argument(
-        "--initial-replicas", type=int, help="default: pods in the trace, else minReplicas"
-    )
-    sim.add_argument(
-        "--load-model",
-        choices=[m.value for m in LoadModel],
-        default=LoadModel.SPLIT.value,
-        help="split: per-pod values are total load / running pods (default); replay: as recorded",
-    )
-    sim.add_argument(
-        "--pod-startup", type=duration, default=0.0, help="seconds a new pod is Pending"
-    )
-    sim.add_argument(
-        "--rescale-cost", type=duration, default=0.0, help="training time lost per change"
-    )
-    sim.add_argument("--duration", type=duration, help="seconds to simulate (default: the trace)")
-    sim.add_argument(
-        "--request",
-        type=resource_request,
-        action="append",
-        default=[],
-        metavar="RESOURCE=QTY",
-        help="per-pod request for Utilization targets (default 1 per resource)",
-    )
+        CONTROLLER,
+    ),
+    _opt(
+        "initial_replicas",
+        integer(0),
+        None,
+        "replicas at the start (default: pods in the trace, else minReplicas)",
+        CLUSTER,
+    ),
+    _opt(
+        "load_model",
+        choice(*(m.value for m in LoadModel)),
+        LoadModel.SPLIT.value,
+        "split: per-pod values are total load / running pods; replay: as recorded",
+        CLUSTER,
+    ),
+    _opt("pod_startup", duration(allow_zero=True), "0", "time a new pod is Pending", CLUSTER),
+    _opt("rescale_cost", duration(allow_zero=True), "0", "training time lost per change", CLUSTER),
+    _opt("duration", duration(), None, "time to simulate (default: the trace)", CLUSTER),
+    _opt(
+        "request",
+        REQUESTS,
+        None,
+        "per-pod request for Utilization targets, repeatable (default 1 per resource)",
+        CLUSTER,
+    ),
+)
+"""The options of both `edl-hpa simulate` and `edl-hpa tune`."""
+
+SIMULATE: tuple[Option, ...] = (
+    *COMMON,
+    _opt("plot", PATH, "hpa-simulate.png", "PNG to write"),
+    _opt("no_plot", SWITCH, None, "do not write a PNG"),
+    _opt("reach_within", duration(), None, "also count targets reached later"),
+)
+TUNE: tuple[Option, ...] = (
+    *COMMON,
+    _opt("reach_within", duration(), None, "objective: reach targets within this", OBJECTIVE),
+    _opt("under_weight", number(0), "1", "cost of an under-provisioned replica-second", OBJECTIVE),
+    _opt("over_weight", number(0), "0", "cost of an over-provisioned replica-second", OBJECTIVE),
+    _opt("pause_weight", number(0), "1", "cost of a paused replica-second", OBJECTIVE),
+    _opt("max_rounds", integer(1), "3", "coordinate-descent rounds", OBJECTIVE),
+    _opt(
+        "search_tolerance",
+        SWITCH,
+        None,
+        "also search per-HPA behavior.*.tolerance (needs HPAConfigurableTolerance)",
+        OBJECTIVE,
+    ),
+    _opt("output", PATH, None, "also write the recommended manifest here", OBJECTIVE),
+    _opt("plot", PATH, None, "PNG of the recommended HPA's run", OBJECTIVE),
+)
+TABLES = {"simulate": SIMULATE, "tune": TUNE}
+"""Each command's option table (`edl_common.options`): its parser and docs/hpa rows."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `edl-hpa` command line."""
-    parser = _Parser(prog="edl-hpa", description=__doc__)
+    parser = Parser(prog="edl-hpa", description=__doc__)
     parser.add_argument(
         "--version", action="version", version=f"edl-hpa {metrics_adapter.__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    simulate = commands.add_parser("simulate", help="replay a trace through the HPA model")
-    _common(simulate)
-    simulate.add_argument(
-        "--plot", type=Path, default=Path("hpa-simulate.png"), help="PNG to write"
-    )
-    simulate.add_argument("--no-plot", action="store_true", help="do not write a PNG")
-    simulate.add_argument("--reach-within", type=duration, help="also count targets reached later")
-    tune = commands.add_parser("tune", help="search behavior parameters against an objective")
-    _common(tune)
-    tune.add_argument("--reach-within", type=duration, help="objective: reach targets within this")
-    tune.add_argument(
-        "--under-weight",
-        type=float,
-        default=1.0,
-        help="cost of an under-provisioned replica-second",
-    )
-    tune.add_argument(
-        "--over-weight", type=float, default=0.0, help="cost of an over-provisioned replica-second"
-    )
-    tune.add_argument(
-        "--pause-weight", type=float, default=1.0, help="cost of a paused replica-second"
-    )
-    tune.add_argument(
-        "--max-rounds", type=int, default=3, help="coordinate-descent rounds (default 3)"
-    )
-    tune.add_argument(
-        "--search-tolerance",
-        action="store_true",
-        help="also search per-HPA behavior.*.tolerance (needs HPAConfigurableTolerance)",
-    )
-    tune.add_argument("--output", type=Path, help="also write the recommended manifest here")
-    tune.add_argument("--plot", type=Path, help="PNG of the recommended HPA's run")
+    helps = {
+        "simulate": "replay a trace through the HPA model",
+        "tune": "search behavior parameters against an objective",
+    }
+    for name, table in TABLES.items():
+        command = commands.add_parser(name, help=helps[name])
+        command.add_argument("hpa", type=Path, help="HPA manifest (autoscaling/v2 YAML)")
+        add_arguments(command, table)
     return parser
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line with every option converted by its table; raises `ConfigError`."""
+    args = build_parser().parse_args(argv)
+    values = read(TABLES[args.command], vars(args), {})
+    values["request"] = values["request"] or {}
+    return argparse.Namespace(**{**vars(args), **values})
 
 
 def _trace(args: argparse.Namespace) -> MetricTrace:
     if args.trace is not None and args.prometheus_url is not None:
-        raise UsageError("give either --trace or --prometheus-url, not both")
+        raise ConfigError("give either --trace or --prometheus-url, not both")
     if args.trace is not None:
         return load_trace(args.trace)
     if args.prometheus_url is None:
-        raise UsageError("a trace is required: --trace FILE or --prometheus-url URL --query Q")
+        raise ConfigError("a trace is required: --trace FILE or --prometheus-url URL --query Q")
     missing = [f"--{n}" for n in ("query", "start", "end") if getattr(args, n) is None]
     if missing:
-        raise UsageError(f"--prometheus-url also needs {', '.join(missing)}")
+        raise ConfigError(f"--prometheus-url also needs {', '.join(missing)}")
     return load_prometheus(
         PrometheusQuery(
             args.prometheus_url,
@@ -196,7 +229,7 @@ def _trace(args: argparse.Namespace) -> MetricTrace:
 
 def _controller_settings(args: argparse.Namespace) -> ControllerSettings:
     if args.sync_period <= 0:
-        raise UsageError("--sync-period must be positive")
+        raise ConfigError("--sync-period must be positive")
     return ControllerSettings(
         sync_period=args.sync_period,
         tolerance=args.tolerance,
@@ -212,7 +245,7 @@ def _initial_replicas(
 ) -> int:
     if args.initial_replicas is not None:
         if args.initial_replicas < 0:
-            raise UsageError("--initial-replicas must be >= 0")
+            raise ConfigError("--initial-replicas must be >= 0")
         return int(args.initial_replicas)
     for metric in hpa.spec.metrics:
         if isinstance(metric.source, PodsMetricSource | ResourceMetricSource):
@@ -231,7 +264,7 @@ def _simulation_settings(
         pod_startup=args.pod_startup,
         rescale_cost=args.rescale_cost,
         duration=args.duration,
-        requests=dict(args.request),
+        requests=args.request,
     )
 
 
@@ -253,7 +286,7 @@ def _warn_tolerance(
 def _check_writable(path: Path | None) -> None:
     """Fail before simulating rather than after printing a timeline."""
     if path is not None and not path.parent.is_dir():
-        raise UsageError(f"cannot write {path}: {path.parent} is not a directory")
+        raise ConfigError(f"cannot write {path}: {path.parent} is not a directory")
 
 
 def simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -293,10 +326,10 @@ def tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _warn_tolerance(hpa, controller, err)
     settings = _simulation_settings(args, hpa, trace)
     if args.max_rounds < 1:
-        raise UsageError("--max-rounds must be >= 1")
+        raise ConfigError("--max-rounds must be >= 1")
     objective = Objective(args.reach_within, args.under_weight, args.over_weight, args.pause_weight)
     if args.search_tolerance and not controller.configurable_tolerance:
-        raise UsageError("--search-tolerance needs the HPAConfigurableTolerance gate on")
+        raise ConfigError("--search-tolerance needs the HPAConfigurableTolerance gate on")
     grid = {**GRID, **TOLERANCE_GRID} if args.search_tolerance else GRID
     tuner = Tuner(
         hpa.spec, trace, settings, controller, objective, grid=grid, max_rounds=args.max_rounds
@@ -324,11 +357,11 @@ def main(
     """Entry point of the `edl-hpa` console script."""
     stdout = out or sys.stdout
     stderr = err or sys.stderr
-    args = build_parser().parse_args(argv)
-    handler = simulate if args.command == "simulate" else tune
     try:
+        args = parse(argv)
+        handler = simulate if args.command == "simulate" else tune
         return handler(args, stdout, stderr)
-    except UsageError as e:
+    except ConfigError as e:
         print(f"edl-hpa: error: {e}", file=stderr)
         return 2
     except HpaError as e:

@@ -90,7 +90,7 @@ def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     env = {e["name"] for e in container["env"]}
     assert {"EDL_NAMESPACE", "POD_NAME", "POD_IP"} <= env  # what kubernetes membership reads
     port = {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"]
-    assert port == settings.port == 9400
+    assert port == settings.exporter.port == 9400
 
 
 def test_membership_role_allows_what_the_kubernetes_store_calls() -> None:

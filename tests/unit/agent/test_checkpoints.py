@@ -229,8 +229,8 @@ def test_settings_flags_override_the_environment(tmp_path: Path) -> None:
     [
         ({"EDL_CHECKPOINT_URL": "ckpt"}, "absolute path"),
         ({"EDL_CHECKPOINT_URL": "gs://b/x"}, "unknown scheme"),
-        ({"EDL_CHECKPOINT_KEEP": "0"}, "keep at least 1"),
-        ({"EDL_CHECKPOINT_EVERY_STEPS": "ten"}, "checkpoint setting"),
+        ({"EDL_CHECKPOINT_KEEP": "0"}, "EDL_CHECKPOINT_KEEP='0': must be >= 1"),
+        ({"EDL_CHECKPOINT_EVERY_STEPS": "ten"}, "EDL_CHECKPOINT_EVERY_STEPS='ten': not an integer"),
         ({"EDL_CHECKPOINT_EVERY_SECONDS": "-1"}, ">= 0"),
     ],
 )

@@ -14,21 +14,21 @@ from agent.errors import ConfigError
 def test_defaults() -> None:
     settings, command = parse_args(["run", "--", "python", "train.py"], {})
     assert settings == AgentSettings()
-    assert (settings.host, settings.port) == ("0.0.0.0", 9400)
+    assert (settings.exporter.host, settings.exporter.port) == ("0.0.0.0", 9400)
     assert command == ("python", "train.py")
 
 
 def test_environment_then_flags() -> None:
     env = {"EDL_AGENT_PORT": "9500", "EDL_AGENT_HOST": "127.0.0.1", "EDL_AGENT_METRICS_DIR": "/m"}
     settings, _ = parse_args(["run", "--port", "9600", "--", "x"], env)
-    assert settings.port == 9600
-    assert settings.host == "127.0.0.1"
-    assert settings.metrics_dir == Path("/m")
+    assert settings.exporter.port == 9600
+    assert settings.exporter.host == "127.0.0.1"
+    assert settings.trainer.metrics_dir == Path("/m")
 
 
 def test_trainer_flags_after_the_separator_are_not_ours() -> None:
     settings, command = parse_args(["run", "--", "train.py", "--port", "1"], {})
-    assert settings.port == 9400
+    assert settings.exporter.port == 9400
     assert command == ("train.py", "--port", "1")
 
 
@@ -36,14 +36,18 @@ def test_trainer_flags_after_the_separator_are_not_ours() -> None:
     ("argv", "env", "message"),
     [
         (["run", "--bogus", "--", "x"], {}, "unrecognized arguments: --bogus"),
-        (["run", "--port", "http", "--", "x"], {}, "port='http' is not a valid port"),
-        (["run", "--port", "70000", "--", "x"], {}, "port must be 0-65535"),
+        (["run", "--port", "http", "--", "x"], {}, "--port='http': not an integer"),
+        (["run", "--port", "70000", "--", "x"], {}, "--port='70000': must be 0-65535"),
         (["run", "--", "x"], {"EDL_AGENT_PORT": "abc"}, "EDL_AGENT_PORT='abc'"),
         (["run"], {}, "missing trainer command"),
         (["--", "x"], {}, "missing verb"),
         (["walk", "--", "x"], {}, "invalid choice: 'walk'"),
-        (["run", "--framework", "jax", "--", "x"], {}, "unknown framework 'jax': expected one"),
-        (["run", "--", "x"], {"EDL_FRAMEWORK": "mxnet"}, "unknown framework 'mxnet'"),
+        (
+            ["run", "--framework", "jax", "--", "x"],
+            {},
+            "--framework='jax': expected one of auto, paddle, torch",
+        ),
+        (["run", "--", "x"], {"EDL_FRAMEWORK": "mxnet"}, "EDL_FRAMEWORK='mxnet': expected one of"),
     ],
 )
 def test_bad_input_is_one_config_error(argv: list[str], env: dict[str, str], message: str) -> None:
@@ -53,10 +57,12 @@ def test_bad_input_is_one_config_error(argv: list[str], env: dict[str, str], mes
 
 
 def test_the_framework_comes_from_the_flag_then_edl_framework() -> None:
-    assert parse_args(["run", "--", "x"], {})[0].framework == "auto"
-    assert parse_args(["run", "--", "x"], {"EDL_FRAMEWORK": "torch"})[0].framework == "torch"
+    assert parse_args(["run", "--", "x"], {})[0].trainer.framework == "auto"
+    assert (
+        parse_args(["run", "--", "x"], {"EDL_FRAMEWORK": "torch"})[0].trainer.framework == "torch"
+    )
     flag = ["run", "--framework", "paddle", "--", "x"]
-    assert parse_args(flag, {"EDL_FRAMEWORK": "torch"})[0].framework == "paddle"
+    assert parse_args(flag, {"EDL_FRAMEWORK": "torch"})[0].trainer.framework == "paddle"
 
 
 @pytest.mark.parametrize("elastic", [[], ["--elastic", "--job", "j", "--membership", "local:/m"]])

@@ -45,8 +45,10 @@ def test_unknown_rescale_phases_are_refused() -> None:
 
 
 def test_settings_from_the_environment_are_checked() -> None:
-    assert AgentSettings.from_env({"EDL_AGENT_LINGER_SECONDS": "2.5"}).linger_seconds == 2.5
-    with pytest.raises(ConfigError, match="unknown log level"):
+    assert (
+        AgentSettings.from_env({"EDL_AGENT_LINGER_SECONDS": "2.5"}).exporter.linger_seconds == 2.5
+    )
+    with pytest.raises(ConfigError, match="EDL_AGENT_LOG_LEVEL='chatty': expected one of DEBUG"):
         AgentSettings.from_env({"EDL_AGENT_LOG_LEVEL": "chatty"})
     with pytest.raises(ConfigError, match="EDL_AGENT_FLUSH_SECONDS='often'"):
         AgentSettings.from_env({"EDL_AGENT_FLUSH_SECONDS": "often"})

@@ -65,7 +65,7 @@ def test_cli_parses_elastic_flags_apart_from_agent_settings() -> None:
     argv = ["run", "--port", "0", "--elastic", "--job", "j", "--membership", "local:/tmp/x",
             "--min", "1", "--max", "3", "--", "python", "train.py"]  # fmt: skip
     settings, command = parse_args(argv, {})
-    assert settings.port == 0 and command == ("python", "train.py")
+    assert settings.exporter.port == 0 and command == ("python", "train.py")
     opts = elastic_options(build_parser(elastic=True), argv, {})
     assert opts is not None and (opts.job, opts.max_size) == ("j", 3)
     assert elastic_options(build_parser(elastic=True), ["run", "--", "python"], {}) is None

@@ -127,7 +127,7 @@ def test_tune_prints_comparison_and_a_valid_manifest(tmp_path: Path) -> None:
         (["simulate", "hpa.yaml"], "a trace is required"),
         (
             ["tune", "hpa.yaml", "--trace", "trace.csv", "--sync-period", "soon"],
-            "is not a duration",
+            "--sync-period='soon': invalid duration",
         ),
         (["simulate", "missing.yaml", "--trace", "trace.csv"], "cannot read"),
     ],

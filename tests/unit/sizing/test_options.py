@@ -43,10 +43,10 @@ def test_env_variables_set_sizing_defaults(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--sizing-headroom", "cpu"], "--sizing-headroom: 'cpu' is not <resource>=<quantity>"),
-        (["--sizing-headroom", "disk=1Gi"], "is not <resource>=<quantity>"),
-        (["--sizing-headroom", "cpu=lots"], "--sizing-headroom: cpu"),
-        (["--sizing-exploration", "0.5"], "--sizing-exploration 0.5 must be >= 1"),
+        (["--sizing-headroom", "cpu"], "--sizing-headroom='cpu': expected <resource>=<quantity>"),
+        (["--sizing-headroom", "disk=1Gi"], "'disk=1Gi': expected <resource>=<quantity>"),
+        (["--sizing-headroom", "cpu=lots"], "--sizing-headroom='cpu=lots': cpu"),
+        (["--sizing-exploration", "0.5"], "--sizing-exploration='0.5': must be >= 1"),
         (["--sizing-default-max-workers", "0"], "must be >= 1"),
         (["--sizing-hold-off", "soon"], "invalid duration"),
         (["--sizing", "--sizing-capacity", "static"], "needs --sizing-capacity-file"),
