@@ -87,8 +87,11 @@ class OpenRescale:
         """
         later = sorted(g for g in self.heads if g > generation)
         decided, known = self.heads[later[0]] if later else (0.0, len(self.reasons))
-        record = replace(self, reasons=self.reasons[:known], heads={}).close(generation, t)
-        start = max(decided, t.first_step or 0.0)
+        first = t.first_step or 0.0
+        drained = self.drained if self.drained <= first else 0.0  # a later drain: the rest's
+        before = replace(self, reasons=self.reasons[:known], heads={}, drained=drained)
+        record = before.close(generation, t)
+        start = max(decided, first)
         rest = OpenRescale(
             from_generation=generation,
             generation=self.generation,
@@ -96,6 +99,7 @@ class OpenRescale:
             noticed=start,
             decided=start,
             reasons=self.reasons[known:] or ["a newer world"],
+            drained=self.drained - drained,
             heads={g: (d, n - known) for g, (d, n) in self.heads.items() if later and g > later[0]},
         )
         return record, rest

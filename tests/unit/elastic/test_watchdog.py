@@ -111,7 +111,11 @@ def test_a_world_stepped_in_on_the_way_to_a_newer_one_splits_the_rescale_in_two(
 
 def test_a_split_after_the_newer_decision_pauses_from_that_decision() -> None:
     r = OpenRescale(3, 4, stalled=90.0, noticed=90.0, decided=90.0, reasons=["+d"])
+    r.restarted, r.spawned = True, 90.5
     r.supersede(5, "-d", decided=95.0)  # it stepped in 4 from 92 on; its agent had not read it
-    record, rest = r.split(4, Timings(started=90.1, first_step=92.0))
+    r.drained = 95.5  # the drain to 5 (it exits to restart there) belongs to the next pause
+    t = Timings(started=90.6, imported=91.0, master=91.2, initialised=91.5, first_step=92.0)
+    record, rest = r.split(4, t)
     assert record.pause == pytest.approx(2.0) and rest.stalled == 95.0
-    assert rest.reasons == ["-d"] and rest.heads == {}
+    assert record.phases["drain"] == pytest.approx(0.5) and sum(record.phases.values()) <= 2.0
+    assert rest.reasons == ["-d"] and rest.heads == {} and rest.drained == 95.5
