@@ -32,7 +32,7 @@ from types import FrameType
 
 from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
-from agent.elastic.pause import RescaleTracker
+from agent.elastic.pause import RescaleRecord, RescaleTracker
 from agent.elastic.phases import (
     Action,
     Fail,
@@ -253,6 +253,8 @@ class ElasticSupervisor:
         timings = self._channel.timings(generation) if s.phase.has_trainer else None
         wall = self._wall()
         if s.phase.has_trainer:
+            # before a restart clears the control folder: a world stepped in on the way
+            self._record(self._rescale.passed(self._channel.timings))
             progress, stopped = read_progress(self._trainer)
             self._watchdog.observe(progress)
             self._watchdog.observe_state(stopped, wall)
@@ -342,9 +344,7 @@ class ElasticSupervisor:
                 self._rescale.drained(at)
             case Stepped(generation, timings):
                 record = self._rescale.stepped(generation, timings)
-                if record is not None:
-                    self._rescales.record(record.pause, record.phases)
-                    log.info("%s", record.describe())
+                self._record([] if record is None else [record])
             case RequestGeneration(reason):
                 self._membership.request_generation(reason)
             case Fail(message):
@@ -353,6 +353,12 @@ class ElasticSupervisor:
                 self._record_finish(step, late)
             case TryFinish(step):
                 self._membership.finish(step)
+
+    def _record(self, records: list[RescaleRecord]) -> None:
+        """Counts and logs finished rescales."""
+        for record in records:
+            self._rescales.record(record.pause, record.phases)
+            log.info("%s", record.describe())
 
     def _hand_over(self, world: World | None, generation: int) -> None:
         """Writes the next world (None: leave) for the trainer, then asks it to drain."""
