@@ -168,12 +168,6 @@ class TrainerSupervisor:
         with self._lock:
             return self._state
 
-    @property
-    def last_exit(self) -> TrainerExit | None:
-        """How the last incarnation ended, if one did."""
-        with self._lock:
-            return self._last_exit
-
     def readiness(self) -> Readiness:
         """Ready while a trainer runs; otherwise says why not."""
         with self._lock:

@@ -12,7 +12,6 @@ __all__ = [
     "ElasticError",
     "RendezvousTimeout",
     "StateTransferError",
-    "StoreConflict",
     "StoreUnavailable",
     "WorldRecordInvalid",
 ]
@@ -20,10 +19,6 @@ __all__ = [
 
 class StoreUnavailable(ElasticError):
     """The membership store could not be reached or answered with an error."""
-
-
-class StoreConflict(ElasticError):
-    """A compare-and-swap lost: someone else wrote the record first."""
 
 
 class WorldRecordInvalid(ElasticError):

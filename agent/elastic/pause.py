@@ -10,7 +10,8 @@ them the times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from agent.elastic.world import World
 from agent.protocol.control import Timings
@@ -65,12 +66,44 @@ class OpenRescale:
     spawned: float = 0.0
     restarted: bool = False
     """A new trainer process was started on the way."""
+    heads: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """Each newer world it was sent on to: generation -> (when decided, reasons so far)."""
 
-    def supersede(self, generation: int, reason: str) -> None:
+    def supersede(self, generation: int, reason: str, decided: float = 0.0) -> None:
         """A newer world came before the trainer stepped: head there, keep the start."""
+        if generation > self.generation:
+            self.heads[generation] = (decided, len(self.reasons))
         self.generation = max(self.generation, generation)
         if reason and reason not in self.reasons:
             self.reasons.append(reason)
+
+    def split(self, generation: int, t: Timings) -> tuple[RescaleRecord, OpenRescale]:
+        """The trainer stepped in `generation` after all, on its way to a newer world.
+
+        It had formed that world before the newer one reached it (or stepped in it between
+        two reads of its agent), and stops at its next boundary. That is two world changes
+        and two pauses, not one: the record up to its first step there, and the rescale
+        that goes on from there to where this one heads, paused from that first step (or
+        from the newer world's decision, if the trainer was still stepping then).
+        """
+        later = sorted(g for g in self.heads if g > generation)
+        decided, known = self.heads[later[0]] if later else (0.0, len(self.reasons))
+        first = t.first_step or 0.0
+        drained = self.drained if self.drained <= first else 0.0  # a later drain: the rest's
+        before = replace(self, reasons=self.reasons[:known], heads={}, drained=drained)
+        record = before.close(generation, t)
+        start = max(decided, first)
+        rest = OpenRescale(
+            from_generation=generation,
+            generation=self.generation,
+            stalled=start,
+            noticed=start,
+            decided=start,
+            reasons=self.reasons[known:] or ["a newer world"],
+            drained=self.drained - drained,
+            heads={g: (d, n - known) for g, (d, n) in self.heads.items() if later and g > later[0]},
+        )
+        return record, rest
 
     def close(self, generation: int, t: Timings) -> RescaleRecord:
         """The record, once `t` (of `generation`, where it ends) reached the first step."""
@@ -98,3 +131,86 @@ class OpenRescale:
             pause=max(0.0, first_step - start),
             phases=phases,
         )
+
+
+class RescaleTracker:
+    """The rescale this member lives through, if any.
+
+    A survivor opens it at a decision; it follows every detour and is closed (and counted)
+    at the first step in the new world.
+    """
+
+    def __init__(self) -> None:
+        self.open: OpenRescale | None = None
+        self.trained = False
+        """Our trainer has stepped in some world: from then on, world changes are rescales."""
+
+    @property
+    def target(self) -> int | None:
+        """The generation the open rescale heads for (None: none open)."""
+        return None if self.open is None else self.open.generation
+
+    def begin(
+        self,
+        from_generation: int,
+        generation: int,
+        why: str,
+        decided: float,
+        stalled: float,
+        noticed: float | None,
+    ) -> None:
+        """Opens a record (or extends the open one); a joiner's first world is no rescale."""
+        if not self.trained:
+            return
+        if self.open is not None:
+            self.open.supersede(generation, why, decided)
+            return
+        self.open = OpenRescale(
+            from_generation=from_generation,
+            generation=generation,
+            stalled=stalled,
+            noticed=noticed or decided,
+            decided=decided,
+            reasons=[why],
+        )
+
+    def drained(self, at: float) -> None:
+        """The trainer of the old world is gone."""
+        if self.open is not None:
+            self.open.drained = at
+
+    def restarted(self, generation: int, spawned: float) -> None:
+        """A new trainer process started in `generation`."""
+        rescale = self.open
+        if rescale is None:
+            return
+        if rescale.drained == 0.0:
+            rescale.drained = spawned
+        rescale.supersede(generation, "")
+        rescale.restarted, rescale.spawned = True, spawned
+
+    def passed(self, timings_of: Callable[[int], Timings | None]) -> list[RescaleRecord]:
+        """Records of the worlds the trainer stepped in on its way to the rescale's target.
+
+        It had formed them before the newer world reached it: each is a world change of its
+        own, closed at its first step there (`OpenRescale.split`).
+        """
+        records = []
+        while self.open is not None:
+            rescale = self.open
+            between = range(rescale.from_generation + 1, rescale.generation)
+            stepped = [(g, t) for g in between if (t := timings_of(g)) and t.first_step]
+            if not stepped:
+                break
+            record, self.open = rescale.split(*stepped[0])
+            records.append(record)
+        return records
+
+    def stepped(self, generation: int, timings: Timings) -> RescaleRecord | None:
+        """The trainer stepped in `generation`: the finished record, when the rescale ends."""
+        self.trained = True
+        rescale = self.open
+        if rescale is None or generation < rescale.generation:
+            return None
+        self.open = None
+        return rescale.close(generation, timings)

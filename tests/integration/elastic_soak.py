@@ -118,6 +118,12 @@ class Record:
     pause: float
     why: str
 
+    @property
+    def from_generation(self) -> int:
+        """The generation the member last trained in before it (``from N:`` in `why`)."""
+        m = re.match(r"from (\d+):", self.why)
+        return int(m.group(1)) if m else self.generation - 1
+
 
 @dataclass
 class SoakResult:
@@ -175,6 +181,54 @@ def describe(values: list[float]) -> str:
     )
 
 
+def unrecorded(
+    began: dict[int, dict[str, set[int]]],
+    restores: dict[int, int],
+    records: list[Record],
+    excused: Callable[[int, str], bool] = lambda g, m: False,
+) -> list[tuple[int, str]]:
+    """(generation, member) for each survivor of a world change that recorded no pause for it.
+
+    `began`: generation -> member -> the global steps it began there (its ledger intents);
+    `restores`: generation -> the step it restored from. A member *trained* in a generation
+    when it completed a step there: it began two, or a later generation restored past its
+    first (a step a peer's death broke was rolled back). One that trained before lives
+    through each later change it trains in, and must have recorded that change: its own
+    record for that generation. A generation it began a step in but never completed one in
+    (the world broke in its first step) is a detour: the record that runs through it, from
+    an earlier generation to a later one, is its record. `excused`: (generation, member)
+    that could not record (its agent was SIGKILLed at once).
+    """
+
+    def trained(g: int, steps: set[int]) -> bool:
+        later = [restores[h] for h in sorted(restores) if h > g]
+        return len(steps) > 1 or not later or min(steps) < later[0]
+
+    missing = []
+    seen: set[str] = set()
+    for g in sorted(began):
+        done = {m for m, steps in began[g].items() if steps and trained(g, steps)}
+        for m in sorted(set(began[g]) & seen):
+            if excused(g, m):
+                continue
+            if m in done:
+                ok = any(r.member == m and r.generation == g for r in records)
+            else:
+                ok = any(r.member == m and r.from_generation < g < r.generation for r in records)
+            if not ok:
+                missing.append((g, m))
+        seen |= done
+    return missing
+
+
+def gone(process: psutil.Process) -> bool:
+    """The process has ended (a zombie counts: only its parent's wait is left)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 class Soak:
     """Runs one seeded sequence against a fresh job in `tmp`."""
 
@@ -189,6 +243,8 @@ class Soak:
         self.stateful: set[str] = set()
         """Members that trained in a settled world (they hold the training state)."""
         self.stopped: list[psutil.Process] = []
+        self.frozen: dict[str, psutil.Process] = {}
+        """Members whose stopped trainer still stands (they count again if their agent stays)."""
         self.actions: list[Action] = []
         self._names = 0
 
@@ -227,6 +283,11 @@ class Soak:
             if self.job.procs[name].poll() is not None:
                 self.alive.remove(name)
                 self.stateful.discard(name)
+        for name, trainer in list(self.frozen.items()):
+            if gone(trainer):  # its agent killed it: it left the job, or started a new one
+                del self.frozen[name]
+                if self.job.procs[name].poll() is None and name not in self.alive:
+                    self.alive.append(name)  # a drain found it frozen: still a member
 
     def done(self) -> bool:
         return self.job.result.exists()
@@ -262,6 +323,7 @@ class Soak:
                 pass
             if kind == "stop_trainer":
                 self.stopped.append(trainer)
+                self.frozen[name] = trainer
             if kind == "kill_pod":
                 proc.kill()
 
@@ -365,13 +427,17 @@ class Soak:
 
     # -- what it showed -------------------------------------------------------------------
 
-    def trained(self) -> dict[int, set[str]]:
-        """generation -> members whose trainer logged a step in it (from the ledger)."""
-        out: dict[int, set[str]] = {}
+    def began(self) -> dict[int, dict[str, set[int]]]:
+        """generation -> member -> the steps its trainer began in it (from the ledger)."""
+        out: dict[int, dict[str, set[int]]] = {}
         for path in self.job.ledger.glob("ledger-*.jsonl"):
             m = LEDGER_NAME.match(path.name)
-            if m and '"s":' in path.read_text():
-                out.setdefault(int(m.group(2)), set()).add(m.group(1))
+            if not m:
+                continue
+            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            steps = {int(rec["s"]) for rec in lines if "s" in rec}
+            if steps:
+                out.setdefault(int(m.group(2)), {}).setdefault(m.group(1), set()).update(steps)
         return out
 
     def records(self) -> list[Record]:
@@ -383,25 +449,23 @@ class Soak:
         return out
 
     def collect(self, statuses: dict[str, int | None], seconds: float) -> SoakResult:
-        trained = self.trained()
+        began = self.began()
+        trained = {g: set(members) for g, members in began.items()}
         spans = training_spans(self.job.ledger)
         records = self.records()
-        recorded = {(r.generation, r.member) for r in records}
+        ledger = verify(self.job.ledger)
 
         def first_step(g: int) -> float:
             firsts = [f for m in trained[g] if (f := self.first_step(m, g)) is not None]
             return min(firsts) if firsts else spans[g][0]
 
         killed = {a.target: a.at for a in self.actions if a.kind in ("kill_agent", "kill_pod")}
-        missing = []
-        seen: set[str] = set()
-        for g in sorted(trained):
-            for m in sorted(trained[g] & seen):
-                # an agent SIGKILLed right after its trainer stepped had no time to record
-                dead = killed.get(m, float("inf")) < first_step(g) + AGENT_RECORD_SECONDS
-                if (g, m) not in recorded and not dead:
-                    missing.append((g, m))
-            seen |= trained[g]
+
+        def dead(g: int, m: str) -> bool:
+            # an agent SIGKILLed right after its trainer stepped had no time to record
+            return killed.get(m, float("inf")) < first_step(g) + AGENT_RECORD_SECONDS
+
+        missing = unrecorded(began, ledger.restores, records, dead)
 
         outside: list[tuple[Action, float | None]] = []
         for a in self.actions:
@@ -414,7 +478,6 @@ class Soak:
                 hit = [g for g in after if a.target not in trained[g]]
             outside.append((a, first_step(hit[0]) - a.at if hit else None))
         final = None
-        ledger = verify(self.job.ledger)
         problems = ledger.problems_so_far(NUM_TRAIN, GLOBAL_BATCH)
         if self.job.result.exists():  # the job ended before the sequence did
             final = json.loads(self.job.result.read_text())

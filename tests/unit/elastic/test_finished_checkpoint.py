@@ -15,7 +15,7 @@ from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor
 from agent.elastic.world import Member, World
 from agent.rescales import RescaleLog
-from tests.unit.elastic.test_supervisor import FakeTrainer
+from tests.unit.elastic.helpers import FakeTrainer
 
 
 def supervisor(tmp_path: Path, checkpoints: Checkpoints) -> tuple[ElasticSupervisor, FakeTrainer]:
@@ -28,7 +28,7 @@ def supervisor(tmp_path: Path, checkpoints: Checkpoints) -> tuple[ElasticSupervi
     fake = FakeTrainer(control, exit_status=0)
     sup = ElasticSupervisor(
         membership,
-        fake,  # type: ignore[arg-type]  # duck-typed until the Trainer Protocol (issue 17)
+        fake,
         control,
         RescaleLog(),
         ElasticSettings(backend="gloo", init_timeout=10, on_finished="exit"),

@@ -4,7 +4,6 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,73 +12,11 @@ from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
 from agent.elastic.world import Member, World
-from agent.protocol.control import ControlChannel, NextWorld, Timings
+from agent.protocol.control import ControlChannel, NextWorld
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
-from agent.trainer_process import TrainerExit
-
-
-class FakeTrainer:
-    """Stands in for TrainerSupervisor + a trainer that follows the control-dir protocol."""
-
-    def __init__(self, control: Path, exit_status: int, reports: str = "paddle") -> None:
-        self.channel = ControlChannel(control)
-        self.exit_status = exit_status
-        self.reports = reports
-        """The framework the fake trainer says it imported."""
-        self.framework = frameworks.get("paddle")
-        """Set by the supervisor, as on the real TrainerSupervisor."""
-        self.worlds: list[TrainerWorld] = []
-        self.running = False
-        self.generation = -1
-        self.exit_at: float | None = None
-        self.status = 0
-        self.signals: list[int] = []
-        self.report_path: Path | None = None
-        """Where the fake writes no report (the watchdog has nothing to judge)."""
-        self.pid: int | None = None
-
-    def start(self, world: TrainerWorld) -> int:
-        self.worlds.append(world)
-        self.running, self.generation = True, world.generation
-        self._mark(Timings(imported=time.time(), reinit="process", framework=self.reports))
-        return 4242
-
-    def update_world(self, world: TrainerWorld) -> None:
-        self.worlds.append(world)
-
-    def _mark(self, timings: Timings) -> None:
-        self.channel.report(self.generation, timings)
-
-    def wait(self, timeout: float | None = None) -> TrainerExit | None:
-        time.sleep(min(timeout or 0.0, 0.02))
-        if not self.running:
-            return None
-        handed = self.channel.next_world()
-        if self.generation == 0 and handed is not None:
-            self.generation = handed.generation
-            now = time.time()
-            self._mark(Timings(started=now, imported=now, master=now, initialised=now,
-                               first_step=now, framework=self.reports))  # fmt: skip
-            self.exit_at = now + 0.3
-        if self.exit_at is not None and time.time() >= self.exit_at:
-            self.running = False
-            status = self.status or self.exit_status
-            if status == 0:  # as ElasticTrainer does when the script ends
-                reported = self.channel.timings(self.generation)
-                assert reported is not None
-                self._mark(replace(reported, finished=time.time(), finished_step=184))
-            return TrainerExit(status, 1.0, 1)
-        return None
-
-    def forward_signal(self, sig: int) -> None:
-        self.signals.append(sig)
-        if self.running:
-            self.exit_at, self.status = time.time(), 128 + sig
-
-    def kill(self) -> None:
-        self.forward_signal(signal.SIGKILL)
+from tests.unit.elastic.helpers import FakeTrainer
 
 
 def agent(
@@ -94,7 +31,7 @@ def agent(
     fake = FakeTrainer(control, exit_status, reports)
     sup = ElasticSupervisor(
         membership,
-        fake,  # type: ignore[arg-type]
+        fake,
         control,
         RescaleLog(),
         ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,14 @@ from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerExit
+from tests.support.waiting import wait_for
 
 ME = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
 PEER = Member(joined=2.0, id="b", incarnation="y", host="127.0.0.1", ports=(7002, 7003))
 
 
 class ScriptedTrainer:
-    """A trainer process as the supervisor sees it, driven by simple rules.
+    """A `Trainer` (the process as the supervisor sees it), driven by simple rules.
 
     `joins`: whether it joins (initialises and steps in) the worlds it is given; a trainer
     that does not is one still importing, or meeting peers that never come.
@@ -58,6 +60,9 @@ class ScriptedTrainer:
         self.last_exit: TrainerExit | None = None
         self.done_after: int | None = None
         """Exit 0 (the job is done) after stepping in this generation."""
+        self.steps_before_newer = False
+        """Handed a newer world before it stepped in its own (its group formation was past
+        the point of no return), it steps once in its own first, then moves on."""
 
     def start(self, world: TrainerWorld) -> int:
         self.starts.append(world)
@@ -99,7 +104,10 @@ class ScriptedTrainer:
         handed = self.channel.next_world()
         newer = handed is not None and handed.generation > self.generation
         stepping = self._stepping()
-        if newer and (not stepping or self.channel.drain_requested(self.generation)):
+        if newer and not stepping and self.steps_before_newer:
+            self.steps_before_newer = False
+            self._join()
+        elif newer and (not stepping or self.channel.drain_requested(self.generation)):
             assert handed is not None
             if handed.world is None:
                 self.status = RESCALE_EXIT  # told to leave at the boundary
@@ -141,7 +149,7 @@ def make(
     options = {"backend": "gloo", "init_timeout": 30.0, "on_finished": "exit", **settings}
     sup = ElasticSupervisor(
         membership,
-        fake,  # type: ignore[arg-type]
+        fake,
         control,
         rescales,
         ElasticSettings(**options),  # type: ignore[arg-type]
@@ -161,13 +169,8 @@ def run_in_thread(sup: ElasticSupervisor, seconds: float = 30) -> dict[str, int]
     return out
 
 
-def until(what: str, check: object, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+def until(what: str, check: Callable[[], object], timeout: float = 15) -> None:
+    wait_for(check, timeout_s=timeout, what=what, interval_s=0.02)
 
 
 def world(store: LocalStore) -> World:
@@ -220,6 +223,33 @@ def test_every_rescale_is_recorded_even_when_the_trainer_restarts_in_a_newer_wor
     (record,) = logged()
     assert record.startswith("rescale to generation 3 (from 1: +b; -b; restart): pause ")
     assert len(fake.starts) == 2  # the trainer was handed generation 3, not restarted again
+    fake.done_after = 3
+    assert finish(sup, out) == 0
+
+
+def test_a_world_the_trainer_stepped_in_after_a_newer_one_came_gets_its_own_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sup, fake, store, rescales = make(tmp_path)
+    out = run_in_thread(sup)
+    with caplog.at_level(logging.INFO, logger="agent.elastic.supervisor"):
+        until("training in 1", lambda: fake.generation == 1 and fake._stepping())
+        fake.joins = False  # still forming generation 2 when generation 3 comes
+        store.beat(PEER)
+        until("in generation 2", lambda: fake.generation == 2)
+        fake.steps_before_newer = True
+        store.remove(PEER)
+        until("generation 3 handed over", lambda: 3 in fake.handed)
+        fake.joins = True
+
+        def logged() -> list[str]:
+            return [m for r in caplog.records if (m := r.getMessage()).startswith("rescale to")]
+
+        until("two records logged", lambda: len(logged()) == 2)
+    assert rescales.snapshot().rescales == 2
+    two, three = logged()
+    assert two.startswith("rescale to generation 2 (from 1: +b; in-process): pause ")
+    assert three.startswith("rescale to generation 3 (from 2: -b; in-process): pause ")
     fake.done_after = 3
     assert finish(sup, out) == 0
 

@@ -86,3 +86,36 @@ def test_an_in_process_rescale_pauses_from_the_decision() -> None:
     assert record.path == "in-process" and record.pause == pytest.approx(0.6)
     assert record.phases["drain"] == pytest.approx(0.1)
     assert record.phases["rendezvous"] == pytest.approx(0.1)
+
+
+def test_a_world_stepped_in_on_the_way_to_a_newer_one_splits_the_rescale_in_two() -> None:
+    r = OpenRescale(3, 5, stalled=90.0, noticed=90.0, decided=90.5, reasons=["lost a peer, -b"])
+    r.restarted, r.spawned = True, 91.0
+    r.supersede(6, "+e", decided=98.0)  # decided while it was still forming generation 5
+    r.supersede(7, "-e", decided=99.0)
+    five = Timings(started=91.0, imported=96.0, master=97.0, initialised=98.5, first_step=99.5)
+    record, rest = r.split(5, five)
+    assert record.generation == 5 and record.from_generation == 3
+    assert record.reasons == ("lost a peer, -b",) and record.path == "restart"
+    assert record.pause == pytest.approx(9.5)
+    # it stepped once (decided 6 before that step ended) and stops: the next pause starts there
+    assert (rest.from_generation, rest.generation, rest.stalled) == (5, 7, 99.5)
+    assert rest.reasons == ["+e", "-e"] and not rest.restarted
+    seven = Timings(started=99.6, imported=99.6, master=99.7, initialised=99.8, first_step=100.0)
+    last = rest.close(7, seven)
+    assert last.from_generation == 5 and last.path == "in-process"
+    assert last.pause == pytest.approx(0.5)
+    # the same time without training as one record from 3 to 7, now in the two it was
+    assert record.pause + last.pause == pytest.approx(r.close(7, seven).pause)
+
+
+def test_a_split_after_the_newer_decision_pauses_from_that_decision() -> None:
+    r = OpenRescale(3, 4, stalled=90.0, noticed=90.0, decided=90.0, reasons=["+d"])
+    r.restarted, r.spawned = True, 90.5
+    r.supersede(5, "-d", decided=95.0)  # it stepped in 4 from 92 on; its agent had not read it
+    r.drained = 95.5  # the drain to 5 (it exits to restart there) belongs to the next pause
+    t = Timings(started=90.6, imported=91.0, master=91.2, initialised=91.5, first_step=92.0)
+    record, rest = r.split(4, t)
+    assert record.pause == pytest.approx(2.0) and rest.stalled == 95.0
+    assert record.phases["drain"] == pytest.approx(0.5) and sum(record.phases.values()) <= 2.0
+    assert rest.reasons == ["-d"] and rest.heads == {} and rest.drained == 95.5
