@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -77,11 +77,6 @@ ON_FINISHED = ("idle", "exit")
 """What an agent does once the job is finished: stay up until SIGTERM, or exit 0 at once."""
 
 
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    return float(raw) if raw else default
-
-
 def default_backend() -> str:
     """`nccl` when this machine has an NVIDIA device, else `gloo` (CPU)."""
     return "nccl" if Path("/dev/nvidia0").exists() else "gloo"
@@ -89,7 +84,7 @@ def default_backend() -> str:
 
 @dataclass(frozen=True)
 class ElasticSettings:
-    """Timeouts of the rescale phases. Every field has an ``EDL_`` environment variable."""
+    """Timeouts of the rescale phases (read from flags and ``EDL_`` variables by `agent.config`)."""
 
     drain_timeout: float = 30.0
     """EDL_DRAIN_TIMEOUT: a trainer asked to stop gets this long to reach a step boundary."""
@@ -113,19 +108,6 @@ class ElasticSettings:
     def __post_init__(self) -> None:
         if self.on_finished not in ON_FINISHED:
             raise ValueError(f"on_finished {self.on_finished!r}: expected idle or exit")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> ElasticSettings:
-        """Settings from ``EDL_*`` variables."""
-        return cls(
-            drain_timeout=_env_float(env, "EDL_DRAIN_TIMEOUT", cls.drain_timeout),
-            init_timeout=_env_float(env, "EDL_INIT_TIMEOUT", cls.init_timeout),
-            regroup_timeout=_env_float(env, "EDL_REGROUP_TIMEOUT", cls.regroup_timeout),
-            max_resets=int(_env_float(env, "EDL_MAX_RESETS", cls.max_resets)),
-            stall_timeout=_env_float(env, "EDL_STALL_TIMEOUT", cls.stall_timeout),
-            backend=env.get("EDL_DISTRI_BACKEND", "").strip(),
-            on_finished=env.get("EDL_ON_FINISHED", "").strip() or cls.on_finished,
-        )
 
 
 def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
