@@ -182,8 +182,12 @@ class KubeStage:
         return len(live) == want.get("replicas", -1) and all(_bound(p) for p in live)
 
 
-def trainer_deployment(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """The example's Deployment, with what a local process needs instead of a container."""
+def trainer_deployment(args: list[str], env: dict[str, str], checkpoints: Path) -> dict[str, Any]:
+    """The example's Deployment, with what a local process needs instead of a container.
+
+    Its checkpoint volume becomes `checkpoints` (in the demo's work folder, new each run): on
+    the host path a later run would find the job finished and train nothing.
+    """
     doc: dict[str, Any] = yaml.safe_load((EXAMPLE / "deployment.yaml").read_text())
     doc["metadata"]["annotations"]["edl.paddlepaddle.org/max-workers"] = "3"  # 3 slots
     pod = doc["spec"]["template"]["spec"]
@@ -192,6 +196,7 @@ def trainer_deployment(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     c.pop("volumeMounts", None)
     dashdash = c["command"].index("--")
     agent = [a if a != "8" else "3" for a in c["command"][:dashdash]]  # --max, as the annotation
+    agent[agent.index("--checkpoint-url") + 1] = str(checkpoints)
     c["command"] = [*agent[:3], "--host=$(POD_IP)", f"--port={METRICS_PORT}", *agent[3:], "--",
                     "python", "-m", "examples.train_digits_elastic", *args]  # fmt: skip
     local = [e for e in c["env"] if e["name"] != "EDL_AGENT_METRICS_DIR"]  # an emptyDir there
@@ -304,7 +309,7 @@ class ClusterDemo(Demo):
             **AGENT_ENV,
         }
         args = self.trainer(*self.job_args(), python="python")[3:]
-        kube.create(trainer_deployment(args, env))
+        kube.create(trainer_deployment(args, env, self.work / "checkpoints"))
         kube.create(yaml.safe_load(HPA_FILE.read_text()))
         self.say(f"  export KUBECONFIG={self.cp.kubeconfig}")
         self.say(f"  kubectl -n {NAMESPACE} get hpa,deployments,pods -o wide   # while it runs")

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
+from examples.demo.on_cluster import trainer_deployment
 from examples.demo.report import Summary, TimelinePoint, turning_points
 from examples.demo.story import SERVICE, Story
 from examples.demo.telemetry import JobTelemetry, Training, World, local_world
@@ -176,3 +177,15 @@ def test_the_frame_counts_the_pods_of_the_node() -> None:
     assert state.slots == "[T t t] waiting: 2 serving pod(s)"
     assert state.workers == "1 running, 2 stopping"
     assert (state.free_slots, state.trainer_slots, state.pending_priority) == (0, 3, 2)
+
+
+def test_the_cluster_demo_keeps_its_checkpoints_in_its_own_work_folder(tmp_path: Path) -> None:
+    # The example's volume is a PVC; a local process would write to the host's mount path,
+    # where the next run finds the job finished and trains nothing.
+    doc = trainer_deployment(["--epochs", "3"], {}, tmp_path / "checkpoints")
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["command"]
+    assert command[command.index("--checkpoint-url") + 1] == str(tmp_path / "checkpoints")
+    assert "volumes" not in pod and "volumeMounts" not in container
+    assert command[command.index("--max") + 1] == "3"
