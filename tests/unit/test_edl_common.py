@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent.cli import parse_args
@@ -110,13 +110,16 @@ def test_what_apimachinery_refuses_is_refused(text: str) -> None:
         st.integers(min_value=1, max_value=999).map(lambda n: n / 10**9),
     )
 )
+@example(2.4445)  # a half milli: rounds away from zero, like the formatter
+@example(-2.4445)
 def test_every_quantity_we_write_parses_back_equal(value: float) -> None:
     """What the adapter serves, the HPA (and our own model) reads back as the same number."""
     text = format_quantity(value)
     parsed = parse_quantity(text)
     assert format_quantity(float(parsed)) == text
     if abs(value) >= 1:  # served in milli-units, as the HPA reads them
-        assert milli_value(text) == milli_value(Decimal(repr(value)).quantize(Decimal("0.001")))
+        nearest = Decimal(repr(value)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
+        assert milli_value(text) == milli_value(nearest)  # a half rounds away from zero
     else:  # nano precision below one
         assert abs(parsed - Decimal(repr(value))) <= Decimal("0.5e-9")
 
