@@ -41,16 +41,14 @@ import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support.net import free_port  # noqa: E402
+from tests.support.slow_clients import HalfOpenConnections  # noqa: E402
+
 QUERY = (
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/samples_per_second"
     "?labelSelector=app%3Dtrainer"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pct(values: list[float], p: float) -> float:
@@ -274,68 +272,6 @@ def report(label: str, times: list[float], failed: int) -> None:
 # ----------------------------------------------------------------- scenarios
 
 
-def client_hello() -> bytes:
-    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
-    obj = client_context().wrap_bio(inc, out)
-    try:
-        obj.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    return out.read()
-
-
-class Holder:
-    """Keeps `n` hostile connections open (re-opening dropped ones) until stopped."""
-
-    def __init__(self, port: int, partial: int, idle: int) -> None:
-        self.port = port
-        self.hello = client_hello()[:-1]
-        self.want = [True] * partial + [False] * idle
-        self.stop = threading.Event()
-        self.reopened = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _open(self, partial: bool) -> socket.socket | None:
-        try:
-            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
-            if partial:
-                s.sendall(self.hello)
-            s.setblocking(False)
-            return s
-        except OSError:
-            return None
-
-    def _run(self) -> None:
-        socks = [self._open(p) for p in self.want]
-        while not self.stop.wait(0.2):
-            for i, s in enumerate(socks):
-                alive = s is not None
-                if s is not None:
-                    try:
-                        alive = s.recv(1) != b""
-                    except BlockingIOError:
-                        alive = True
-                    except OSError:
-                        alive = False
-                if not alive:
-                    if s is not None:
-                        s.close()
-                    socks[i] = self._open(self.want[i])
-                    self.reopened += 1
-        for s in socks:
-            if s is not None:
-                s.close()
-
-    def __enter__(self) -> Holder:
-        self.thread.start()
-        time.sleep(1.0)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(10)
-
-
 def slow(code: Path, seconds: float, workdir: Path) -> None:
     print(f"slow: 100 partial ClientHellos + 100 idle connects held {seconds:.0f} s")
     with agents() as port:
@@ -343,12 +279,13 @@ def slow(code: Path, seconds: float, workdir: Path) -> None:
         try:
             time.sleep(3)
             report("no attack, new connection per query", *measure(adapter.port, 10, True))
-            with Holder(adapter.port, 100, 100) as holder:
+            with HalfOpenConnections(adapter.port, 100, 100) as holder:
+                time.sleep(1.0)  # every connection open before measuring
                 fresh = measure(adapter.port, seconds / 2, True)
                 kept = measure(adapter.port, seconds / 2, False)
             report("under attack, new connection per query", *fresh)
             report("under attack, one kept-alive connection", *kept)
-            print(f"  hostile connections dropped by the server and re-opened: {holder.reopened}")
+            print(f"  hostile connections dropped by the server and re-opened: {holder.dropped}")
         finally:
             adapter.stop()
 
