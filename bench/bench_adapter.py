@@ -59,11 +59,11 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
     """Run the real server with `pods` trainer pods' samples already in its store
     (``threads_only``: every request handed to an app thread, as before the event loop
     answered them itself)."""
-    from metrics_adapter.runtime import AdapterRuntime
-    from metrics_adapter.server import AdapterServer
+    from metrics_adapter.assembly import AdapterRuntime
+    from metrics_adapter.http.server import AdapterServer
+    from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.scraping.store import Sample
     from metrics_adapter.settings import AdapterSettings, AuthMode
-    from metrics_adapter.store import Sample
-    from metrics_adapter.tls import ensure_serving_cert, server_context
 
     pods_file = workdir / f"pods-{pods}.yaml"
     listed = [
@@ -110,13 +110,13 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
                 runtime.store.ingest(listed_key(runtime, i), samples)
         runtime.start()
         if threads_only:
-            from metrics_adapter.blocking import INLINE_EXTENSION
+            from metrics_adapter.http.blocking import INLINE_EXTENSION
 
             runtime.app.extensions.pop(INLINE_EXTENSION)
         return runtime.app
 
     def listed_key(runtime: Any, i: int) -> Any:
-        from metrics_adapter.pods import PodKey
+        from metrics_adapter.scraping.pod_registry import PodKey
 
         return PodKey("ml", f"trainer-{i}")
 
@@ -132,8 +132,8 @@ def serve_hello(port: int, inline: bool) -> None:
     answered on the event loop, as the adapter's own app is)."""
     from flask import Flask
 
-    from metrics_adapter.blocking import INLINE_EXTENSION
-    from metrics_adapter.server import AdapterServer
+    from metrics_adapter.http.blocking import INLINE_EXTENSION
+    from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.settings import AdapterSettings
 
     def app_factory() -> Any:
@@ -486,7 +486,7 @@ def freshness(workdir: Path, interval: str, changes: int) -> list[float]:
                     conn = conn or connect(port, False)
                     body = json.loads(get(conn, path))
                     seen = body["items"][0]["value"]
-                    from metrics_adapter.quantity import parse_quantity
+                    from edl_common.quantity import parse_quantity
 
                     if abs(float(parse_quantity(seen)) - target) < 1e-3:
                         delays.append(time.time() - set_at)

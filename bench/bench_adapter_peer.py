@@ -591,7 +591,7 @@ def freshness(
 
 
 def parse_value(quantity: str) -> float:
-    from metrics_adapter.quantity import parse_quantity
+    from edl_common.quantity import parse_quantity
 
     return float(parse_quantity(quantity))
 

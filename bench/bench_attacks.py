@@ -321,12 +321,12 @@ def hostile(code: Path, seconds: float, workdir: Path) -> None:
 
 def serve_filled(pods: int, port: int, workdir: str) -> None:
     """Child: the real server with `pods` pods' samples already stored."""
-    from metrics_adapter.pods import PodKey
-    from metrics_adapter.runtime import AdapterRuntime
-    from metrics_adapter.server import AdapterServer
+    from metrics_adapter.assembly import AdapterRuntime
+    from metrics_adapter.http.server import AdapterServer
+    from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.scraping.pod_registry import PodKey
+    from metrics_adapter.scraping.store import Sample
     from metrics_adapter.settings import AdapterSettings, AuthMode
-    from metrics_adapter.store import Sample
-    from metrics_adapter.tls import ensure_serving_cert, server_context
 
     listed = [
         {"namespace": "ml", "name": f"trainer-{i}", "labels": {"app": "trainer"}}

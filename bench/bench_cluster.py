@@ -1,6 +1,6 @@
 """What EDL does to a cluster: the shipped scenarios under every policy, side by side.
 
-Each scenario (``metrics_adapter.clustersim.scenarios``: EDL 2018 cases 1 and 2, a Philly
+Each scenario (``edl_sim.cluster.scenarios``: EDL 2018 cases 1 and 2, a Philly
 GPU trace) runs under ``static``, ``hpa-throughput``, ``edl-2018`` and ``edl`` with the same
 inputs and seed; the bench prints each scenario's table (every figure, and its ratio to
 ``static``), the issue's goals as ratios (met or missed, by how much), and the wall time.
@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from metrics_adapter.clustersim import load_workload, scenarios
-from metrics_adapter.clustersim.cli import compare, parse_run_args, settings_from
-from metrics_adapter.clustersim.plot import write_plot
-from metrics_adapter.clustersim.policies import POLICIES
-from metrics_adapter.clustersim.report import Figures, figures, ratio, table, to_json
+from edl_sim.cluster import load_workload, scenarios
+from edl_sim.cluster.cli import compare, parse_run_args, settings_from
+from edl_sim.cluster.plot import write_plot
+from edl_sim.cluster.policies import POLICIES
+from edl_sim.cluster.report import Figures, figures, ratio, table, to_json
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ SIGTERM 3->2 plus a trainer SIGKILL, it prints min / median / max of the pause t
 agent recorded (`edl_trainer_rescale_pause_seconds`: from when training stood still to the
 first step at the new size), of its phases (`edl_trainer_rescale_phase_seconds_total{phase}`),
 and of the outside view: the bench's action (start / SIGTERM / SIGKILL) -> first step at the
-new size. Then, per mode, the seeded fault sequence of tests/integration/elastic_soak.py
+new size. Then, per mode, the seeded fault sequence of tests/support/elastic_soak.py
 (joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped trainer, kills mid-rescale):
 min / median / p90 / max of every recorded pause and of every action's outside view.
 
@@ -47,7 +47,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.integration.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
+from tests.support.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 

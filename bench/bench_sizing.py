@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from metrics_adapter.sizing import Job, Node, Pod, Resources, decide, fit_usl
+from edl_sizing import Job, Node, Pod, Resources, decide, fit_usl
 from metrics_adapter.sizing.kube_objects import JOB_LABEL, assemble, deployment_from, pod_from
 
 GI = 2**30

@@ -4,7 +4,7 @@ Run alone (one rank, no agent)::
 
     python -m examples.train_digits --epochs 20
 
-or under the agent, one agent per rank (see tests/integration/local_agents.py)::
+or under the agent, one agent per rank (see tests/support/local_agents.py)::
 
     edl-agent run --port 9400 -- python -m examples.train_digits
 

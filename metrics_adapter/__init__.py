@@ -1,8 +1,5 @@
 """EDL metrics adapter: Kubernetes custom and external metrics APIs for training jobs."""
 
-from importlib.metadata import PackageNotFoundError, version
+from edl_common.version import edl_version
 
-try:
-    __version__ = version("edl")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = edl_version()

@@ -90,10 +90,10 @@ def resolve_trust(settings: AdapterSettings) -> ClientTrust:
 
 def serve(settings: AdapterSettings) -> int:
     """Validate, prepare TLS, and run the server until terminated."""
-    from metrics_adapter.runtime import AdapterRuntime, load_catalogue
-    from metrics_adapter.server import AdapterServer
-    from metrics_adapter.sources.static import load_static_pods
-    from metrics_adapter.tls import ensure_serving_cert, server_context
+    from metrics_adapter.assembly import AdapterRuntime, load_catalogue
+    from metrics_adapter.http.server import AdapterServer
+    from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.scraping.sources.static import load_static_pods
 
     load_catalogue(settings)  # fail fast, before forking a worker
     if settings.source is SourceKind.STATIC and settings.static_file is None:

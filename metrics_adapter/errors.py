@@ -1,7 +1,8 @@
 """The adapter's own exception types.
 
 Each carries the HTTP status code and the Kubernetes ``metav1.Status`` reason it is rendered as
-at the edge (see :mod:`metrics_adapter.wire`). Callers raise them ``from`` the underlying cause.
+at the edge (see :mod:`metrics_adapter.api.wire_shapes`). Callers raise them ``from`` the
+underlying cause.
 """
 
 from __future__ import annotations

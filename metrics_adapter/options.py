@@ -23,9 +23,9 @@ from edl_common.options import (
     integer,
     number,
 )
+from edl_sizing.resources import RESOURCE_NAMES, Resources
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
 from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES
-from metrics_adapter.sizing.resources import RESOURCE_NAMES, Resources
 
 ENV_PREFIX = "EDL_ADAPTER_"
 

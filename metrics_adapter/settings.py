@@ -11,8 +11,12 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edl_sizing import defaults
+from edl_sizing.decision import SizingPolicy
+from edl_sizing.resources import Resources
 from metrics_adapter.errors import ConfigError
-from metrics_adapter.sizing.resources import Resources
+
+_POLICY = SizingPolicy()
 
 
 class SourceKind(enum.Enum):
@@ -157,19 +161,19 @@ class AdapterSettings:
     """Name of the history ConfigMap."""
     sizing_history_namespace: str | None = None
     """Its namespace (default: the adapter's own, from its service account, else edl-system)."""
-    sizing_interval: float = 10.0
+    sizing_interval: float = defaults.ROUND_INTERVAL_S
     """Seconds between sizing decisions."""
-    sizing_history_interval: float = 30.0
+    sizing_history_interval: float = defaults.HISTORY_INTERVAL_S
     """Seconds between this replica's writes of new observations to the history."""
     sizing_headroom: Resources = field(default_factory=Resources)
     """Room kept free on every node (``--sizing-headroom cpu=250m,memory=512Mi``)."""
-    sizing_hold_off: float = 60.0
+    sizing_hold_off: float = _POLICY.hold_off_s
     """Seconds after a job grew before it may grow again."""
-    sizing_payback: float = 300.0
+    sizing_payback: float = _POLICY.payback_s
     """Seconds within which a growth must make up for the job's measured rescale pause."""
-    sizing_exploration: float = 2.0
+    sizing_exploration: float = _POLICY.exploration
     """Never grow a job beyond this multiple of the largest size measured."""
-    sizing_default_max_workers: int = 16
+    sizing_default_max_workers: int = defaults.DEFAULT_MAX_WORKERS
     """Max workers of a job without the ``edl.paddlepaddle.org/max-workers`` annotation."""
 
     def __post_init__(self) -> None:

@@ -4,8 +4,8 @@
     python scripts/options_docs.py --check  # exit 1 naming each stale block (the unit suite)
 
 Each table lives once, in code (`agent/config.py`, `agent/checkpoints/settings.py`,
-`metrics_adapter/options.py`, `metrics_adapter/hpa/cli.py`,
-`metrics_adapter/clustersim/cli.py`); the docs show what `--help` shows.
+`metrics_adapter/options.py`, `edl_sim/hpa/cli.py`,
+`edl_sim/cluster/cli.py`); the docs show what `--help` shows.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from agent.config import OPTIONS as AGENT
 from agent.elastic.runner import ELASTIC_TABLE
 from edl_common.options import Option, markdown_table, replace_block
-from metrics_adapter.clustersim.cli import RUN as SIM_RUN
-from metrics_adapter.hpa.cli import COMMON, SIMULATE, TUNE
+from edl_sim.cluster.cli import RUN as SIM_RUN
+from edl_sim.hpa.cli import COMMON, SIMULATE, TUNE
 from metrics_adapter.options import OPTIONS as ADAPTER
 
 ROOT = Path(__file__).resolve().parents[1]

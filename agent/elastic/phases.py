@@ -4,7 +4,7 @@
 reported timings, the stall watchdog's verdicts, the signal asking it to leave), calls
 `transition`, and executes the actions it returns. Only this module decides; it reads no
 file, process or clock, so every path, detours included, is table-tested without processes
-(`tests/unit/elastic/test_phases.py`). See `Phase` for what each phase does.
+(`tests/unit/agent/elastic/test_phases.py`). See `Phase` for what each phase does.
 
 The phases are the ones the agent really goes through: besides the usual STANDBY, FORMING,
 RUNNING, DRAINING, REGROUPING, FINISHED and LEAVING there is STARTING (the warm trainer

@@ -6,7 +6,7 @@ A job grows into freed capacity, shrinks for a higher-priority arrival and loses
   rules) and other work, a scheduler that binds by priority; it writes the files the adapter
   reads;
 * :mod:`.control` the real ``edl-adapter`` with its sizer on that capacity file, and the HPA
-  model (``metrics_adapter.hpa``) reading ``desired_replicas`` over HTTPS every sync;
+  model (``edl_sim.hpa``) reading ``desired_replicas`` over HTTPS every sync;
 * :mod:`.kubelet` one ``edl-agent run --elastic`` process per bound pod (local membership,
   in-process re-init);
 * :mod:`.story` the scripted acts, each waiting on what the job has done;
@@ -16,6 +16,7 @@ A job grows into freed capacity, shrinks for a higher-priority arrival and loses
   no process outlives the demo; :mod:`.run` one run, tick by tick; :mod:`.cli` the options.
 
 It is a package rather than one file because each part has one job and the unit tests take
-them one at a time (``tests/unit/demo``); ``make demo-cluster`` (:mod:`.on_cluster`) replays
+them one at a time (``tests/unit/examples/demo``); ``make demo-cluster`` (:mod:`.on_cluster`)
+replays
 the same story on the e2e harness's real control plane.
 """

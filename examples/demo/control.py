@@ -5,7 +5,7 @@ file the simulated cluster writes (it scrapes their agents), the sizer on the st
 capacity file (re-read when it changes). :class:`HpaLoop` is the HPA: every sync period it
 reads the External metric ``desired_replicas`` through the external metrics API, exactly the
 request kube-controller-manager makes, and steps the HPA model
-(`metrics_adapter.hpa.HorizontalController`) of the example HPA
+(`edl_sim.hpa.HorizontalController`) of the example HPA
 ``manifests/examples/digits-trainer/hpa-sizing.yaml`` on it.
 """
 
@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
+from edl_common.quantity import milli_value
+from edl_sim.hpa.controller import ControllerSettings, Decision, HorizontalController
+from edl_sim.hpa.manifest import load_hpa
+from edl_sim.hpa.sync import MetricValues
 from examples.demo.cluster import JOB_LABEL, JobSpec
 from examples.demo.probe import fetch_json, insecure_tls
 from examples.demo.processes import ProcessGroup
-from metrics_adapter.hpa.controller import ControllerSettings, Decision, HorizontalController
-from metrics_adapter.hpa.decision import MetricValues
-from metrics_adapter.hpa.manifest import load_hpa
-from metrics_adapter.quantity import milli_value
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HPA_FILE = REPO_ROOT / "manifests" / "examples" / "digits-trainer" / "hpa-sizing.yaml"

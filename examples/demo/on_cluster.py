@@ -33,13 +33,13 @@ import requests
 import yaml
 from kubernetes import config
 
+from edl_common.quantity import parse_quantity
 from examples.demo.cli import main
 from examples.demo.control import HPA_FILE
 from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
 from examples.demo.story import Stage
 from examples.demo.telemetry import JobTelemetry, World, parse_world
 from examples.demo.view import ClusterState, PodView, Sizer, cluster_state
-from metrics_adapter.quantity import parse_quantity
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.nodes import NodeSpec

@@ -16,8 +16,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from metrics_adapter.auth.identity import ANONYMOUS, Credentials, UserInfo
-from metrics_adapter.blocking import may_block
 from metrics_adapter.errors import AuthError, UnauthorizedError
+from metrics_adapter.http.blocking import may_block
 
 
 class Authenticator(Protocol):

@@ -9,8 +9,8 @@ from typing import Protocol
 
 from metrics_adapter.auth.authn import drop_expired
 from metrics_adapter.auth.identity import RequestAttributes
-from metrics_adapter.blocking import may_block
 from metrics_adapter.errors import AuthError, ForbiddenError
+from metrics_adapter.http.blocking import may_block
 
 
 class Authorizer(Protocol):

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edl_sizing.capacity import CapacitySource
+from edl_sizing.history import HistoryStore, MemoryHistoryStore
 from metrics_adapter.errors import ConfigError
 from metrics_adapter.settings import AdapterSettings
-from metrics_adapter.sizing.capacity import CapacitySource, FileCapacitySource
-from metrics_adapter.sizing.history import HistoryStore, MemoryHistoryStore
+from metrics_adapter.sizing.capacity_file import FileCapacitySource
 from metrics_adapter.sizing.kube_objects import JobDefaults
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -33,7 +34,7 @@ class BackendContext:
 
 
 def _kubernetes_capacity(ctx: BackendContext) -> CapacitySource:
-    from metrics_adapter.sizing.kubernetes import KubernetesCapacitySource
+    from metrics_adapter.sizing.cluster_watch import KubernetesCapacitySource
 
     defaults = JobDefaults(max_workers=ctx.settings.sizing_default_max_workers)
     return KubernetesCapacitySource(
@@ -64,7 +65,7 @@ def history_namespace(settings: AdapterSettings) -> str:
 
 
 def _configmap_history(ctx: BackendContext) -> HistoryStore:
-    from metrics_adapter.sizing.configmap import ConfigMapHistoryStore
+    from metrics_adapter.sizing.history_configmap import ConfigMapHistoryStore
 
     s = ctx.settings
     return ConfigMapHistoryStore(ctx.api_client(), history_namespace(s), s.sizing_history_configmap)

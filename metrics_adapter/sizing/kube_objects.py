@@ -2,7 +2,7 @@
 
 Pure functions: a watch keeps compact records made here (only what the sizer reads, so
 memory stays small on large clusters), and :func:`assemble` turns them into a
-:class:`~metrics_adapter.sizing.capacity.ClusterSnapshot`.
+:class:`~edl_sizing.capacity.ClusterSnapshot`.
 
 A **job** is a Deployment labelled ``edl.paddlepaddle.org/job: <name>``; its workers are
 the pods its selector matches. Its annotations (all optional):
@@ -31,10 +31,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from metrics_adapter.selector import LabelSelector, Operator, Requirement
-from metrics_adapter.sizing.capacity import ClusterSnapshot
-from metrics_adapter.sizing.cluster import Job, Node, Pod, Taint, Toleration
-from metrics_adapter.sizing.resources import ResourceError, Resources
+from edl_sizing.capacity import ClusterSnapshot
+from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.resources import ResourceError, Resources
+from metrics_adapter.api.selectors import LabelSelector, Operator, Requirement
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from metrics_adapter.sizing.decision import Plan, Reason
-from metrics_adapter.sizing.resources import GPU, Resources
+from edl_sizing.decision import Plan, Reason
+from edl_sizing.resources import GPU, Resources
 
 _JOB = ["namespace", "job", "deployment"]
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import agent.cli
+import edl_sim.cluster.cli
+import edl_sim.hpa.cli
 import metrics_adapter.cli
-import metrics_adapter.clustersim.cli
-import metrics_adapter.hpa.cli
 from agent.config import OPTIONS as AGENT_OPTIONS
 from agent.elastic.runner import ELASTIC_TABLE
 from edl_common.options import LIST, PATH, TEXT, Option
@@ -83,18 +83,18 @@ CLIS = (
             f"edl-hpa {command}",
             table,
             _hpa_argv(command),
-            metrics_adapter.hpa.cli.main,
-            metrics_adapter.hpa.cli,
+            edl_sim.hpa.cli.main,
+            edl_sim.hpa.cli,
             command,
         )
-        for command, table in metrics_adapter.hpa.cli.TABLES.items()
+        for command, table in edl_sim.hpa.cli.TABLES.items()
     ),
     Cli(
         "edl-sim run",
-        metrics_adapter.clustersim.cli.RUN,
+        edl_sim.cluster.cli.RUN,
         _sim_argv,
-        metrics_adapter.clustersim.cli.main,
-        metrics_adapter.clustersim.cli,
+        edl_sim.cluster.cli.main,
+        edl_sim.cluster.cli,
         "_run",
     ),
 )

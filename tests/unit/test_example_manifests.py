@@ -9,9 +9,10 @@ import yaml
 
 from agent.cli import build_parser, parse_args
 from agent.elastic.runner import elastic_options
-from metrics_adapter.catalogue import MetricCatalogue
-from metrics_adapter.hpa.manifest import parse_hpa
-from metrics_adapter.selector import LabelSelector
+from edl_sim.hpa.manifest import parse_hpa
+from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.providers.sizing import DESIRED_REPLICAS
+from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
     MAX_WORKERS,
@@ -20,7 +21,6 @@ from metrics_adapter.sizing.kube_objects import (
     deployment_from,
     job_from,
 )
-from metrics_adapter.sizing.provider import DESIRED_REPLICAS
 from tests.support.kustomize import ROOT, render
 
 EXAMPLE = "manifests/examples/digits-trainer"

@@ -104,7 +104,11 @@ class MetricsAdapter:
     def _catalogue_args(self) -> list[str]:
         if self.settings.window is None:
             return []
-        text = resources.files("metrics_adapter").joinpath("catalogue.default.yaml").read_text()
+        text = (
+            resources.files("metrics_adapter.scraping")
+            .joinpath("catalogue.default.yaml")
+            .read_text()
+        )
         catalogue = yaml.safe_load(text)
         catalogue["window"] = self.settings.window
         path = self.cp.work_dir / f"{self.settings.name}-catalogue.yaml"

@@ -1,6 +1,6 @@
 """Differential check of the HPA model against the real kube-controller-manager.
 
-Three pieces, used by `tests/e2e/test_hpa_differential.py`:
+Three pieces, used by `tests/e2e/edl_sim/test_hpa_differential.py`:
 
 * `read_syncs`: the HPA controller's own account of each sync of one HPA, from
   kube-controller-manager's log (`--vmodule=horizontal=4`): the time of the sync, the metric
@@ -41,9 +41,9 @@ from urllib.parse import quote
 
 import requests
 
-from metrics_adapter.hpa import HorizontalController, MetricValues, PodState
-from metrics_adapter.hpa.kube import pod_states
-from metrics_adapter.quantity import milli_value
+from edl_common.quantity import milli_value
+from edl_sim.hpa import HorizontalController, MetricValues, PodState
+from edl_sim.hpa.kube import pod_states
 
 BRACKET_S = 0.5
 """How long before its "Proposing" line the controller may have read metrics and pods."""

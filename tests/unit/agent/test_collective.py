@@ -1,6 +1,6 @@
 """GradientAllReduce without a collective: bucketing, and the one-rank no-op.
 
-The real 2-rank all-reduce over gloo is exercised by tests/integration/test_agent_exporter.py,
+The real 2-rank all-reduce over gloo is exercised by tests/integration/agent/test_agent_exporter.py,
 which checks the exact comm bytes per step.
 """
 

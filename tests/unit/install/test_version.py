@@ -12,8 +12,8 @@ import agent
 import metrics_adapter
 from agent.app import create_registry
 from agent.cli import main as agent_main
+from edl_sim.hpa.cli import main as hpa_main
 from metrics_adapter.cli import main as adapter_main
-from metrics_adapter.hpa.cli import main as hpa_main
 from metrics_adapter.selfmetrics import AdapterMetrics
 from tests.unit.agent.helpers import StubTrainer
 

@@ -1,0 +1,99 @@
+"""Resource-aware elastic sizing: how many workers each training job should run now.
+
+The core of this package is pure (no Kubernetes, Flask or clock): the adapter, the cluster
+simulator and ``make demo`` all call the same :func:`decide`.
+
+**In** (plain frozen dataclasses, :mod:`.cluster`):
+
+* :class:`Node`: ``name``, ``allocatable`` (:class:`Resources`: ``cpu`` cores, ``memory``
+  bytes, ``gpu`` ``nvidia.com/gpu`` devices), ``ready``, ``schedulable``, ``taints``,
+  ``labels``.
+* :class:`Pod`: ``namespace``, ``name``, ``requests``, ``priority`` (int), ``node`` (None:
+  Pending), ``job`` (the ``namespace/name`` key of the job it is a worker of, or None),
+  ``tolerations``, ``node_selector``.
+* :class:`Job`: ``namespace``, ``name``, ``worker`` (requests of one worker), ``replicas``
+  (current), ``min_replicas``, ``max_replicas``, ``weight``, ``min_marginal_speedup``,
+  ``priority``, ``arrival`` (s), ``last_rescale`` (s, last growth; None: unknown),
+  ``rescale_pause_s`` (s), ``observed`` (world size -> samples/s), ``error`` (bad input:
+  the job falls back to its current replicas).
+* :class:`SizingPolicy`: ``headroom`` per node, ``hold_off_s``, ``payback_s``,
+  ``exploration`` (x the largest size measured), ``prior`` (:class:`ScalingPrior`).
+* ``now``: seconds on the same clock as ``arrival`` and ``last_rescale``.
+
+**Out**: a :class:`Plan` (``jobs``: key -> :class:`JobDecision` with ``current``,
+``desired``, ``limited_by`` (:class:`Reason`), ``message``, ``marginal_speedup`` (ratio
+to one worker's throughput), the fitted :class:`ScalingCurve`, planned workers per node;
+plus ``allocatable`` and ``free`` summed over usable nodes, the protected pending pods
+and where they were placed, the room left per node). ``Plan.to_dict()`` is its JSON form.
+
+Around the core: :class:`CapacitySource` (``snapshot() -> ClusterSnapshot | None``) with
+:class:`StaticCapacitySource` here and a Kubernetes one in :mod:`.kubernetes`;
+:class:`SizeHistory` and :class:`HistoryStore` (memory here, a ConfigMap in
+:mod:`.configmap`) keep the per-size throughput every replica decides from.
+
+Example::
+
+    from edl_sizing import Job, Node, Resources, decide
+    plan = decide(
+        [Node("n1", Resources(cpu=4))], [],
+        [Job("default", "digits", Resources(cpu=1), replicas=1, max_replicas=4)],
+        now=0.0,
+    )
+    plan.jobs["default/digits"].desired   # 2: grows, capped at 2x the largest size measured
+"""
+
+from edl_sizing.capacity import (
+    CapacityError,
+    CapacitySource,
+    ClusterSnapshot,
+    StaticCapacitySource,
+    snapshot_from_dict,
+)
+from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.decision import (
+    Demand,
+    JobDecision,
+    Plan,
+    Reason,
+    SizingPolicy,
+    decide,
+    job_error,
+)
+from edl_sizing.history import (
+    HistoryError,
+    HistoryStore,
+    MemoryHistoryStore,
+    SizeHistory,
+)
+from edl_sizing.resources import GPU, ResourceError, Resources
+from edl_sizing.scaling import ScalingCurve, ScalingPrior, fit_usl
+
+__all__ = [
+    "GPU",
+    "CapacityError",
+    "CapacitySource",
+    "ClusterSnapshot",
+    "Demand",
+    "HistoryError",
+    "HistoryStore",
+    "Job",
+    "JobDecision",
+    "MemoryHistoryStore",
+    "Node",
+    "Plan",
+    "Pod",
+    "Reason",
+    "ResourceError",
+    "Resources",
+    "ScalingCurve",
+    "ScalingPrior",
+    "SizeHistory",
+    "SizingPolicy",
+    "StaticCapacitySource",
+    "Taint",
+    "Toleration",
+    "decide",
+    "fit_usl",
+    "job_error",
+    "snapshot_from_dict",
+]

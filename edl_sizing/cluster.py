@@ -1,0 +1,138 @@
+"""What the sizer sees of a cluster: nodes, pods and elastic jobs, as plain values.
+
+A capacity source (:mod:`edl_sizing.capacity`) builds these from Kubernetes
+objects, a static file or a simulator; the decision (:mod:`edl_sizing.decision`)
+reads nothing else. Times are seconds on the caller's clock (the same clock as ``now``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from edl_sizing.resources import Resources
+
+_HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint; only ``NoSchedule`` and ``NoExecute`` keep pods off the node."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration, matched as the scheduler does (``Equal`` or ``Exists``)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether this toleration lets a pod onto a node with ``taint``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
+    """Whether every hard taint of a node is tolerated."""
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+        if taint.effect in _HARD_EFFECTS
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node: what it can hold and whether new pods may land on it."""
+
+    name: str
+    allocatable: Resources
+    ready: bool = True
+    """The node's Ready condition is True."""
+    schedulable: bool = True
+    """Not cordoned (``spec.unschedulable`` unset)."""
+    taints: tuple[Taint, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def accepts(
+        self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
+    ) -> bool:
+        """Whether a pod with these tolerations and node selector may be placed here."""
+        if not (self.ready and self.schedulable):
+            return False
+        if any(self.labels.get(k) != v for k, v in node_selector.items()):
+            return False
+        return tolerated(self.taints, tolerations)
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A non-terminal pod: what it requests and where it runs (``node`` None: Pending)."""
+
+    namespace: str
+    name: str
+    requests: Resources
+    priority: int = 0
+    node: str | None = None
+    """The node it is bound to; None while Pending (not yet scheduled)."""
+    job: str | None = None
+    """The key (``namespace/name``) of the job whose worker this is; None for other pods."""
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """An elastic training job (a trainer Deployment) and what the sizer knows about it.
+
+    ``observed`` maps a world size (workers) to the job's measured throughput at that size
+    (samples per second, any consistent unit: only ratios matter). ``error`` set means the
+    job's own description is bad (an annotation, its pod template): the sizer then keeps
+    its current replicas and touches nothing of it.
+    """
+
+    namespace: str
+    name: str
+    worker: Resources
+    """Requests of one worker pod."""
+    replicas: int = 0
+    """Workers the job has now (the Deployment's ``spec.replicas``)."""
+    min_replicas: int = 1
+    max_replicas: int = 1
+    weight: float = 1.0
+    """Fairness weight: a job of weight 2 is worth twice the marginal speed-up."""
+    min_marginal_speedup: float = 0.05
+    """Grow only while one more worker adds at least this much throughput, relative to one
+    worker's (the gain of worker n+1 is X(n+1) - X(n) over X(1))."""
+    priority: int = 0
+    """The value of the job's PriorityClass."""
+    arrival: float = 0.0
+    """When the job was created (orders waiting jobs of equal priority)."""
+    last_rescale: float | None = None
+    """When the job last gained a worker (growth hold-off); None: not known."""
+    rescale_pause_s: float = 0.0
+    """Measured mean pause of training at a rescale, seconds (0: not measured)."""
+    observed: Mapping[int, float] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``: how pods and decisions refer to the job."""
+        return f"{self.namespace}/{self.name}"

@@ -1,0 +1,621 @@
+"""The sizing decision: how many workers each elastic job should run now.
+
+A pure function of its inputs (nodes, pods, jobs, policy, ``now``): no clock, no I/O, the
+same inputs always give the same plan. One round, in order:
+
+1. **What runs.** Every bound pod takes its requests from its node; a node's room is its
+   allocatable minus those requests minus the policy's headroom. Only Ready, schedulable
+   nodes offer room; taints the pod does not tolerate and node selectors are respected.
+2. **Fallback.** A job whose description is bad (``Job.error``, min > max, a negative
+   weight, a worker that requests nothing) keeps its current replicas (reason
+   ``fallback``); its workers keep their room, nothing else about it changes.
+3. **Claims, by priority.** Pending pods that are not a job's workers and whose priority is
+   at least the lowest job priority are *protected demand*; a waiting job (fewer workers
+   than its minimum) claims its minimum. Claims are served highest priority first, pods
+   before jobs at equal priority, larger pods first (first-fit decreasing). A claim that
+   does not fit takes the room of extra workers (above their minimum) of jobs of no higher
+   priority, lowest marginal value first, on the node where that costs least; those jobs
+   shrink at once (reason ``protected_demand``). A job minimum that cannot be met even so
+   waits (reason ``waiting``; it is served its minimum and takes nothing).
+4. **Granted workers.** A job's workers that are created but not yet bound keep their place
+   while they fit (they were granted in an earlier round).
+5. **Growth.** One worker at a time to the job with the highest
+   ``weight * marginal speed-up / dominant share of one worker`` (a job already growing
+   this round counts ``rescale_margin`` times that: it rescales anyway, so scarce room goes
+   to fewer jobs in larger steps), while the job is below
+   its maximum, a worker fits a node, the marginal speed-up is at least the job's
+   threshold, the job's last growth is older than the hold-off, and the size stays within
+   ``exploration`` x the largest size measured. A job's growth in the round must pay back
+   its measured rescale pause within ``payback_s``, or it is undone.
+
+Every job gets one reason for the size it ended at (the ``limited_by`` vocabulary of
+docs/metrics-contract.md) and a one-line message, e.g. "grew to 6: 2 CPUs free on node-3,
+marginal speed-up 0.71".
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from edl_sizing.cluster import Job, Node, Pod
+from edl_sizing.packing import Packing
+from edl_sizing.resources import Resources
+from edl_sizing.scaling import ScalingCurve, ScalingPrior, fit_usl
+
+
+class Reason(enum.Enum):
+    """What stopped a job at its size (``edl_adapter_sizing_limited_by{reason}``)."""
+
+    AT_MAX = "at_max"
+    NO_CAPACITY = "no_capacity"
+    LOW_MARGINAL_GAIN = "low_marginal_gain"
+    HOLD_OFF = "hold_off"
+    PROTECTED_DEMAND = "protected_demand"
+    WAITING = "waiting"
+    FALLBACK = "fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class SizingPolicy:
+    """Cluster-wide knobs of the decision."""
+
+    headroom: Resources = field(default_factory=Resources)
+    """Kept free on every node (never planned for workers)."""
+    hold_off_s: float = 60.0
+    """No growth within this many seconds of the job's last growth."""
+    payback_s: float = 300.0
+    """A growth must make up for its rescale pause within this many seconds."""
+    exploration: float = 2.0
+    """Never grow beyond this multiple of the largest size measured (at least 1 assumed)."""
+    rescale_margin: float = 2.0
+    """How much more a worker must be worth to cost a job a rescale it would not have this
+    round (>= 1): free room goes to a job already growing while its next worker is worth
+    at least 1/margin of the best other's, so it is given in fewer, larger steps."""
+    prior: ScalingPrior = field(default_factory=ScalingPrior)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDecision:
+    """The outcome for one job."""
+
+    job: str
+    """``namespace/name``."""
+    current: int
+    desired: int
+    limited_by: Reason
+    message: str
+    marginal_speedup: float
+    """What one more worker would add at ``desired``, relative to one worker."""
+    min_replicas: int
+    max_replicas: int
+    curve: ScalingCurve
+    nodes: Mapping[str, int] = field(default_factory=dict)
+    """Planned workers per node (bound ones on nodes that offer no room are not listed)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the debug endpoint)."""
+        return {
+            "job": self.job,
+            "current": self.current,
+            "desired": self.desired,
+            "limitedBy": self.limited_by.value,
+            "message": self.message,
+            "marginalSpeedup": round(self.marginal_speedup, 4),
+            "minReplicas": self.min_replicas,
+            "maxReplicas": self.max_replicas,
+            "curve": {
+                "sigma": round(self.curve.sigma, 6),
+                "kappa": round(self.curve.kappa, 6),
+                "samplesPerSecondAtOne": self.curve.lam,
+                "sizesMeasured": self.curve.sizes,
+                "largestMeasured": self.curve.largest,
+            },
+            "nodes": dict(self.nodes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A protected pending pod and where the dry run put it (``node`` None: nowhere)."""
+
+    pod: str
+    priority: int
+    requests: Resources
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One round's decisions and the capacity it saw."""
+
+    now: float
+    jobs: Mapping[str, JobDecision]
+    """By job key."""
+    allocatable: Resources
+    """Summed over Ready, schedulable nodes."""
+    free: Resources
+    """Free room (after headroom) summed over those nodes, before the plan."""
+    protected: tuple[Demand, ...] = ()
+    node_free: Mapping[str, Resources] = field(default_factory=dict)
+    """Room left per node after the plan."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the debug endpoint)."""
+        return {
+            "now": self.now,
+            "allocatable": self.allocatable.to_dict(),
+            "free": self.free.to_dict(),
+            "protectedPending": [
+                {
+                    "pod": d.pod,
+                    "priority": d.priority,
+                    "requests": d.requests.to_dict(),
+                    "node": d.node,
+                }
+                for d in self.protected
+            ],
+            "nodeFree": {name: r.to_dict() for name, r in sorted(self.node_free.items())},
+            "jobs": [self.jobs[k].to_dict() for k in sorted(self.jobs)],
+        }
+
+
+def job_error(job: Job) -> str | None:
+    """Why the job cannot be sized (None: it can)."""
+    if job.error:
+        return job.error
+    if job.min_replicas < 0 or job.max_replicas < 1:
+        return f"min {job.min_replicas} / max {job.max_replicas} workers: need min >= 0, max >= 1"
+    if job.min_replicas > job.max_replicas:
+        return f"min {job.min_replicas} is above max {job.max_replicas} workers"
+    if not (math.isfinite(job.weight) and job.weight >= 0):
+        return f"weight {job.weight} must be a number >= 0"
+    if not math.isfinite(job.min_marginal_speedup):
+        return f"min marginal speed-up {job.min_marginal_speedup} is not a number"
+    if job.worker.is_zero:
+        return "its pod template requests no CPU, memory or GPU: one worker's size is unknown"
+    return None
+
+
+@dataclass(slots=True)
+class _State:
+    """A job during the round (mutable)."""
+
+    job: Job
+    curve: ScalingCurve
+    share: float
+    count: int
+    error: str | None = None
+    reason: Reason | None = None
+    waiting: bool = False
+    shrunk_for: list[tuple[str, int]] = field(default_factory=list)
+    """(pod or job key, its priority) this job gave workers up for."""
+    grown: list[str] = field(default_factory=list)
+    """Nodes the workers added this round went to."""
+    room_before: dict[str, Resources] = field(default_factory=dict)
+    """Free room of each node this round's growth used, before the round's first worker."""
+    granted: int = 0
+    """Created-but-unbound workers kept this round (the job grows: it is no one's donor)."""
+    took: list[tuple[_State, str]] = field(default_factory=list)
+    """(donor, node) of each worker this job's growth took from another job this round."""
+    gave: list[tuple[str, float, float]] = field(default_factory=list)
+    """(job key, marginal speed-up there, marginal speed-up here) of each worker this job
+    gave up to a job where it is worth more."""
+
+    def value(self, n: int) -> float:
+        """Marginal value of the job's n-th worker: what removing it costs."""
+        return self.job.weight * self.curve.marginal(n - 1) / max(self.share, 1e-12)
+
+
+def decide(
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    jobs: Sequence[Job],
+    policy: SizingPolicy = SizingPolicy(),
+    now: float = 0.0,
+) -> Plan:
+    """One sizing round (see the module docstring); pure and deterministic."""
+    eligible = [n for n in sorted(nodes, key=lambda n: n.name) if n.ready and n.schedulable]
+    allocatable = sum((n.allocatable for n in eligible), Resources())
+    packing = Packing(eligible, {n.name: n.allocatable - policy.headroom for n in eligible})
+    states: dict[str, _State] = {}
+    for job in sorted(jobs, key=lambda j: j.key):
+        if job.key not in states:
+            curve = fit_usl(job.observed, policy.prior)
+            states[job.key] = _State(job, curve, job.worker.dominant_share(allocatable), 0)
+            states[job.key].error = job_error(job)
+    for pod in sorted(pods, key=lambda p: p.key):
+        if pod.node is None:
+            continue
+        owner = states.get(pod.job) if pod.job is not None else None
+        if owner is not None:
+            owner.count += 1
+        if pod.node in packing.free:
+            if owner is not None and owner.error is None:
+                packing.place(pod.node, owner.job.worker, owner.job.key)
+            else:
+                packing.place(pod.node, pod.requests)
+    free = sum((r.clamped() for r in packing.free.values()), Resources())
+    valid = [s for s in states.values() if s.error is None]
+    for s in valid:
+        _trim_to_max(packing, s)
+    demands = _serve_claims(packing, states, valid, pods)
+    _keep_granted(packing, valid, policy)
+    _grow(packing, valid, policy, now)
+    decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
+    return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
+
+
+def _trim_to_max(packing: Packing, s: _State) -> None:
+    key, worker = s.job.key, s.job.worker
+    while s.count > s.job.max_replicas:
+        placed = packing.workers.get(key, {})
+        if placed:
+            node = max(placed, key=lambda n: (placed[n], n))
+            packing.release(node, worker, key)
+        s.count -= 1
+        s.reason = Reason.AT_MAX
+
+
+def _serve_claims(
+    packing: Packing, states: dict[str, _State], valid: list[_State], pods: Sequence[Pod]
+) -> list[Demand]:
+    if not valid:
+        return []
+    lowest = min(s.job.priority for s in valid)
+    total = sum((n.allocatable for n in packing.nodes), Resources())
+    claims: list[tuple[tuple[Any, ...], Pod | _State]] = []
+    for pod in pods:
+        if pod.node is None and pod.job not in states and pod.priority >= lowest:
+            order = (-pod.priority, 0, -pod.requests.dominant_share(total), pod.key)
+            claims.append((order, pod))
+    for s in valid:
+        if s.count < s.job.min_replicas:
+            claims.append(((-s.job.priority, 1, s.job.arrival, s.job.key), s))
+    demands = []
+    for _, claim in sorted(claims, key=lambda c: c[0]):
+        if isinstance(claim, Pod):
+            demands.append(_place_pod(packing, states, claim))
+        else:
+            _place_minimum(packing, states, claim)
+    return demands
+
+
+def _place_pod(packing: Packing, states: dict[str, _State], pod: Pod) -> Demand:
+    node = packing.first_fit(pod.requests, pod.tolerations, pod.node_selector)
+    if node is None:
+        found = _make_room(packing, states, pod.requests, pod, pod.priority, None)
+        if found is not None:
+            node, removals = found
+            for job_key, on in removals:
+                s = states[job_key]
+                packing.release(on, s.job.worker, job_key)
+                s.count -= 1
+                s.shrunk_for.append((pod.key, pod.priority))
+    if node is not None:
+        packing.place(node, pod.requests)
+    return Demand(pod.key, pod.priority, pod.requests, node)
+
+
+def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> None:
+    """Places the job's minimum as one transaction: all of it, or nothing (it waits)."""
+    saved = packing.copy()
+    trial = packing
+    counts = {k: st.count for k, st in states.items()}
+    shrunk: list[str] = []
+    job = s.job
+    for _ in range(job.min_replicas - s.count):
+        node = trial.first_fit(job.worker, job.tolerations, job.node_selector)
+        if node is None:
+            found = _make_room(trial, states, job.worker, job, job.priority, job.key, counts)
+            if found is None:
+                s.waiting = True
+                packing.restore(saved)
+                return
+            node, removals = found
+            for job_key, on in removals:
+                trial.release(on, states[job_key].job.worker, job_key)
+                counts[job_key] -= 1
+                shrunk.append(job_key)
+        trial.place(node, job.worker, job.key)
+        counts[job.key] += 1
+    for job_key in shrunk:
+        states[job_key].shrunk_for.append((job.key, job.priority))
+    for job_key, count in counts.items():
+        states[job_key].count = count
+
+
+def _make_room(
+    packing: Packing,
+    states: dict[str, _State],
+    requests: Resources,
+    who: Pod | Job,
+    priority: int,
+    exclude: str | None,
+    counts: Mapping[str, int] | None = None,
+    cost_limit: float = math.inf,
+    consolidate: bool = False,
+) -> tuple[str, list[tuple[str, str]]] | None:
+    """The cheapest node and the extra workers to remove there so that ``requests`` fits.
+
+    With ``cost_limit``, what is removed must be worth less than that in all. With
+    ``consolidate``, workers of jobs that already give some up this round go first (fewer
+    jobs rescale), then the lowest marginal value; otherwise the lowest marginal value.
+    """
+    best: tuple[int, float, int, str, list[tuple[str, str]]] | None = None
+    for node in packing.candidates(who.tolerations, who.node_selector):
+        room = packing.free[node.name]
+        taken: dict[str, int] = {}
+        removed: list[tuple[str, str]] = []
+        cost = 0.0
+        fresh = 0
+        while not requests.fits_in(room):
+            options = []
+            for job_key in sorted(packing.by_node.get(node.name, ())):
+                s = states.get(job_key)
+                if s is None or s.error is not None or job_key == exclude:
+                    continue
+                if s.job.priority > priority:
+                    continue
+                gone = taken.get(job_key, 0)
+                left = (counts[job_key] if counts is not None else s.count) - gone
+                if packing.workers_on(job_key, node.name) - gone <= 0:
+                    continue
+                if left <= s.job.min_replicas:
+                    continue
+                value = s.value(left)
+                if cost + value >= cost_limit:
+                    continue
+                new_donor = int(consolidate and not (gone or s.gave))
+                options.append((new_donor, value, job_key))
+            if not options:
+                break
+            added, value, job_key = min(options)
+            fresh += added
+            taken[job_key] = taken.get(job_key, 0) + 1
+            removed.append((job_key, node.name))
+            cost += value
+            room = room + states[job_key].job.worker
+        if requests.fits_in(room):
+            candidate = (fresh, cost, len(removed), node.name, removed)
+            if best is None or candidate[:4] < best[:4]:
+                best = candidate
+    return (best[3], best[4]) if best is not None else None
+
+
+def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
+    """Created-but-unbound workers keep their place.
+
+    They keep it while they fit, or while the room they were granted by taking another
+    job's worker is still worth taking (the donor's HPA may not have scaled it down yet).
+    """
+    for s in sorted(valid, key=lambda s: (-s.job.priority, s.job.arrival, s.job.key)):
+        if s.waiting or s.shrunk_for:
+            continue
+        job = s.job
+        while s.count < min(job.replicas, job.max_replicas):
+            node = packing.first_fit(job.worker, job.tolerations, job.node_selector)
+            if node is None and not s.gave:
+                node = _displace(packing, valid, s, policy)
+            if node is None:
+                s.reason = Reason.NO_CAPACITY
+                break
+            packing.place(node, job.worker, job.key)
+            s.count += 1
+            s.granted += 1
+    for s in valid:
+        s.took.clear()  # kept workers are no growth of this round: nothing to undo
+
+
+def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPolicy) -> str | None:
+    """Room for one more worker of ``s`` taken from other jobs' extra workers worth less.
+
+    A donor is a job of no higher priority that neither grows this round nor gives room to
+    protected demand or a waiting minimum, above its minimum; what it loses must be worth
+    less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
+    this round is preferred (it rescales anyway). Returns the node (its room is freed).
+    """
+    limit = s.value(s.count + 1) / max(1.0, policy.rescale_margin)
+    donors = {
+        o.job.key: o
+        for o in valid
+        if o is not s and not (o.grown or o.granted or o.waiting or o.shrunk_for)
+    }
+    job = s.job
+    found = _make_room(
+        packing, donors, job.worker, job, job.priority, job.key, cost_limit=limit, consolidate=True
+    )
+    if found is None:
+        return None
+    node, removals = found
+    for donor_key, on in removals:
+        o = donors[donor_key]
+        packing.release(on, o.job.worker, donor_key)
+        o.count -= 1
+        o.gave.append((job.key, s.curve.marginal(s.count), o.curve.marginal(o.count)))
+        s.took.append((o, on))
+    return node
+
+
+def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: float) -> None:
+    start = {s.job.key: s.count for s in valid}
+    excluded: set[str] = {
+        s.job.key for s in valid if s.waiting or s.shrunk_for or s.reason is Reason.NO_CAPACITY
+    }
+    for _ in range(len(valid) + 1):
+        growing = [s for s in valid if s.job.key not in excluded]
+        _grow_greedily(packing, growing, policy, now, valid)
+        unpaid = [s for s in valid if s.grown and not _pays_back(s, start[s.job.key], policy)]
+        if not unpaid:
+            return
+        for s in unpaid:
+            for node in s.grown:
+                packing.release(node, s.job.worker, s.job.key)
+            for donor, node in s.took:
+                packing.place(node, donor.job.worker, donor.job.key)
+                donor.count += 1
+                donor.gave = [g for g in donor.gave if g[0] != s.job.key]
+            s.count, s.grown, s.room_before, s.took = start[s.job.key], [], {}, []
+            s.reason = Reason.LOW_MARGINAL_GAIN
+            excluded.add(s.job.key)
+        for s in valid:
+            if s.job.key not in excluded:
+                s.reason = None
+
+
+def _grow_greedily(
+    packing: Packing,
+    candidates: list[_State],
+    policy: SizingPolicy,
+    now: float,
+    valid: list[_State],
+) -> None:
+    """One worker at a time to the best job, until no job can grow.
+
+    A job's score depends only on its own size (and, by the rescale margin, on whether it
+    already grows this round), so a heap keeps the order; a job that is blocked or does not
+    fit stays out (room only shrinks during growth).
+    """
+    margin = max(1.0, policy.rescale_margin)
+
+    def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
+        score = s.value(s.count + 1) * (margin if s.grown else 1.0)
+        return (-score, -s.job.priority, s.job.arrival, s.job.key), s
+
+    heap = [entry(s) for s in candidates]
+    heapq.heapify(heap)
+    while heap:
+        _, s = heapq.heappop(heap)
+        if s.gave:
+            s.reason = Reason.LOW_MARGINAL_GAIN  # its workers are worth more elsewhere
+            continue
+        blocked = _growth_block(s, policy, now)
+        node = None
+        if blocked is None:
+            node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
+            if node is not None:
+                s.room_before.setdefault(node, packing.free[node])
+            else:
+                node = _displace(packing, valid, s, policy)
+        if node is None:
+            s.reason = blocked or Reason.NO_CAPACITY
+            continue
+        packing.place(node, s.job.worker, s.job.key)
+        s.count += 1
+        s.grown.append(node)
+        heapq.heappush(heap, entry(s))
+
+
+def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
+    job = s.job
+    if s.count >= job.max_replicas:
+        return Reason.AT_MAX
+    if s.curve.marginal(s.count) < job.min_marginal_speedup:
+        return Reason.LOW_MARGINAL_GAIN
+    if not s.grown and job.last_rescale is not None and now - job.last_rescale < policy.hold_off_s:
+        return Reason.HOLD_OFF
+    if s.count + 1 > policy.exploration * max(s.curve.largest, 1):
+        return Reason.HOLD_OFF
+    return None
+
+
+def _pays_back(s: _State, start: int, policy: SizingPolicy) -> bool:
+    """Whether growing from ``start`` to ``s.count`` gains more samples than the pause costs."""
+    pause = s.job.rescale_pause_s
+    if pause <= 0 or start <= 0:
+        return True
+    before, after = s.curve.speedup(start), s.curve.speedup(s.count)
+    return (after - before) * max(0.0, policy.payback_s - pause) > before * pause
+
+
+def _decision(s: _State, placed: Mapping[str, int]) -> JobDecision:
+    job = s.job
+    if s.error is not None:
+        desired, reason = job.replicas, Reason.FALLBACK
+        message = f"stays at {desired}: {s.error} (serving the current replica count)"
+    elif s.waiting:
+        desired, reason = job.min_replicas, Reason.WAITING
+        message = (
+            f"waiting: its minimum of {job.min_replicas} workers "
+            f"({job.worker.describe()} each) does not fit"
+        )
+    else:
+        desired = max(job.min_replicas, min(job.max_replicas, s.count))
+        reason = s.reason or Reason.NO_CAPACITY
+        if s.shrunk_for:
+            reason = Reason.PROTECTED_DEMAND
+        elif s.gave:
+            reason = Reason.LOW_MARGINAL_GAIN
+        message = _message(s, desired, reason)
+    marginal = s.curve.marginal(desired) if desired < job.max_replicas else 0.0
+    nodes = dict(sorted((n, c) for n, c in placed.items() if c > 0))
+    return JobDecision(
+        job.key, job.replicas, desired, reason, message, marginal,
+        job.min_replicas, job.max_replicas, s.curve, nodes,
+    )  # fmt: skip
+
+
+def _limiting_part(room: Resources, worker: Resources) -> Resources:
+    """Only the resource that limits how many workers fit in ``room`` (for the message)."""
+    if worker.gpu > 0:
+        return Resources(gpu=room.gpu)
+    cpu_first = worker.memory <= 0 or room.cpu * worker.memory <= room.memory * worker.cpu
+    if worker.cpu > 0 and cpu_first:
+        return Resources(cpu=room.cpu)
+    return Resources(memory=room.memory)
+
+
+def _message(s: _State, desired: int, reason: Reason) -> str:
+    job = s.job
+    if s.shrunk_for:
+        claims = sorted(set(s.shrunk_for))
+        who = ", ".join(f"{key} (priority {p})" for key, p in claims[:3])
+        more = f" and {len(claims) - 3} more" if len(claims) > 3 else ""
+        return (
+            f"shrank to {desired}: made room for {who}{more}; the job's priority is {job.priority}"
+        )
+    if s.gave:
+        takers = sorted({key for key, _, _ in s.gave})
+        there = max(m for _, m, _ in s.gave)
+        here = min(m for _, _, m in s.gave)
+        more = f" and {len(takers) - 3} more" if len(takers) > 3 else ""
+        return (
+            f"shrank to {desired}: its workers are worth more to {', '.join(takers[:3])}{more} "
+            f"(marginal speed-up {there:.2f} there, {here:.2f} here)"
+        )
+    if s.grown:
+        step = f" (+{len(s.grown)})" if len(s.grown) > 1 else ""
+        parts = []
+        if s.room_before:
+            node = min(s.room_before)
+            room = _limiting_part(s.room_before[node].clamped(), job.worker)
+            others = len(s.room_before) - 1
+            more = f" and {others} more node{'s' if others > 1 else ''}" if others else ""
+            parts.append(f"{room.describe()} free on {node}{more}")
+        if s.took:
+            donors = sorted({d.job.key for d, _ in s.took})
+            worth = max(d.curve.marginal(d.count) for d, _ in s.took)
+            n = len(s.took)
+            parts.append(
+                f"the room of {n} worker{'s' if n > 1 else ''} of {', '.join(donors[:3])}"
+                f"{' and more' if len(donors) > 3 else ''} (marginal speed-up {worth:.2f} there)"
+            )
+        return (
+            f"grew to {desired}{step}: {' and '.join(parts)}, "
+            f"marginal speed-up {s.curve.marginal(desired - 1):.2f}"
+        )
+    verb = "shrank to" if desired < job.replicas else "stays at"
+    why = {
+        Reason.AT_MAX: f"at its maximum of {job.max_replicas} workers",
+        Reason.NO_CAPACITY: f"no node has room for one more worker ({job.worker.describe()})",
+        Reason.LOW_MARGINAL_GAIN: (
+            f"one more worker would add {s.curve.marginal(desired):.2f} "
+            f"(threshold {job.min_marginal_speedup:.2f}) or not pay back its rescale pause"
+        ),
+        Reason.HOLD_OFF: "held off: grew recently, or the new size is not measured yet",
+    }
+    return f"{verb} {desired}: {why.get(reason, reason.value)}"

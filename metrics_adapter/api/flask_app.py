@@ -1,0 +1,214 @@
+"""The Flask app factory: every request goes through one edge that renders metav1.Status.
+
+Flask's own URL routing is bypassed: :func:`metrics_adapter.api.routes.parse_path` reads the raw
+(still percent-encoded) path, so ``%2A`` works and ``%2F`` cannot smuggle a segment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from metrics_adapter.api import wire_shapes as wire
+from metrics_adapter.api.routes import Route, RouteKind, parse_path, split_raw_path
+from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.auth.attributes import request_attributes
+from metrics_adapter.auth.authn import DelegatingAuthenticator
+from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
+from metrics_adapter.auth.identity import Credentials
+from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
+from metrics_adapter.http.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, WouldBlock
+from metrics_adapter.providers.protocol import (
+    ExternalMetricInfo,
+    MetricsProvider,
+    custom_metric_values,
+)
+from metrics_adapter.selfmetrics import AdapterMetrics
+from metrics_adapter.settings import AdapterSettings
+
+log = logging.getLogger(__name__)
+
+PEER_CERT_ENVIRON_KEY = "edl.peer_cert_der"
+HEADER_LINES_ENVIRON_KEY = "edl.header_lines"  # ((lower-case name, value), ...) per line
+USER_ENVIRON_KEY = "edl.user"  # the authenticated user's name, for the access log
+_READ_METHODS = ("GET", "HEAD")
+_STREAM_ABOVE_ITEMS = 2048
+_NO_CREDENTIALS = Credentials({}, {})
+_VERSION = {"major": "0", "minor": "1", "gitVersion": "v0.1.0", "platform": "python"}
+
+
+def _json(code: int, body: dict[str, Any], head: bool) -> Response:
+    payload = b"" if head else json.dumps(body, separators=(",", ":")).encode()
+    resp = Response(payload, status=code, mimetype="application/json")
+    if head:
+        resp.headers["Content-Length"] = "0"
+    return resp
+
+
+def _credentials() -> Credentials:
+    """The request's headers as kube-apiserver sees them: one value per header line, verbatim.
+
+    A group named ``a,b`` stays one group. The server passes the lines; a plain WSGI environ
+    (tests) has one value per header name.
+    """
+    environ = request.environ
+    lines = environ.get(HEADER_LINES_ENVIRON_KEY)
+    if lines is None:
+        lines = [(name.lower(), value) for name, value in request.headers.items()]
+    lists: dict[str, tuple[str, ...]] = {}
+    for key, value in lines:
+        lists[key] = (*lists.get(key, ()), value)
+    first = {k: v[0] for k, v in lists.items()}
+    return Credentials(first, lists, environ.get(PEER_CERT_ENVIRON_KEY))
+
+
+def create_app(
+    settings: AdapterSettings,
+    provider: MetricsProvider,
+    metrics: AdapterMetrics,
+    authenticator: DelegatingAuthenticator,
+    authorizer: Authorizer,
+    ready: Callable[[], bool] = lambda: True,
+    clock: Callable[[], float] = time.time,
+    refresh_gauges: Callable[[], None] = lambda: None,
+    debug_pages: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
+) -> Flask:
+    """Build the adapter's WSGI app around its collaborators.
+
+    ``debug_pages`` are read-only JSON pages at ``/debug/<name>`` (e.g. the sizing plan),
+    authorised like any other non-resource path.
+    """
+    app = Flask("metrics_adapter")
+    app.extensions[INLINE_EXTENSION] = True  # network waits defer (metrics_adapter.http.blocking)
+    renderer = wire.MetricListRenderer()
+    allow_all = isinstance(authorizer, AlwaysAllowAuthorizer)
+    app.config["EDL_ADAPTER_SETTINGS"] = settings
+
+    def dispatch(route: Route) -> Response:
+        head = request.method == "HEAD"
+        kind = route.kind
+        if kind is RouteKind.HEALTH:
+            if route.name == "readyz" and not ready():
+                return Response(
+                    b"" if head else b"not ready: pods not synced yet\n", 503, mimetype="text/plain"
+                )
+            return Response(b"" if head else b"ok", 200, mimetype="text/plain")
+        if kind is RouteKind.SELF_METRICS:
+            refresh_gauges()
+            return Response(
+                generate_latest(metrics.registry), 200, content_type=CONTENT_TYPE_LATEST
+            )
+        if kind is RouteKind.ROOT:
+            return _json(200, wire.root_paths(), head)
+        if kind is RouteKind.VERSION:
+            return _json(200, _VERSION, head)
+        if kind is RouteKind.OPENAPI:
+            raise NotFoundError(
+                f"the server could not find the requested resource {route.path!r} "
+                "(this server publishes no OpenAPI document)"
+            )
+        if kind is RouteKind.DEBUG:
+            page = (debug_pages or {}).get(route.name)
+            if page is None:
+                raise NotFoundError(
+                    f"the server could not find the requested resource {route.path!r}"
+                )
+            return _json(200, page(), head)
+        if kind is RouteKind.API_GROUP_LIST:
+            return _json(200, wire.api_group_list(), head)
+        if kind is RouteKind.API_GROUP:
+            return _json(200, wire.api_group(route.group), head)
+        if kind is RouteKind.API_RESOURCE_LIST:
+            body = wire.api_resource_list(route.group, route.version, provider)
+            return _json(200, body, head)
+        selector = LabelSelector.parse(request.args.get("labelSelector"))
+        metric_selector = LabelSelector.parse(request.args.get("metricLabelSelector"))
+        if kind is RouteKind.EXTERNAL:
+            info = ExternalMetricInfo(route.metric)
+            external = provider.get_external_metric(route.namespace, selector, info)
+            _observe_age(p.timestamp for p in external)
+            return _json(200, wire.external_value_list(external), head)
+        points = custom_metric_values(provider, route, selector, metric_selector)
+        _observe_age(p.timestamp for p in points)
+        if head:
+            return Response(b"", status=200, mimetype="application/json")
+        if len(points) <= _STREAM_ABOVE_ITEMS:
+            return Response(
+                renderer.render(route.version, points), 200, mimetype="application/json"
+            )
+        # Large lists stream in chunks: memory per request stays bounded at any job size.
+        return Response(
+            renderer.render_chunks(route.version, points), 200, mimetype="application/json"
+        )
+
+    def _observe_age(timestamps: Iterable[float]) -> None:
+        oldest = min(timestamps, default=None)
+        if oldest is not None:
+            metrics.sample_age.observe(max(0.0, clock() - oldest))
+
+    # Every request is answered by `handle`; this catch-all rule only spares Flask's URL map
+    # the cost of failing to match (it never dispatches: `handle` always returns a response).
+    def unreachable(**_: str) -> Response:
+        return Response(status=500)
+
+    app.add_url_rule("/", "edge", unreachable)
+    app.add_url_rule("/<path:_rest>", "edge", unreachable)
+    app.url_map.strict_slashes = False
+    app.url_map.merge_slashes = False
+
+    @app.before_request
+    def handle() -> Response:
+        started = time.perf_counter()
+        environ = request.environ
+        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or quote(request.path)
+        label = "invalid"
+        code = 500
+        try:
+            route: Route | None = None
+            path_error: AdapterError | None = None
+            try:
+                route = parse_path(split_raw_path(raw))
+                label = route.label
+            except AdapterError as e:
+                path_error = e
+            if route is None or route.kind is not RouteKind.HEALTH:
+                credentials = _credentials() if authenticator.needs_credentials else _NO_CREDENTIALS
+                user = authenticator.authenticate(credentials)
+                environ[USER_ENVIRON_KEY] = user.name
+                if not allow_all:
+                    path = route.path if route is not None else request.path
+                    authorizer.authorize(request_attributes(user, request.method, path))
+            # Only callers allowed to ask learn that the method or the path is wrong.
+            if request.method not in _READ_METHODS:
+                raise MethodNotAllowedError(
+                    f"the server does not allow this method on the requested resource "
+                    f"(method {request.method})"
+                )
+            if path_error is not None:
+                raise path_error
+            assert route is not None
+            resp = dispatch(route)
+        except AdapterError as e:
+            resp = _json(e.code, wire.status(e.code, e.reason, e.message), request.method == "HEAD")
+        except WouldBlock:  # on the event loop: the front end runs it again on a thread
+            environ[DEFERRED_ENVIRON_KEY] = True
+            return Response(status=503)
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, raw)
+            resp = _json(
+                500,
+                wire.status(500, "InternalError", "an internal error occurred"),
+                request.method == "HEAD",
+            )
+        code = resp.status_code
+        metrics.request_duration.labels(label, str(code)).observe(time.perf_counter() - started)
+        return resp
+
+    return app

@@ -1,0 +1,1 @@
+"""Where metric values come from and are kept: sources, the store, windows, the catalogue."""

@@ -1,0 +1,140 @@
+"""What the agents' metrics say about each job: throughput at its world size, rescale pauses.
+
+Read from the adapter's scraped store (the sources keep these series for the sizer:
+:data:`SERIES`). A throughput observation at size n is taken only when every scraped pod of
+the job reports the same world (``edl_trainer_world_size`` n, one
+``edl_trainer_generation``), that world has n members reporting, and it has not changed
+during the whole window: a rate measured across a rescale would mix two sizes and the pause.
+The job's throughput is the sum over its pods of the rate of ``edl_trainer_samples_total``.
+
+A pause observation is the largest new ``edl_trainer_rescale_pause_seconds`` (mean of the
+rescales a pod counted since the last look) among the job's pods: every member waits
+through the same pause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from edl_sizing.capacity import ClusterSnapshot
+from edl_sizing.history import SizeHistory
+from metrics_adapter.scraping.pod_registry import PodKey
+from metrics_adapter.scraping.store import MetricStore
+from metrics_adapter.scraping.window import MetricWindow
+
+SAMPLES = "edl_trainer_samples_total"
+WORLD_SIZE = "edl_trainer_world_size"
+GENERATION = "edl_trainer_generation"
+PAUSE_SUM = "edl_trainer_rescale_pause_seconds_sum"
+PAUSE_COUNT = "edl_trainer_rescale_pause_seconds_count"
+SERIES = frozenset({SAMPLES, WORLD_SIZE, GENERATION, PAUSE_SUM, PAUSE_COUNT})
+"""The series the sizer reads from the agents (docs/metrics-contract.md)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One job's measurements this round."""
+
+    job: str
+    size: int | None = None
+    samples_per_second: float | None = None
+    pause_s: float | None = None
+
+    def apply(self, history: SizeHistory, now: float) -> bool:
+        """Fold into ``history``; returns whether anything was added."""
+        changed = False
+        if self.size is not None and self.samples_per_second is not None:
+            history.observe(self.job, self.size, self.samples_per_second, now)
+            changed = True
+        if self.pause_s is not None:
+            history.observe_pause(self.job, self.pause_s, now)
+            changed = True
+        return changed
+
+
+def _one(windows: Sequence[tuple[object, MetricWindow]]) -> MetricWindow | None:
+    return windows[0][1] if len(windows) == 1 else None
+
+
+class ThroughputObserver:
+    """Turns the store's windows into observations (keeps pause counters between rounds)."""
+
+    def __init__(self, store: MetricStore, window_s: float) -> None:
+        self._store = store
+        self._window = window_s
+        self._pauses: dict[PodKey, tuple[float, float]] = {}
+
+    def collect(self, snapshot: ClusterSnapshot) -> list[Observation]:
+        """This round's observations, one per job that has any."""
+        members: dict[str, list[PodKey]] = {}
+        for pod in snapshot.pods:
+            if pod.job is not None and pod.node is not None:
+                members.setdefault(pod.job, []).append(PodKey(pod.namespace, pod.name))
+        out = []
+        seen: set[PodKey] = set()
+        for job in sorted(members):
+            keys = members[job]
+            seen.update(keys)
+            size, rate = self._throughput(keys)
+            pause = self._pause(keys)
+            if rate is not None or pause is not None:
+                out.append(Observation(job, size, rate, pause))
+        for gone in set(self._pauses) - seen:
+            del self._pauses[gone]
+        return out
+
+    def _throughput(self, pods: Iterable[PodKey]) -> tuple[int | None, float | None]:
+        worlds: set[tuple[float, float]] = set()
+        total, reporting = 0.0, 0
+        for key in pods:
+            size_w = _one(self._store.windows(key, WORLD_SIZE))
+            gen_w = _one(self._store.windows(key, GENERATION))
+            samples_w = _one(self._store.windows(key, SAMPLES))
+            if size_w is None or gen_w is None or samples_w is None:
+                continue
+            size, generation = size_w.latest(), self._steady(gen_w)
+            rate = samples_w.rate(self._window)
+            if size is None or generation is None or rate is None or size.value < 1:
+                return None, None
+            worlds.add((size.value, generation))
+            total += rate.value
+            reporting += 1
+        if len(worlds) != 1:
+            return None, None
+        ((world_size, _),) = worlds
+        if reporting != int(world_size):
+            return None, None
+        return int(world_size), total
+
+    def _steady(self, w: MetricWindow) -> float | None:
+        """The generation if it held over the whole window (None: changed or too short)."""
+        samples = w.samples()
+        if not samples:
+            return None
+        t_last, value = samples[-1]
+        covered = False
+        for t, v in reversed(samples):
+            if v != value:
+                return None
+            if t <= t_last - self._window:
+                covered = True
+                break
+        return value if covered else None
+
+    def _pause(self, pods: Iterable[PodKey]) -> float | None:
+        newest: float | None = None
+        for key in pods:
+            total_w = _one(self._store.windows(key, PAUSE_SUM))
+            count_w = _one(self._store.windows(key, PAUSE_COUNT))
+            if total_w is None or count_w is None:
+                continue
+            total, count = total_w.latest(), count_w.latest()
+            if total is None or count is None:
+                continue
+            before = self._pauses.get(key)
+            self._pauses[key] = (count.value, total.value)
+            if before is not None and count.value > before[0]:
+                pause = (total.value - before[1]) / (count.value - before[0])
+                newest = pause if newest is None else max(newest, pause)
+        return newest

@@ -1,0 +1,340 @@
+"""The install as docs/install.md says it, run from EDL's own images on a real control plane.
+
+`make images` builds the adapter and trainer images (podman); kustomizations of our own over
+`manifests/base`, `manifests/overlays/custom-only` and `manifests/examples/digits-trainer` set
+the image names through kustomize `images:` and are applied with `kubectl apply -k`. The pod
+runner runs every pod from its image (podman + runc, host network): the manifests' commands,
+env, probes, non-root user, read-only root, volumes and ServiceAccount tokens are what runs.
+This module has a control plane of its own: one APIService has one server, and the session
+control plane's belongs to the harness's adapter process.
+
+What the harness adds on top of the README's kustomization, and why: all pods share the host's
+network namespace here, so each process is told to listen on its own pod IP (EDL_ADAPTER_HOST,
+EDL_AGENT_HOST); the adapter's Service becomes `type: ExternalName` pointing at the harness's
+kube-proxy stand-in (harness/serviceproxy.py: pod IPs are loopback addresses, which an
+EndpointSlice may not hold), keeping its selector and ports; on 2 shared cores the HPA may grow
+the job to 2 pods (not 8) and the job runs longer (more epochs, a short simulated step) so it
+is still training when the HPA acts. The example's HPA sizes by the sizer's
+`desired_replicas`, which needs Nodes and a scheduler; this module's cluster has neither
+(tests/e2e/metrics_adapter/test_sizing.py has both), so the overlay puts in the per-pod throughput
+rules of
+the example's alternative, `hpa-throughput.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from kubernetes import client, config
+
+from tests.e2e.harness.containers import ContainerSettings, PodmanContainers
+from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
+from tests.e2e.harness.install import (
+    PodStartFailed,
+    json_patch,
+    pod_errors,
+    wait_rollout,
+    write_overlay,
+)
+from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
+from tests.e2e.harness.serviceproxy import ServiceProxy
+from tests.e2e.harness.session import LOG_SOURCES, Kubectl, work_root
+from tests.support.kustomize import ROOT
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(900)
+
+ADAPTER_NS = "edl-system"
+TRAINER_NS = "ml"  # the example kustomization's namespace
+WRONG_NS = "ml-wrong-image"
+ADAPTER = "edl-metrics-adapter"
+TRAINER = "digits-trainer"
+CUSTOM = ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io")
+EXTERNAL = "v1beta1.external.metrics.k8s.io"
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _image(ref: str) -> tuple[str, str]:
+    name, _, tag = ref.rpartition(":")
+    return name, tag
+
+
+@dataclass
+class Cluster:
+    cp: ControlPlane
+    api: client.ApiClient
+    kubectl: Kubectl
+    containers: PodmanContainers
+    images: dict[str, str]
+    overlays: Path
+    proxy_address: str
+
+    def adapter_overlay(self, base: str) -> Path:
+        """`base` (manifests/base or an overlay) with our adapter image, as the README says."""
+        name, tag = _image(self.images["adapter"])
+        bind_pod_ip = json_patch(
+            "Deployment",
+            ADAPTER,
+            {
+                "op": "add",
+                "path": "/spec/template/spec/containers/0/env",
+                "value": [
+                    _field_env("POD_IP", "status.podIP"),
+                    {"name": "EDL_ADAPTER_HOST", "value": "$(POD_IP)"},
+                ],
+            },
+        )
+        through_proxy = json_patch(
+            "Service",
+            ADAPTER,
+            {"op": "add", "path": "/spec/type", "value": "ExternalName"},
+            {"op": "add", "path": "/spec/externalName", "value": self.proxy_address},
+        )
+        return write_overlay(
+            self.overlays / base.replace("/", "-"),
+            base,
+            images=[{"name": "ghcr.io/paddlepaddle/edl", "newName": name, "newTag": tag}],
+            patches=[bind_pod_ip, through_proxy],
+        )
+
+    def trainer_overlay(self, key: str, image: str, namespace: str | None = None) -> Path:
+        name, tag = _image(image)
+        container = "/spec/template/spec/containers/0"
+        more = ["--epochs", "400", "--step-sleep", "0.05"]
+        deployment = json_patch(
+            "Deployment",
+            TRAINER,
+            {
+                "op": "add",
+                "path": f"{container}/env/-",
+                "value": {"name": "EDL_AGENT_HOST", "value": "$(POD_IP)"},
+            },
+            *({"op": "add", "path": f"{container}/command/-", "value": a} for a in more),
+        )
+        alternative = ROOT / "manifests/examples/digits-trainer/hpa-throughput.yaml"
+        throughput = yaml.safe_load(alternative.read_text())["spec"]
+        hpa = json_patch(
+            "HorizontalPodAutoscaler",
+            TRAINER,
+            {"op": "replace", "path": "/spec/maxReplicas", "value": 2},
+            {"op": "replace", "path": "/spec/metrics", "value": throughput["metrics"]},
+            {"op": "replace", "path": "/spec/behavior", "value": throughput["behavior"]},
+        )
+        return write_overlay(
+            self.overlays / key,
+            "manifests/examples/digits-trainer",
+            images=[{"name": "registry.example.com/edl/trainer", "newName": name, "newTag": tag}],
+            patches=[deployment, hpa],
+            namespace=namespace,
+        )
+
+    def apiservice(self, name: str) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", "apiservice", name, "-o", "json")))
+
+    def available(self, name: str) -> bool:
+        conds = self.apiservice(name).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
+
+    def raw(self, path: str) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", "--raw", path)))
+
+
+@pytest.fixture(scope="module")
+def cluster(edl_images: dict[str, str]) -> Iterator[Cluster]:
+    work = work_root()
+    cp = ControlPlane(ControlPlaneSettings(bin_dir=ensure_binaries(), work_dir=work))
+    LOG_SOURCES.append(cp)
+    runners: list[PodRunner] = []
+    containers: PodmanContainers | None = None
+    proxy: ServiceProxy | None = None
+    try:
+        cp.start()
+        assert cp.pki is not None
+        api = config.new_client_from_config(config_file=str(cp.kubeconfig))
+
+        def own_client() -> client.CoreV1Api:  # one per thread-owning component
+            return client.CoreV1Api(config.new_client_from_config(config_file=str(cp.kubeconfig)))
+
+        containers = PodmanContainers(
+            own_client(),
+            ContainerSettings(
+                work_dir=work / "containers",
+                api_host="127.0.0.1",
+                api_port=cp.apiserver_port,
+                cluster_ca=cp.pki.ca.cert,
+                run_id=uuid.uuid4().hex[:12],
+            ),
+        )
+        pool = LoopbackAddressPool()
+        proxy = ServiceProxy(own_client(), str(pool.network[1]), (ADAPTER_NS,))  # .1: never a pod's
+        proxy.start()
+        for ns in (ADAPTER_NS, TRAINER_NS, WRONG_NS):
+            runner_api = config.new_client_from_config(config_file=str(cp.kubeconfig))
+            settings = PodRunnerSettings(
+                namespace=ns, log_dir=cp.log_dir / "pods", processes=containers, max_restarts=5
+            )
+            runner = PodRunner(runner_api, settings, pool)
+            runner.start()
+            runners.append(runner)
+            LOG_SOURCES.append(runner)
+        kubectl = Kubectl(shutil.which("kubectl") or "/usr/bin/kubectl", cp.kubeconfig)
+        yield Cluster(cp, api, kubectl, containers, edl_images, work / "overlays", proxy.address)
+    finally:
+        for runner in runners:
+            runner.stop()
+            LOG_SOURCES.remove(runner)
+        if proxy is not None:
+            proxy.stop()
+        if containers is not None:
+            containers.cleanup()
+        cp.stop()
+        LOG_SOURCES.remove(cp)
+
+
+def test_custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
+    # Another server (say KEDA) owns external.metrics.k8s.io before EDL is installed.
+    foreign = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": EXTERNAL},
+        "spec": {
+            "group": "external.metrics.k8s.io",
+            "version": "v1beta1",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+            "insecureSkipTLSVerify": True,
+            "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
+        },
+    }
+    path = cluster.overlays / "foreign-external.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(foreign))
+    cluster.kubectl("apply", "-f", str(path))
+    try:
+        overlay = cluster.adapter_overlay("manifests/overlays/custom-only")
+        cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
+        wait_rollout(cluster.api, ADAPTER_NS, ADAPTER, timeout_s=240)
+        wait_for(
+            lambda: all(cluster.available(n) for n in CUSTOM),
+            timeout_s=120,
+            what="EDL's custom.metrics.k8s.io APIServices Available",
+            describe=lambda: cluster.kubectl("get", "apiservices"),
+        )
+        owner = cluster.kubectl(
+            "get",
+            "apiservice",
+            EXTERNAL,
+            "-o",
+            "jsonpath={.spec.service.namespace}/{.spec.service.name}",
+        )
+        assert owner == "keda/keda-operator-metrics-apiserver"
+        listing = cluster.raw("/apis/custom.metrics.k8s.io/v1beta2")
+        assert {r["name"] for r in listing["resources"]} >= {"pods/samples_per_second"}
+    finally:
+        cluster.kubectl("delete", "apiservice", EXTERNAL, "--ignore-not-found")
+
+
+def test_manifests_run_from_the_images_and_the_hpa_scales_training(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "-k", str(cluster.adapter_overlay("manifests/base")), timeout_s=60)
+    wait_rollout(cluster.api, ADAPTER_NS, ADAPTER, timeout_s=240)
+    wait_for(
+        lambda: all(cluster.available(n) for n in (*CUSTOM, EXTERNAL)),
+        timeout_s=120,
+        what="all three APIServices Available",
+        describe=lambda: cluster.kubectl("get", "apiservices"),
+    )
+    # The adapter runs as the manifest says: user 65532, read-only root, no capabilities.
+    core = client.CoreV1Api(cluster.api)
+    pod = core.list_namespaced_pod(ADAPTER_NS).items[0]
+    inspected = cluster.containers.inspect(str(pod.metadata.uid))
+    assert inspected["Config"]["User"].split(":")[0] == "65532"
+    assert inspected["HostConfig"]["ReadonlyRootfs"] is True
+    assert inspected["HostConfig"]["NetworkMode"] == "host"
+
+    overlay = cluster.trainer_overlay("digits", cluster.images["trainer"])
+    cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
+    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
+
+    path = (
+        f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{TRAINER_NS}"
+        "/pods/*/samples_per_second?labelSelector=app%3Dtrainer"
+    )
+
+    def training_pods() -> dict[str, float]:
+        items = cluster.raw(path)["items"]
+        return {i["describedObject"]["name"]: _quantity(i["value"]) for i in items}
+
+    wait_for(
+        lambda: any(v > 0 for v in training_pods().values()),
+        timeout_s=240,
+        what="samples_per_second of the trainer through kube-apiserver",
+        describe=lambda: cluster.kubectl("get", "pods", "-A", "-o", "wide"),
+    )
+    apps = client.AppsV1Api(cluster.api)
+    wait_for(
+        lambda: apps.read_namespaced_deployment(TRAINER, TRAINER_NS).spec.replicas == 2,
+        timeout_s=300,
+        what="the HPA scaling the trainer to 2",
+        describe=lambda: cluster.kubectl("describe", "hpa", TRAINER, "-n", TRAINER_NS),
+    )
+    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
+
+    def both_train_in_a_world_of_two() -> bool:
+        pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items
+        sizes = [_agent_gauge(str(p.status.pod_ip), "edl_trainer_world_size") for p in pods]
+        rates = training_pods()
+        return (
+            len(pods) == 2 and sizes == [2.0, 2.0] and len(rates) == 2 and min(rates.values()) > 0
+        )
+
+    wait_for(
+        both_train_in_a_world_of_two,
+        timeout_s=300,
+        what="both trainer pods training in a world of 2",
+        describe=lambda: f"{training_pods()}\n{cluster.kubectl('get', 'pods', '-n', TRAINER_NS)}",
+    )
+    # The world changed under a running job (1 -> 2 members): a later generation on both pods.
+    pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items
+    generations = [_agent_gauge(str(p.status.pod_ip), "edl_trainer_generation") for p in pods]
+    assert all(g is not None and g >= 2 for g in generations), generations
+
+
+def test_a_wrong_image_name_shows_the_pods_error(cluster: Cluster) -> None:
+    missing = cluster.images["trainer"].replace("edl-trainer", "edl-trainer-typo")
+    overlay = cluster.trainer_overlay("wrong-image", missing, namespace=WRONG_NS)
+    cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
+    with pytest.raises(PodStartFailed) as failed:
+        wait_rollout(cluster.api, WRONG_NS, TRAINER, timeout_s=120)
+    assert "ErrImagePull" in str(failed.value) and missing in str(failed.value)
+    pods = cluster.kubectl("get", "pods", "-n", WRONG_NS)
+    assert "ErrImagePull" in pods, pods
+    core = client.CoreV1Api(cluster.api)
+    assert pod_errors(core, WRONG_NS, "app=trainer")
+    cluster.kubectl("delete", "-k", str(overlay), "--wait=false", timeout_s=60)
+
+
+def _quantity(text: str) -> float:
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def _agent_gauge(ip: str, name: str) -> float | None:
+    """A gauge from the agent's /metrics (what `kubectl port-forward` + curl would show)."""
+    try:
+        body = requests.get(f"http://{ip}:9400/metrics", timeout=2).text
+    except requests.RequestException:
+        return None
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M)
+    return float(m.group(1)) if m else None

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.elastic.local_store import LocalStore
+from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
+from agent.elastic.world import Member, World
+from agent.protocol.control import ControlChannel, NextWorld
+from agent.protocol.trainer_world import TrainerWorld
+from agent.rescales import RescaleLog
+from agent.trainer import frameworks
+from tests.unit.agent.elastic.helpers import FakeTrainer
+
+
+def agent(
+    tmp_path: Path, exit_status: int, on_finished: str = "exit", reports: str = "paddle"
+) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
+    store = LocalStore.create(tmp_path / "store")
+    me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
+    settings = MembershipSettings(debounce=0.1, poll_interval=0.02)
+    membership = Membership(store, me, settings)
+    control = tmp_path / "control"
+    control.mkdir()
+    fake = FakeTrainer(control, exit_status, reports)
+    sup = ElasticSupervisor(
+        membership,
+        fake,
+        control,
+        RescaleLog(),
+        ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),
+        job="digits",
+    )
+    return sup, fake, tmp_path / "store" / "members" / "a.json"
+
+
+def test_warm_trainer_gets_the_world_and_the_job_ends_with_its_status(tmp_path: Path) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0)
+    assert sup.run(max_seconds=20) == 0
+    assert fake.worlds[0].generation == 0  # started warm, before joining
+    handed = ControlChannel(tmp_path / "control").next_world()
+    assert handed is not None and handed.generation == 1 and handed.world is not None
+    assert handed.world.world_size == 1
+    assert handed.world.backend == "gloo"
+    assert fake.worlds[-1].world_size == 1 and fake.worlds[-1].generation == 1
+    assert not heartbeat.exists()  # left the job once it was done
+    world = World.from_json((tmp_path / "store" / "world.json").read_text())
+    assert world.finished and world.finished_at_step == 184 and world.generation == 1
+    assert sup.job_finished and sup.finished_at_step == 184
+
+
+def stop_after(sup: ElasticSupervisor, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, sup.request_stop, args=(signal.SIGTERM,))
+    timer.start()
+    return timer
+
+
+def test_by_default_a_finished_member_idles_until_sigterm(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0, on_finished="idle")
+    stop_after(sup, 2.0)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="agent.elastic.supervisor"):
+        assert sup.run(max_seconds=20) == 0
+    assert 1.9 < time.monotonic() - t0 < 10  # stayed up until the signal, then exited 0
+    assert len(fake.worlds) == 2 and not fake.running  # no second trainer
+    assert not heartbeat.exists() and sup.job_finished
+    assert "job digits finished at step 184; idling" in caplog.text
+    assert World.from_json((tmp_path / "store" / "world.json").read_text()).finished
+
+
+def finished_store(tmp_path: Path) -> None:
+    other = Member(joined=0.5, id="z", incarnation="q", host="127.0.0.1", ports=(7100, 7101))
+    store = LocalStore.create(tmp_path / "store")
+    assert store.write_world(World(4, (other,)).finish(184).to_json(), "")
+
+
+@pytest.mark.parametrize("on_finished", ["idle", "exit"])
+def test_an_agent_reading_a_finished_world_starts_no_trainer(
+    tmp_path: Path, on_finished: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    finished_store(tmp_path)
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0, on_finished=on_finished)
+    if on_finished == "idle":
+        stop_after(sup, 1.0)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="agent.elastic.supervisor"):
+        assert sup.run(max_seconds=20) == 0
+    assert time.monotonic() - t0 < 10
+    assert fake.worlds == [] and not heartbeat.exists()  # never started, never joined
+    assert sup.job_finished and sup.finished_at_step == 184
+    verb = "idling" if on_finished == "idle" else "exiting"
+    assert f"job digits already finished at step 184; {verb}" in caplog.text
+    world = World.from_json((tmp_path / "store" / "world.json").read_text())
+    assert world.generation == 4 and world.finished
+
+
+def test_a_standby_that_reads_a_finished_world_stops_its_trainer(tmp_path: Path) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0)
+    fake.exit_at = None
+    # the job finishes while our trainer warms up: peek saw nothing, the first tick sees it
+    real_start = fake.start
+
+    def start_then_finish(world: TrainerWorld) -> int:
+        pid = real_start(world)
+        finished_store(tmp_path)
+        return pid
+
+    fake.start = start_then_finish  # type: ignore[method-assign]
+    assert sup.run(max_seconds=20) == 0
+    assert [w.generation for w in fake.worlds] == [0]  # only the warm stand-by
+    assert ControlChannel(tmp_path / "control").next_world() == NextWorld(1, None)  # leave
+    assert not fake.running
+    assert sup.job_finished and not heartbeat.exists()
+
+
+def test_a_crashed_trainer_is_a_scale_down(tmp_path: Path) -> None:
+    sup, _, heartbeat = agent(tmp_path, exit_status=128 + signal.SIGKILL)
+    assert sup.run(max_seconds=20) == 137
+    assert not heartbeat.exists()
+
+
+def test_sigterm_leaves_cleanly(tmp_path: Path) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=75)
+    fake.exit_at = None
+    sup.request_stop(signal.SIGTERM)
+    assert sup.run(max_seconds=20) == 0
+    handed = ControlChannel(tmp_path / "control").next_world()
+    assert handed is not None and handed.world is None  # told to leave
+    assert not heartbeat.exists()
+
+
+@pytest.mark.parametrize("name", list(frameworks.FRAMEWORKS))
+def test_later_trainers_start_in_the_framework_the_warm_trainer_reported(
+    tmp_path: Path, name: str
+) -> None:
+    sup, fake, _ = agent(tmp_path, exit_status=0, reports=name)
+    assert sup.run(max_seconds=20) == 0
+    assert fake.framework.name == name
+
+
+def test_trainer_world_maps_ranks_and_endpoints() -> None:
+    a = Member(1.0, "a", "x", "10.0.0.1", (36543, 36544))
+    b = Member(2.0, "b", "y", "10.0.0.2", (36543, 36544))
+    tw = trainer_world(World(3, (a, b)), b.key, "gloo")
+    assert (tw.rank, tw.world_size, tw.generation) == (1, 2, 3)
+    assert tw.master == "10.0.0.1:36544" and tw.current_endpoint == "10.0.0.2:36544"
+    with pytest.raises(ValueError):
+        trainer_world(World(3, (a,)), b.key, "gloo")

@@ -1,0 +1,151 @@
+"""The import rules of docs/architecture.md, checked over every module of the code base.
+
+A new edge between packages or between the adapter's rooms fails here until the rule (and the
+page) says it is allowed: the layout stays what the page tells a newcomer.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[3]
+OURS = ("agent", "edl_common", "edl_sizing", "edl_sim", "metrics_adapter")
+
+# Each package of ours and the packages of ours it may import (besides itself).
+PACKAGE_RULES: dict[str, frozenset[str]] = {
+    "edl_common": frozenset(),
+    "edl_sizing": frozenset({"edl_common"}),
+    "agent": frozenset({"edl_common"}),
+    "metrics_adapter": frozenset({"edl_common", "edl_sizing"}),
+    "edl_sim": frozenset({"edl_common", "edl_sizing"}),
+}
+
+# Inside metrics_adapter: each room and the rooms it may import ("." is the top level:
+# errors, settings, periodic tasks, file watches, the Kubernetes client, self-metrics; the
+# CLI, options and assembly are "assembly" and nothing but the entry point imports them).
+TOP_LEVEL_ASSEMBLY = frozenset({"cli", "options", "assembly", "__main__"})
+ROOM_RULES: dict[str, frozenset[str]] = {
+    ".": frozenset(),
+    "auth": frozenset({".", "http"}),
+    "http": frozenset({".", "api"}),
+    "api": frozenset({".", "auth", "http", "providers", "scraping"}),
+    "scraping": frozenset({".", "api"}),
+    "providers": frozenset({".", "api", "scraping", "sizing"}),
+    "sizing": frozenset({".", "api", "scraping"}),
+}
+
+# Third-party modules edl_sizing may import: it does no I/O and reads no clock.
+SIZING_THIRD_PARTY = frozenset({"yaml"})
+SIZING_FORBIDDEN_STDLIB = frozenset(
+    {"os", "socket", "subprocess", "time", "pathlib", "urllib", "http", "asyncio", "requests"}
+)
+
+
+def modules(package: str) -> Iterator[tuple[Path, str]]:
+    for path in sorted((REPO / package).rglob("*.py")):
+        yield path, ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every module ``path`` imports (at any depth: a lazy import counts too)."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+            for alias in node.names:  # `from metrics_adapter import wire` names a module
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def room_of(module: str) -> str | None:
+    """The adapter room of a module path (None: an entry-point/assembly module)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "."
+    if (REPO / "metrics_adapter" / parts[1]).is_dir():
+        return parts[1]
+    if parts[1] in TOP_LEVEL_ASSEMBLY:
+        return None
+    if (REPO / "metrics_adapter" / f"{parts[1]}.py").is_file():
+        return "."
+    return "<not a module>"
+
+
+def violations() -> list[str]:
+    found: list[str] = []
+    for package, allowed in PACKAGE_RULES.items():
+        for path, module in modules(package):
+            where = f"{path.relative_to(REPO)}"
+            for line, target in imports(path):
+                top = target.split(".")[0]
+                if top in OURS and top != package and top not in allowed:
+                    found.append(f"{where}:{line}: {package} may not import {target}")
+                if package == "edl_sizing" and (
+                    top in SIZING_FORBIDDEN_STDLIB
+                    or (top not in OURS and top not in SIZING_THIRD_PARTY and not _stdlib(top))
+                ):
+                    found.append(f"{where}:{line}: edl_sizing is pure, may not import {target}")
+            if package == "metrics_adapter":
+                here = room_of(module)
+                if here is None:
+                    continue
+                for line, target in imports(path):
+                    if not target.startswith("metrics_adapter."):
+                        continue
+                    there = room_of(target)
+                    if there == "<not a module>" or there == here:
+                        continue
+                    if there is None:
+                        found.append(f"{where}:{line}: only the entry point imports {target}")
+                    elif there not in ROOM_RULES[here]:
+                        found.append(f"{where}:{line}: room {here} may not import {target}")
+    return found
+
+
+def _stdlib(name: str) -> bool:
+    return name in sys.stdlib_module_names or name == "__future__"
+
+
+def test_every_import_keeps_the_rules_of_docs_architecture() -> None:
+    assert violations() == []
+
+
+def test_the_rules_catch_a_broken_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sizer module that reads the clock, and an adapter room reaching for the CLI, are found."""
+    fake = tmp_path
+    for package in OURS:
+        (fake / package).mkdir()
+        (fake / package / "__init__.py").write_text("")
+    (fake / "edl_sizing" / "decision.py").write_text("import time\nimport metrics_adapter.cli\n")
+    (fake / "metrics_adapter" / "cli.py").write_text("")
+    (fake / "metrics_adapter" / "api").mkdir()
+    (fake / "metrics_adapter" / "api" / "routes.py").write_text("from metrics_adapter import cli\n")
+    (fake / "edl_sim" / "x.py").write_text("from metrics_adapter.api import routes\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", fake)
+    found = "\n".join(violations())
+    assert "edl_sizing is pure, may not import time" in found
+    assert "edl_sizing may not import metrics_adapter.cli" in found
+    assert "only the entry point imports metrics_adapter.cli" in found
+    assert "edl_sim may not import metrics_adapter.api" in found
+
+
+def test_the_page_lists_every_folder_of_the_code_base() -> None:
+    """docs/architecture.md names each package folder (a new room gets its line)."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    for package in OURS:
+        for folder in sorted(p for p in (REPO / package).rglob("*") if p.is_dir()):
+            if folder.name == "__pycache__" or not (folder / "__init__.py").exists():
+                continue
+            rel = folder.relative_to(REPO).as_posix()
+            name = rel.split("/")[-1]
+            assert re.search(rf"(^|\s){re.escape(name)}/", page), f"{rel} is not on the page"

@@ -1,0 +1,146 @@
+"""The policies drive the project's own HPA model and sizer, and the cluster behaves like one."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import edl_sim.cluster.policies.edl as edl_module
+import edl_sizing as sizing
+from edl_sim.cluster.cli import main
+from edl_sim.cluster.policies.hpa_loop import read_manifest
+from edl_sim.cluster.sim_cluster import SimCluster, SimNode, deletion_order
+from edl_sim.hpa import load_hpa
+from edl_sizing import Resources
+from tests.unit.edl_sim.cluster.helpers import inputs
+
+REPO = Path(__file__).resolve().parents[4]
+LINEAR_16 = [("lin", n, 10.0 * n) for n in (1, 2, 4, 8, 16)]
+
+
+def _json(args: list[str]) -> dict[str, Any]:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["run", *args, "--json", "--quiet"], out, err) == 0, err.getvalue()
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+def test_the_packaged_throughput_hpa_is_the_example() -> None:
+    example = load_hpa(REPO / "manifests/examples/digits-trainer/hpa-throughput.yaml")
+    assert read_manifest(None, "hpa-throughput.yaml").spec == example.spec
+
+
+def test_the_packaged_sizing_hpa_is_the_example() -> None:
+    example = load_hpa(REPO / "manifests/examples/digits-trainer/hpa-sizing.yaml")
+    spec = read_manifest(None, "hpa-sizing.yaml").spec
+    assert spec == example.spec
+    (metric,) = spec.metrics
+    assert metric.metric_name == "desired_replicas"
+    assert metric.source.target.average_value_milli == 1000
+
+
+def test_edl_growth_of_ten_percent_needs_the_per_hpa_tolerance(tmp_path: Path) -> None:
+    """One 11-CPU node, a job at 10 of max 16: the sizer wants 11, 10% above 10.
+
+    With HPAConfigurableTolerance the example HPA's tolerance 0 lets 11 through; without it
+    the controller's 10% tolerance keeps the job at 10 for its whole life.
+    """
+    job = ("a", 0, 1, 16, 10, 1, "1Gi", 0, 200_000, "lin", 0)
+    args = inputs(tmp_path, [job], nodes=[("n", 1, 11, "32Gi", 0)], curves=LINEAR_16)
+    gated = _json([*args, "--policy", "edl"])
+    older = _json([*args, "--policy", "edl", "--no-configurable-tolerance"])
+    assert gated["rescales"] == 1
+    assert gated["utilisation_mean"] > 10.5 / 11
+    assert older["rescales"] == 0
+    assert older["utilisation_mean"] < 10 / 11
+    assert older["jct_mean_s"] > gated["jct_mean_s"] * 1.05
+
+
+def test_edl_calls_the_real_decide_once_per_sizing_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert vars(edl_module)["decide"] is sizing.decide
+    calls: list[float] = []
+
+    def counting(*args: Any, **kwargs: Any) -> sizing.Plan:
+        calls.append(kwargs["now"])
+        return sizing.decide(*args, **kwargs)
+
+    monkeypatch.setattr(edl_module, "decide", counting)
+    job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
+    args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
+    result = _json([*args, "--policy", "edl", "--sizing-interval", "7"])
+    assert calls, "the sizer never ran"
+    assert all(b - a >= 7 - 1e-9 for a, b in itertools.pairwise(calls))
+    assert len(calls) <= result["makespan_s"] / 7 + 1
+
+
+def test_edl_sim_sizer_options_reach_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policies: list[sizing.SizingPolicy] = []
+
+    def recording(*args: Any, **kwargs: Any) -> sizing.Plan:
+        policies.append(args[3])
+        return sizing.decide(*args, **kwargs)
+
+    monkeypatch.setattr(edl_module, "decide", recording)
+    job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
+    args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
+    _json([*args, "--policy", "edl", "--rescale-margin", "1.5", "--prior-kappa", "0.001"])
+    assert policies, "the sizer never ran"
+    assert {(p.rescale_margin, p.prior.kappa) for p in policies} == {(1.5, 0.001)}
+    assert sizing.SizingPolicy().rescale_margin != 1.5  # the option, not the default
+
+
+def test_protected_pods_get_their_room(tmp_path: Path) -> None:
+    """A priority-100 service of 3 one-CPU pods arrives at 200 s on a 4-CPU node a job fills.
+
+    The sizer shrinks the job (protected demand) and the HPA applies it within a sizing
+    round and an HPA sync; the plain throughput HPA never does, so the service waits until
+    the job is done; with preemption the scheduler takes the room at once.
+    """
+    job = ("a", 0, 1, 4, 4, 1, "1Gi", 0, 40_000, "lin", 0)
+    service = [(200, 3, 1, "1Gi", 0, 100)]
+    args = inputs(tmp_path, [job], curves=LINEAR_16, background=service)
+    edl = _json([*args, "--policy", "edl"])
+    assert edl["protected_pods"] == 3
+    assert edl["protected_pending_max_s"] <= 10 + 15
+    plain = _json([*args, "--policy", "hpa-throughput", "--target-efficiency", "0.5"])
+    assert plain["protected_pending_max_s"] > 100
+    preempting = _json([*args, "--policy", "hpa-throughput", "--preemption"])
+    assert preempting["protected_pending_max_s"] == 0
+    assert preempting["workers_preempted"] == 3
+
+
+def _cluster(placement: str) -> SimCluster:
+    nodes = [SimNode(f"n{i}", Resources(cpu=4, memory=8 * 2**30)) for i in range(3)]
+    return SimCluster(nodes, placement)
+
+
+@pytest.mark.parametrize(
+    ("placement", "nodes"), [("spread", ["n0", "n1", "n2"]), ("pack", ["n0"] * 3)]
+)
+def test_placement(placement: str, nodes: list[str]) -> None:
+    cluster = _cluster(placement)
+    for i in range(3):
+        cluster.create_pod(f"p{i}", Resources(cpu=1), 0, 0.0)
+    bound, evicted = cluster.schedule(0.0)
+    assert [p.node.name for p in bound if p.node is not None] == nodes
+    assert evicted == []
+
+
+def test_scheduler_serves_priority_first_and_scale_down_removes_unbound_then_newest() -> None:
+    cluster = _cluster("pack")
+    low = [cluster.create_pod(f"low{i}", Resources(cpu=4), 0, 0.0) for i in range(3)]
+    high = cluster.create_pod("high", Resources(cpu=4), 10, 1.0)
+    bound, _ = cluster.schedule(1.0)
+    assert high in bound
+    assert [p.name for p in bound] == ["high", "low0", "low1"]
+    cluster.mark_running(low[0])
+    assert [p.name for p in deletion_order(low)] == ["low2", "low1", "low0"]

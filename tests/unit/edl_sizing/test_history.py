@@ -1,0 +1,82 @@
+"""The per-size history: weighted means, bounded memory, a stable stored form."""
+
+from __future__ import annotations
+
+import pytest
+
+from edl_sizing import HistoryError, MemoryHistoryStore, SizeHistory
+
+
+def test_observations_fold_into_a_weighted_mean_per_size() -> None:
+    h = SizeHistory(alpha=0.5)
+    h.observe("ns/a", 2, 100.0, now=1.0)
+    h.observe("ns/a", 2, 200.0, now=2.0)
+    h.observe("ns/a", 3, 240.0, now=3.0)
+    assert h.observed("ns/a") == {2: 150.0, 3: 240.0}
+    assert h.jobs["ns/a"].sizes[2].observations == 2
+    assert h.observed("ns/other") == {}
+
+
+def test_nonsense_observations_are_ignored() -> None:
+    h = SizeHistory()
+    for size, x in ((0, 10.0), (2, 0.0), (2, -5.0), (2, float("nan")), (2, float("inf"))):
+        h.observe("ns/a", size, x, now=1.0)
+    h.observe_pause("ns/a", float("nan"), now=1.0)
+    assert h.observed("ns/a") == {} and h.pause("ns/a") == 0.0
+
+
+def test_pause_mean() -> None:
+    h = SizeHistory(alpha=0.5)
+    h.observe_pause("ns/a", 4.0, now=1.0)
+    h.observe_pause("ns/a", 2.0, now=2.0)
+    assert h.pause("ns/a") == 3.0
+
+
+def test_memory_is_bounded_least_recently_updated_first() -> None:
+    h = SizeHistory(max_jobs=3, max_sizes=4)
+    for i in range(5):
+        h.observe(f"ns/j{i}", 1, 10.0, now=float(i))
+    assert sorted(h.jobs) == ["ns/j2", "ns/j3", "ns/j4"]
+    for n in range(1, 10):
+        h.observe("ns/j4", n, 10.0 * n, now=10.0 + n)
+    assert sorted(h.observed("ns/j4")) == [6, 7, 8, 9]
+
+
+def test_stored_form_round_trips_and_is_deterministic() -> None:
+    a = SizeHistory()
+    a.observe("ns/b", 2, 180.5, now=5.0)
+    a.observe("ns/a", 1, 100.0, now=4.0)
+    a.observe_pause("ns/a", 3.25, now=6.0)
+    text = a.to_json()
+    b = SizeHistory()
+    b.load_json(text)
+    assert b.observed("ns/b") == {2: 180.5} and b.pause("ns/a") == 3.25
+    assert b.to_json() == text
+    assert text.index('"ns/a"') < text.index('"ns/b"')
+
+
+@pytest.mark.parametrize(
+    "text", ["", "[]", '{"version": 2, "jobs": {}}', '{"version": 1, "jobs": {"a": {"sizes": 1}}}']
+)
+def test_unreadable_history_is_a_history_error(text: str) -> None:
+    with pytest.raises(HistoryError):
+        SizeHistory().load_json(text)
+
+
+def test_forget_jobs_not_seen_for_long() -> None:
+    h = SizeHistory()
+    h.observe("ns/old", 1, 10.0, now=1.0)
+    h.observe("ns/new", 1, 10.0, now=100.0)
+    assert h.forget_older_than(50.0) == 1 and list(h.jobs) == ["ns/new"]
+
+
+def test_memory_store_hands_out_copies() -> None:
+    store = MemoryHistoryStore()
+
+    def change(h: SizeHistory) -> bool:
+        h.observe("ns/a", 1, 10.0, now=1.0)
+        return True
+
+    after = store.update(change)
+    after.observe("ns/a", 2, 20.0, now=2.0)
+    assert store.load().observed("ns/a") == {1: 10.0}

@@ -1,0 +1,191 @@
+"""The demo's simulated cluster, story and summary: the Kubernetes rules they stand in for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edl_sizing import snapshot_from_dict
+from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
+from examples.demo.on_cluster import trainer_deployment
+from examples.demo.report import Summary, TimelinePoint, turning_points
+from examples.demo.story import SERVICE, Story
+from examples.demo.telemetry import JobTelemetry, Training, World, local_world
+from examples.demo.view import ClusterState, Status, cluster_state, panel, progress_bar
+
+
+def _training(members: int, steps: int) -> Training:
+    return Training(World(1, members), 0.0, None, steps, None, None)
+
+
+def test_the_replicaset_follows_replicas_and_deletes_pending_then_newest() -> None:
+    c = SimulatedCluster(JobSpec(), slots=3)
+    c.replicas = 2
+    c.reconcile()
+    assert [(p.name, p.node) for p in c.workers()] == [
+        ("digits-trainer-0", "laptop"),
+        ("digits-trainer-1", "laptop"),
+    ]
+    c.add_workload("web", 2, 1, 1000)  # only one fits: the other stays Pending
+    c.replicas = 3
+    c.reconcile()
+    assert c.free_slots() == 0 and c.workers()[-1].node is None
+    c.replicas = 1
+    c.reconcile()
+    assert [p.name for p in c.workers()] == ["digits-trainer-0", "digits-trainer-1"]
+    assert [p.terminating for p in c.workers()] == [False, True]
+    c.reconcile()  # a terminating pod keeps its slot until its process is gone
+    assert [p.node for p in c.pods if p.workload] == ["laptop", None]
+    c.remove("digits-trainer-1")
+    c.reconcile()
+    assert [p.node for p in c.pods if p.workload] == ["laptop", "laptop"]
+
+
+def test_the_scheduler_binds_higher_priority_first_and_never_preempts() -> None:
+    c = SimulatedCluster(JobSpec(), slots=2)
+    c.reconcile()
+    c.add_workload("low", 1, 1, 0)
+    c.add_workload("high", 1, 1, 1000)
+    c.reconcile()
+    assert {p.name: p.node for p in c.pods} == {
+        "digits-trainer-0": "laptop",
+        "low-0": None,
+        "high-0": "laptop",
+    }
+
+
+def test_the_files_are_what_the_adapter_parses(tmp_path: Path) -> None:
+    c = SimulatedCluster(JobSpec(), slots=3)
+    c.replicas = 2
+    c.add_workload(SERVICE, 2, 1, 1000)
+    c.reconcile()
+    c.workers()[0].address = "127.0.0.1:9400"
+    files = ClusterFiles(tmp_path / "capacity.yaml", tmp_path / "pods.yaml")
+    files.write(c)
+    snapshot = snapshot_from_dict(yaml.safe_load(files.capacity.read_text()))
+    (job,) = snapshot.jobs
+    assert (job.key, job.replicas, job.min_replicas, job.max_replicas) == ("ml/digits", 2, 1, 3)
+    bound = {p.name: (p.node, p.job, p.priority) for p in snapshot.pods}
+    assert bound["serving-0"] == ("laptop", None, 1000)  # the service went first
+    assert bound["digits-trainer-0"] == ("laptop", "ml/digits", 0)
+    assert bound["digits-trainer-1"] == (None, "ml/digits", 0)  # Pending: no slot left
+    (pod,) = yaml.safe_load(files.pods.read_text())["pods"]
+    assert pod["labels"]["edl.paddlepaddle.org/job"] == "digits"
+    assert pod["deployment"] == "digits-trainer" and pod["address"] == "127.0.0.1:9400"
+
+
+def test_the_story_waits_for_what_the_job_did() -> None:
+    c = SimulatedCluster(JobSpec(), slots=3)
+    story = Story(c, dwell_steps=10)
+    c.reconcile()
+    assert c.free_slots() == 0 and "2 of the 3" in story.headline
+    assert story.advance(_training(1, 9), c) is None
+    assert story.advance(_training(1, 10), c) is not None and c.free_slots() == 2
+    assert story.advance(_training(1, 50), c) is None  # waits for the world of 3
+    assert story.advance(_training(3, 10), c) is not None
+    assert [p.priority for p in c.pods if p.workload == SERVICE] == [1000, 1000]
+    assert story.advance(_training(1, 10), c) is None  # the service is not running yet
+    c.replicas = 0
+    c.reconcile()
+    assert story.advance(_training(1, 10), c) is not None and story.done
+    assert not [p for p in c.pods if p.workload]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "turns"),
+    [
+        ([1, 3, 1, 3], [1, 3, 1, 3]),
+        ([1, 2, 3, 1, 3], [1, 3, 1, 3]),
+        ([1, 3, 2, 1, 2, 3], [1, 3, 1, 3]),
+        ([1, 2], [1, 2]),
+        ([], []),
+    ],
+)
+def test_turning_points(sizes: list[int], turns: list[int]) -> None:
+    assert turning_points(sizes) == turns
+
+
+def test_the_summary_says_no_when_a_sample_was_missed(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    (ledger / "ledger-a-g1-r0-1.jsonl").write_text(
+        '{"g": 1, "restore": 0}\n{"g": 1, "r": 0, "s": 0, "e": 0, "ids": [0, 1]}\n'
+    )
+    summary = Summary.build(ledger, 1, 3, [1], [], 0.9, 0.9)
+    assert not summary.ok
+    assert any("exactly once: NO; epoch 0: 1 missing" in line for line in summary.lines())
+    summary = Summary.build(ledger, 1, 2, [1], [], 0.9, 0.95)
+    assert summary.ledger_problems == [] and not summary.ok  # accuracy 0.05 apart
+    assert any("(MISMATCH)" in line for line in summary.lines())
+
+
+def test_telemetry_counts_the_worlds_the_job_trained_in(tmp_path: Path) -> None:
+    (tmp_path / "digits").mkdir()
+    record = tmp_path / "digits" / "world.json"
+    t = JobTelemetry(local_world(tmp_path, "digits"), global_batch=64)
+    assert t.observe(0.0, {}).world == World()
+    record.write_text('{"generation": 2, "members": [{}, {}]}')
+    t.observe(1.0, {})
+    t.samples += 64  # what a scrape adds
+    t.observe(1.5, {})
+    record.write_text('{"generation": 3, "members": [{}]}')
+    assert t.observe(2.0, {}).world == World(3, 1)
+    assert [(r.generation, r.before, r.after, r.trained) for r in t.changes] == [(3, 2, 1, False)]
+    assert t.sizes == [2] and t.rescales == []  # generation 3 has not trained yet
+    t.samples += 64
+    assert t.observe(2.5, {}).steps_in_world == 1
+    assert t.sizes == [2, 1] and [r.generation for r in t.rescales] == [3]
+    # 1 -> 3 -> 2 with no step at 3 (a member lost while forming): one rescale 1 -> 2
+    record.write_text('{"generation": 4, "members": [{}, {}, {}]}')
+    t.observe(3.0, {})
+    record.write_text('{"generation": 5, "members": [{}, {}]}')
+    t.observe(3.5, {})
+    t.samples += 64
+    t.observe(4.0, {})
+    assert t.sizes == [2, 1, 2]
+    assert [(r.generation, r.before, r.after) for r in t.rescales][-1] == (5, 1, 2)
+    assert [r.generation for r in t.untrained] == [4]
+
+
+def test_the_panel_shows_every_figure() -> None:
+    cluster = ClusterState(
+        replicas=3, workers="3 running", slots="[T T T]", free_slots=0, trainer_slots=3,
+        other_slots=0, pending_priority=0, hpa_read="3", hpa_desired=3,
+    )  # fmt: skip
+    status = Status(
+        t=12.0, title="on a test", headline="the service leaves", act=3, acts=3,
+        training=_training(3, 5), progress=0.5, cluster=cluster, sizer=None, last_pause=None,
+        events=["e1"],
+    )  # fmt: skip
+    assert TimelinePoint.of(status).trainer_slots == 3
+    text = "\n".join(panel(status))
+    for needle in ("3/3", "[T T T]", "reads desired_replicas 3 -> sets replicas 3", "e1"):
+        assert needle in text
+    assert progress_bar(0.5, 10) == "[#####.....]  50 %"
+
+
+def test_the_frame_counts_the_pods_of_the_node() -> None:
+    c = SimulatedCluster(JobSpec(), slots=3)
+    c.replicas = 3
+    c.reconcile()
+    c.add_workload(SERVICE, 2, 1, 1000)
+    c.replicas = 1
+    c.reconcile()
+    state = cluster_state(c.pod_views(), c.slots, c.replicas, "1", 1)
+    assert state.slots == "[T t t] waiting: 2 serving pod(s)"
+    assert state.workers == "1 running, 2 stopping"
+    assert (state.free_slots, state.trainer_slots, state.pending_priority) == (0, 3, 2)
+
+
+def test_the_cluster_demo_keeps_its_checkpoints_in_its_own_work_folder(tmp_path: Path) -> None:
+    # The example's volume is a PVC; a local process would write to the host's mount path,
+    # where the next run finds the job finished and trains nothing.
+    doc = trainer_deployment(["--epochs", "3"], {}, tmp_path / "checkpoints")
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["command"]
+    assert command[command.index("--checkpoint-url") + 1] == str(tmp_path / "checkpoints")
+    assert "volumes" not in pod and "volumeMounts" not in container
+    assert command[command.index("--max") + 1] == "3"

@@ -1,0 +1,308 @@
+"""The sizer in the adapter: observations from scraped agents, rounds, serving, events, safety."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from edl_sizing import (
+    ClusterSnapshot,
+    Job,
+    MemoryHistoryStore,
+    Node,
+    Pod,
+    Resources,
+    SizeHistory,
+    SizingPolicy,
+    StaticCapacitySource,
+)
+from edl_sizing.events import JobEvent
+from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.errors import SourceError
+from metrics_adapter.providers.protocol import ExternalMetricInfo
+from metrics_adapter.providers.sizing import DESIRED_REPLICAS, Sizer, SizingProvider
+from metrics_adapter.scraping.pod_registry import PodKey
+from metrics_adapter.scraping.store import MetricStore, Sample
+from metrics_adapter.sizing.kube_objects import JOB_LABEL
+from metrics_adapter.sizing.metrics import SizingMetrics
+from metrics_adapter.sizing.observation import ThroughputObserver
+
+T0 = 1_800_000_000.0
+GI = 2**30
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[JobEvent] = []
+
+    def record(self, event: JobEvent) -> None:
+        self.seen.append(event)
+
+
+def snapshot(replicas: int = 2, bound: int = 2, cpu: float = 4, **job: object) -> ClusterSnapshot:
+    j = Job("ml", "trainer", Resources(cpu=1, memory=GI), replicas=replicas, max_replicas=4,
+            **job)  # type: ignore[arg-type]  # fmt: skip
+    pods = tuple(Pod("ml", f"trainer-{i}", j.worker, node="n1", job=j.key) for i in range(bound))
+    nodes = (Node("n1", Resources(cpu=cpu, memory=64 * GI)),)
+    return ClusterSnapshot(nodes, pods, (j,), job_names={j.key: "digits"})
+
+
+def agents(store: MetricStore, clock: Clock, size: int, generation: int, rate: float,
+           seconds: float = 12.0, pauses: tuple[float, float] = (0.0, 0.0)) -> None:  # fmt: skip
+    """`size` agents of one world, scraped every second for `seconds`."""
+    for step in range(int(seconds) + 1):
+        for i in range(size):
+            store.ingest(
+                PodKey("ml", f"trainer-{i}"),
+                [
+                    Sample("edl_trainer_samples_total", {}, 1000 + rate / size * step),
+                    Sample("edl_trainer_world_size", {}, size),
+                    Sample("edl_trainer_generation", {}, generation),
+                    Sample("edl_trainer_rescale_pause_seconds_count", {}, pauses[0]),
+                    Sample("edl_trainer_rescale_pause_seconds_sum", {}, pauses[1]),
+                ],
+            )
+        clock.t += 1.0
+    clock.t -= 1.0
+
+
+def build(source: StaticCapacitySource, clock: Clock, store: MetricStore | None = None,
+          history: MemoryHistoryStore | None = None) -> tuple[Sizer, SizingProvider, Events,
+                                                             CollectorRegistry]:  # fmt: skip
+    events = Events()
+    registry = CollectorRegistry()
+    sizer = Sizer(
+        source,
+        history or MemoryHistoryStore(),
+        SizingPolicy(hold_off_s=30.0),
+        SizingMetrics(registry),
+        events,
+        clock,
+        interval=1.0,
+        history_interval=0.0,
+        observer=ThroughputObserver(store, 10.0) if store is not None else None,
+    )
+    return sizer, SizingProvider(sizer, clock, max_age_s=30.0), events, registry
+
+
+def served(provider: SizingProvider, selector: str = f"{JOB_LABEL}=digits") -> list[float]:
+    items = provider.get_external_metric(
+        "ml", LabelSelector.parse(selector), ExternalMetricInfo(DESIRED_REPLICAS)
+    )
+    return [p.value for p in items]
+
+
+def test_serves_one_item_per_job_with_the_job_label() -> None:
+    clock = Clock()
+    measured = snapshot(observed={2: 180.0})
+    sizer, provider, events, registry = build(StaticCapacitySource(measured), clock)
+    assert served(provider) == []  # before the first round: no item (the HPA holds)
+    sizer.run_once()
+    items = provider.get_external_metric(
+        "ml", LabelSelector.parse(f"{JOB_LABEL}=digits"), ExternalMetricInfo(DESIRED_REPLICAS)
+    )
+    assert [(p.metric, p.labels, p.value) for p in items] == [
+        (DESIRED_REPLICAS, {JOB_LABEL: "digits"}, 4.0)
+    ]
+    assert served(provider, f"{JOB_LABEL}=other") == []
+    assert (
+        provider.get_external_metric(
+            "other-ns",
+            LabelSelector.parse(f"{JOB_LABEL}=digits"),
+            ExternalMetricInfo(DESIRED_REPLICAS),
+        )
+        == []
+    )
+    text = generate_latest(registry).decode()
+    assert (
+        'edl_adapter_sizing_desired_replicas{deployment="trainer",job="digits",namespace="ml"} 4.0'
+        in text
+    )
+    assert 'reason="at_max"} 1.0' in text and 'reason="hold_off"} 0.0' in text
+    assert "edl_adapter_sizing_decisions_total 1.0" in text
+    assert [e.reason for e in events.seen] == ["SizingGrow"]
+    assert events.seen[0].message.startswith("grew to 4 (+2): 2 CPUs free on n1")
+
+
+def test_a_stale_plan_is_not_served() -> None:
+    clock = Clock()
+    sizer, provider, _, _ = build(StaticCapacitySource(snapshot()), clock)
+    sizer.run_once()
+    clock.t += 31.0
+    assert served(provider) == []
+    assert provider.debug_page()["stale"] is True
+
+
+def test_throughput_is_observed_only_for_a_steady_world() -> None:
+    clock = Clock()
+    store = MetricStore(64, 600.0, clock)
+    history = MemoryHistoryStore()
+    sizer, provider, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    agents(store, clock, size=2, generation=3, rate=180.0, seconds=5)
+    sizer.run_once()
+    assert history.load().observed("ml/trainer") == {}  # 5 s of a 10 s window: not yet
+    agents(store, clock, size=2, generation=3, rate=180.0, seconds=12)
+    sizer.run_once()
+    (x,) = history.load().observed("ml/trainer").values()
+    assert abs(x - 180.0) < 1e-6
+    assert provider.debug_page()["plan"]["jobs"][0]["curve"]["largestMeasured"] == 2
+
+
+def test_a_world_in_flux_is_not_observed() -> None:
+    clock = Clock()
+    store = MetricStore(64, 600.0, clock)
+    history = MemoryHistoryStore()
+    sizer, _, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    agents(store, clock, size=2, generation=3, rate=180.0, seconds=6)
+    agents(store, clock, size=2, generation=4, rate=180.0, seconds=6)  # a rescale in the window
+    sizer.run_once()
+    assert history.load().observed("ml/trainer") == {}
+    # Only one of the two members reports: not observed either.
+    clock2 = Clock()
+    store2 = MetricStore(64, 600.0, clock2)
+    history2 = MemoryHistoryStore()
+    sizer2, _, _, _ = build(StaticCapacitySource(snapshot()), clock2, store2, history2)
+    for _ in range(12):
+        samples = [
+            Sample("edl_trainer_samples_total", {}, 1000 + clock2.t - T0),
+            Sample("edl_trainer_world_size", {}, 2),
+            Sample("edl_trainer_generation", {}, 1),
+        ]
+        store2.ingest(PodKey("ml", "trainer-0"), samples)
+        clock2.t += 1
+    sizer2.run_once()
+    assert history2.load().observed("ml/trainer") == {}
+
+
+def test_rescale_pauses_are_measured_from_the_histogram_deltas() -> None:
+    clock = Clock()
+    store = MetricStore(64, 600.0, clock)
+    history = MemoryHistoryStore()
+    sizer, _, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    agents(store, clock, size=2, generation=3, rate=100.0, seconds=2, pauses=(2.0, 5.0))
+    sizer.run_once()  # baseline: what happened before the adapter looked is not counted
+    assert history.load().pause("ml/trainer") == 0.0
+    agents(store, clock, size=2, generation=4, rate=100.0, seconds=2, pauses=(3.0, 9.0))
+    sizer.run_once()
+    assert history.load().pause("ml/trainer") == 4.0
+
+
+def test_replicas_sharing_a_history_decide_the_same() -> None:
+    shared = MemoryHistoryStore()
+    clock = Clock()
+    store = MetricStore(64, 600.0, clock)
+    agents(store, clock, size=2, generation=3, rate=180.0)
+    one, p1, _, _ = build(StaticCapacitySource(snapshot()), clock, store, shared)
+    two, p2, _, _ = build(StaticCapacitySource(snapshot()), clock, None, shared)
+    one.run_once()  # observes and writes
+    two.run_once()  # only reads
+    assert served(p1) == served(p2) == [4.0]
+    a, b = one.plan, two.plan
+    assert a is not None and b is not None
+    assert a.plan.to_dict() == b.plan.to_dict()
+
+
+def test_bad_input_serves_the_current_count_and_says_why_once() -> None:
+    clock = Clock()
+    bad = snapshot(
+        replicas=3, bound=3, error="annotation edl.paddlepaddle.org/weight: 'x' is not a number"
+    )
+    sizer, provider, events, registry = build(StaticCapacitySource(bad), clock)
+    for _ in range(3):
+        sizer.run_once()
+        clock.t += 1
+    assert served(provider) == [3.0]
+    assert [(e.reason, e.warning) for e in events.seen] == [("SizingFallback", True)]
+    assert (
+        'edl_adapter_sizing_errors_total{reason="annotation"} 1.0'
+        in generate_latest(registry).decode()
+    )
+
+
+def test_a_failing_decision_serves_current_counts() -> None:
+    clock = Clock()
+    weird = snapshot()
+    broken = replace(weird, jobs=(replace(weird.jobs[0], observed={1: "fast"}),))  # type: ignore[dict-item]
+    sizer, provider, _, _ = build(StaticCapacitySource(broken), clock)
+    sizer.run_once()
+    assert served(provider) == [2.0]
+    assert provider.debug_page()["plan"]["jobs"][0]["limitedBy"] == "fallback"
+
+
+def test_history_store_failure_keeps_the_last_copy() -> None:
+    class Failing(MemoryHistoryStore):
+        fail = False
+
+        def load(self) -> SizeHistory:
+            if self.fail:
+                raise SourceError("apiserver down")
+            return super().load()
+
+    store = Failing()
+
+    def observed(h: SizeHistory) -> bool:
+        h.observe("ml/trainer", 4, 400.0, T0)
+        return True
+
+    store.update(observed)
+    clock = Clock()
+    sizer, provider, _, _ = build(StaticCapacitySource(snapshot()), clock, None, store)
+    sizer.run_once()
+    store.fail = True
+    clock.t += 1
+    sizer.run_once()
+    page = provider.debug_page()["plan"]["jobs"][0]
+    assert page["curve"]["largestMeasured"] == 4
+
+
+def test_ambiguous_job_names_are_not_served() -> None:
+    clock = Clock()
+    snap = snapshot()
+    twin = replace(snap.jobs[0], name="twin")
+    both = replace(
+        snap, jobs=(*snap.jobs, twin), job_names={snap.jobs[0].key: "digits", twin.key: "digits"}
+    )
+    sizer, provider, _, _ = build(StaticCapacitySource(both), clock)
+    sizer.run_once()
+    assert served(provider) == []
+    assert [j["served"] for j in provider.debug_page()["plan"]["jobs"]] == [False, False]
+
+
+def test_jobs_that_leave_lose_their_series() -> None:
+    clock = Clock()
+    source = StaticCapacitySource(snapshot())
+    sizer, _, _, registry = build(source, clock)
+    sizer.run_once()
+    source.replace(ClusterSnapshot(snapshot().nodes))
+    sizer.run_once()
+    text = generate_latest(registry).decode()
+    assert 'job="digits"' not in text
+
+
+def test_event_names_are_deterministic() -> None:
+    a = JobEvent("ml", "trainer", "SizingGrow", "grew to 3: ...", generation=7, desired=3)
+    b = JobEvent("ml", "trainer", "SizingGrow", "grew to 3: other digits", generation=7, desired=3)
+    c = replace(a, generation=8)
+    assert a.name == b.name != c.name
+    assert a.name.startswith("trainer.edl-sizing.")
+
+
+def test_a_waiting_job_is_told_so_once() -> None:
+    clock = Clock()
+    gpu_job = snapshot(replicas=0, bound=0)
+    job = replace(gpu_job.jobs[0], worker=Resources(cpu=1, gpu=1))
+    sizer, provider, events, _ = build(StaticCapacitySource(replace(gpu_job, jobs=(job,))), clock)
+    sizer.run_once()
+    sizer.run_once()
+    assert served(provider) == [1.0]  # its minimum, though nothing fits: the pod waits
+    assert [e.reason for e in events.seen] == ["SizingWaiting"]
+    assert "1 GPU" in events.seen[0].message

@@ -1,0 +1,113 @@
+"""The front end answers on its event loop, and defers to a thread what would wait on the network.
+
+The real app (helpers.build) behind the real HttpFront on 127.0.0.1, with a
+SubjectAccessReview authorizer whose reviewer records the thread it is called on: an
+uncached review must run on an app thread (never on the loop), a cached decision is
+answered on the loop, and a list too large to buffer still streams whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
+from metrics_adapter.auth.identity import RequestAttributes
+from metrics_adapter.http.server import HttpFront, ServerLimits, bind
+from tests.unit.metrics_adapter.helpers import ManualClock, agent_samples, build, trainer
+
+PODS = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second"
+
+
+class RecordingReviewer:
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def review(self, attributes: RequestAttributes) -> tuple[bool, str]:
+        self.threads.append(threading.current_thread().name)
+        return True, ""
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
+    pods = [trainer(f"trainer-{i}") for i in range(2500)]
+    reviewer = RecordingReviewer()
+    clock = ManualClock()
+    h = build(pods, authorizer=SubjectAccessReviewAuthorizer(reviewer, clock))
+    for p in pods:
+        h.feed(p, agent_samples(0, 0))
+    h.clock.t += 10
+    clock.t = h.clock.t
+    for p in pods:
+        h.feed(p, agent_samples(100, 10))
+    loop_thread: list[str] = []
+    calls: list[str] = []  # the thread of each call into the app
+    wsgi = h.app.wsgi_app
+
+    def recording(environ: Any, start_response: Any) -> Any:
+        calls.append(threading.current_thread().name)
+        return wsgi(environ, start_response)
+
+    h.app.wsgi_app = recording  # type: ignore[method-assign]
+    front = HttpFront(h.app, ServerLimits(), None, threads=2)
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        box["loop"] = asyncio.get_running_loop()
+        box["stop"] = stop = asyncio.Event()
+        loop_thread.append(threading.current_thread().name)
+        ready.set()
+        await front.serve(sock, stop)
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), name="front-loop")
+    thread.start()
+    assert ready.wait(10)
+    yield port, reviewer, loop_thread, calls
+    loop = box["loop"]
+    assert isinstance(loop, asyncio.AbstractEventLoop)
+    loop.call_soon_threadsafe(box["stop"].set)
+    thread.join(15)
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_an_uncached_review_runs_on_a_thread_and_a_cached_one_on_the_loop(
+    served: tuple[int, RecordingReviewer, list[str], list[str]],
+) -> None:
+    port, reviewer, loop_thread, calls = served
+    status, body = get(port, "/apis/custom.metrics.k8s.io/v1beta2")
+    assert status == 200 and json.loads(body)["kind"] == "APIResourceList"
+    assert len(reviewer.threads) == 1 and reviewer.threads[0] != loop_thread[0]
+    assert calls[0] == loop_thread[0] and calls[1] == reviewer.threads[0]  # deferred once
+    status, body = get(port, "/apis/custom.metrics.k8s.io/v1beta2")  # decision cached
+    assert status == 200 and len(reviewer.threads) == 1
+    assert calls[2:] == loop_thread  # answered on the loop
+
+
+def test_a_list_too_large_to_buffer_streams_whole(
+    served: tuple[int, RecordingReviewer, list[str], list[str]],
+) -> None:
+    port, reviewer, loop_thread, _ = served
+    for _ in range(2):  # the review deferred to a thread, then the cached decision inline
+        status, body = get(port, PODS)
+        assert status == 200
+        items = json.loads(body)["items"]
+        assert len(items) == 2500 and {i["value"] for i in items} == {"10"}
+    assert all(t != loop_thread[0] for t in reviewer.threads)
