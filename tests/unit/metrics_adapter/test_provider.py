@@ -18,17 +18,13 @@ from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.providers.fake import FakeProvider
 from metrics_adapter.providers.protocol import (
     CompositeProvider,
     CustomMetricInfo,
-    ExternalMetricInfo,
-    ExternalPoint,
-    MetricPoint,
     MetricsProvider,
 )
 from metrics_adapter.providers.sizing import Sizer, SizingProvider
-from metrics_adapter.scraping.catalogue import Aggregation, MetricDefinition, MetricKind, SeriesTerm
-from metrics_adapter.scraping.pod_registry import DescribedObject
 from metrics_adapter.selfmetrics import AdapterMetrics
 from metrics_adapter.settings import AdapterSettings
 from metrics_adapter.sizing.kube_objects import JOB_LABEL
@@ -37,38 +33,16 @@ from tests.unit.metrics_adapter.helpers import T0, ManualClock, standard
 
 EXT = "/apis/external.metrics.k8s.io/v1beta1"
 B2 = "/apis/custom.metrics.k8s.io/v1beta2"
-QUEUE = MetricDefinition(
-    "queue_depth", MetricKind.GAUGE, SeriesTerm("q", False), None, Aggregation.SUM, 60.0
-)
 
 
-class FakeProvider:
-    """Serves `queue_depth` on nodes (root-scoped) and the external `samples_per_second_x`."""
-
-    def get_metric_by_name(self, namespace: str | None, name: str, info: CustomMetricInfo,
-                           selector: LabelSelector, metric_selector: LabelSelector,
-                           ) -> MetricPoint:  # fmt: skip
-        if name != "node-1":
-            raise NotFoundError(
-                f"the server could not find the metric {info.metric} for nodes {name}"
-            )
-        return MetricPoint(DescribedObject("Node", "v1", name), QUEUE, 7.0, T0)
-
-    def get_metric_by_selector(self, namespace: str | None, selector: LabelSelector,
-                               info: CustomMetricInfo, metric_selector: LabelSelector,
-                               ) -> list[MetricPoint]:  # fmt: skip
-        return [self.get_metric_by_name(namespace, "node-1", info, selector, metric_selector)]
-
-    def list_all_metrics(self) -> list[CustomMetricInfo]:
-        return [CustomMetricInfo("nodes", False, "queue_depth")]
-
-    def get_external_metric(self, namespace: str, metric_selector: LabelSelector,
-                            info: ExternalMetricInfo) -> list[ExternalPoint]:  # fmt: skip
-        return [ExternalPoint(info.metric, {"from": "fake"}, 3.0, T0, 60.0)]
-
-    def list_all_external_metrics(self) -> list[ExternalMetricInfo]:
-        # busy_cpus is also the catalogue's: the first provider (the scraped pods) wins.
-        return [ExternalMetricInfo("samples_per_second_x"), ExternalMetricInfo("busy_cpus")]
+def fake_provider() -> FakeProvider:
+    """``queue_depth`` on nodes (root-scoped) and the external ``samples_per_second_x``;
+    ``busy_cpus`` is also the catalogue's: the first provider (the scraped pods) wins."""
+    fake = FakeProvider(clock=lambda: T0)
+    fake.set_custom("nodes", "node-1", "queue_depth", 7.0)
+    fake.set_external("ml", "samples_per_second_x", 3.0, labels={"from": "fake"})
+    fake.set_external("ml", "busy_cpus", 99.0, labels={"from": "fake"})
+    return fake
 
 
 def app_with(*extra: MetricsProvider, debug: dict[str, Any] | None = None) -> FlaskClient:
@@ -87,7 +61,7 @@ def app_with(*extra: MetricsProvider, debug: dict[str, Any] | None = None) -> Fl
 
 
 def test_discovery_is_the_union_of_the_providers_lists() -> None:
-    client = app_with(FakeProvider())
+    client = app_with(fake_provider())
     custom = {(r["name"], r["namespaced"]) for r in client.get(B2).get_json()["resources"]}
     assert ("nodes/queue_depth", False) in custom
     assert ("pods/samples_per_second", True) in custom
@@ -97,7 +71,7 @@ def test_discovery_is_the_union_of_the_providers_lists() -> None:
 
 
 def test_each_metric_comes_from_the_provider_listing_it() -> None:
-    client = app_with(FakeProvider())
+    client = app_with(fake_provider())
     (item,) = client.get(f"{B2}/nodes/node-1/queue_depth").get_json()["items"]
     assert item["describedObject"]["kind"] == "Node" and item["value"] == "7"
     assert client.get(f"{B2}/nodes/node-2/queue_depth").status_code == 404
@@ -110,7 +84,7 @@ def test_each_metric_comes_from_the_provider_listing_it() -> None:
 
 
 def test_unknown_metrics_are_a_not_found_status() -> None:
-    client = app_with(FakeProvider())
+    client = app_with(fake_provider())
     for path in (f"{B2}/namespaces/ml/pods/*/nope", f"{EXT}/namespaces/ml/nope"):
         r = client.get(path)
         assert r.status_code == 404
