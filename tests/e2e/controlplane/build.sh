@@ -14,6 +14,15 @@ if [[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/
   exit 0
 fi
 mkdir -p "$bin"
+# One build at a time per cache (two clones or worktrees building at once raced on the .tmp files):
+# the second waits, then finds the binaries the first built.
+exec 9>"$cache/.build.lock"
+flock 9
+if [[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/kube-scheduler" && -x "$bin/etcd" ]]; then
+  echo "control plane: cached in $bin (built by another run meanwhile)" >&2
+  echo "$bin"
+  exit 0
+fi
 step() { echo "control plane: $*" >&2; }
 fail() { echo "control plane build FAILED at step: $1 (see output above)" >&2; exit 1; }
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
