@@ -28,7 +28,7 @@ from edl_common.options import (
 )
 
 if TYPE_CHECKING:
-    from agent.elastic.runner import ElasticOptions
+    from agent.elastic.options import ElasticOptions
 
 ENV_PREFIX = "EDL_AGENT_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
