@@ -9,7 +9,7 @@ elastic job) and is validated once; every error is one `ConfigError` line.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -305,11 +305,11 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
 class ExporterSettings:
     """Where the agent serves `/metrics`, `/healthz` and `/readyz`."""
 
-    host: str = "0.0.0.0"
+    host: str
     """Listen address; tests use 127.0.0.1."""
-    port: int = 9400
+    port: int
     """Listen port; 0 picks a free one."""
-    linger_seconds: float = 0.0
+    linger_seconds: float
     """Seconds to keep serving after the trainer ended (a last scrape sees the final counts)."""
 
 
@@ -317,23 +317,26 @@ class ExporterSettings:
 class TrainerSettings:
     """How the agent runs the trainer process."""
 
-    metrics_dir: Path | None = None
+    metrics_dir: Path | None
     """Directory of the trainer's reports; None: a temporary one, removed at exit."""
-    flush_seconds: float = 1.0
+    flush_seconds: float
     """Seconds between the trainer's report rewrites."""
-    stop_grace_seconds: float = 25.0
+    stop_grace_seconds: float
     """Seconds from a forwarded SIGTERM to SIGKILL."""
-    framework: str = frameworks.AUTO
+    framework: str
     """A registered framework (`paddle`, `torch`) or `auto`."""
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    """Everything `edl-agent run` was told, grouped by concern and validated once."""
+    """Everything `edl-agent run` was told, grouped by concern and validated once.
 
-    exporter: ExporterSettings = field(default_factory=ExporterSettings)
-    trainer: TrainerSettings = field(default_factory=TrainerSettings)
-    log_level: str = "INFO"
+    The fields have no defaults: `OPTIONS` holds each one once (`from_env({})` gives them).
+    """
+
+    exporter: ExporterSettings
+    trainer: TrainerSettings
+    log_level: str
     elastic: ElasticOptions | None = None
     """The elastic job (``--elastic``): membership, phase timeouts, durable checkpoints."""
 

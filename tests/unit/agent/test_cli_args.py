@@ -13,7 +13,7 @@ from agent.errors import ConfigError
 
 def test_defaults() -> None:
     settings, command = parse_args(["run", "--", "python", "train.py"], {})
-    assert settings == AgentSettings()
+    assert settings == AgentSettings.from_env({})
     assert (settings.exporter.host, settings.exporter.port) == ("0.0.0.0", 9400)
     assert command == ("python", "train.py")
 

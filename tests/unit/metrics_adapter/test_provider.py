@@ -18,6 +18,7 @@ from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.options import default_settings
 from metrics_adapter.providers.protocol import (
     CompositeProvider,
     CustomMetricInfo,
@@ -30,7 +31,6 @@ from metrics_adapter.providers.sizing import Sizer, SizingProvider
 from metrics_adapter.scraping.catalogue import Aggregation, MetricDefinition, MetricKind, SeriesTerm
 from metrics_adapter.scraping.pod_registry import DescribedObject
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.settings import AdapterSettings
 from metrics_adapter.sizing.kube_objects import JOB_LABEL
 from metrics_adapter.sizing.metrics import SizingMetrics
 from tests.unit.metrics_adapter.helpers import T0, ManualClock, standard
@@ -75,7 +75,7 @@ def app_with(*extra: MetricsProvider, debug: dict[str, Any] | None = None) -> Fl
     scraped = standard()
     provider = CompositeProvider([scraped.provider, *extra])
     app = create_app(
-        AdapterSettings(),
+        default_settings(),
         provider,
         AdapterMetrics(CollectorRegistry()),
         DelegatingAuthenticator([]),
