@@ -327,7 +327,12 @@ def serve_filled(pods: int, port: int, workdir: str) -> None:
     from metrics_adapter.http.tls import ensure_serving_cert, server_context
     from metrics_adapter.scraping.pod_registry import PodKey
     from metrics_adapter.scraping.store import Sample
-    from metrics_adapter.settings import AdapterSettings, AuthMode
+    from metrics_adapter.settings import AuthMode
+
+    try:
+        from metrics_adapter.options import default_settings as settings_of
+    except ImportError:  # a checkout (--code) from before the table held every default
+        from metrics_adapter.settings import AdapterSettings as settings_of  # type: ignore[assignment]
 
     listed = [
         {"namespace": "ml", "name": f"trainer-{i}", "labels": {"app": "trainer"}}
@@ -335,7 +340,7 @@ def serve_filled(pods: int, port: int, workdir: str) -> None:
     ]
     pods_file = Path(workdir) / "filled.yaml"
     pods_file.write_text(yaml.safe_dump({"pods": listed}))
-    settings = AdapterSettings(
+    settings = settings_of(
         host="127.0.0.1",
         port=port,
         static_file=pods_file,
