@@ -27,10 +27,11 @@ from agent.checkpoints import settings as checkpoint_settings
 from agent.checkpoints.catalogue import Checkpoints, finished_at
 from agent.checkpoints.settings import CheckpointSettings
 from agent.collectors.gpu import open_nvml
-from agent.config import ELASTIC_OPTIONS, AgentSettings
+from agent.config import AgentSettings
 from agent.elastic.errors import ElasticError
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.option_table import ELASTIC_OPTIONS
 from agent.elastic.options import ElasticOptions
 from agent.elastic.store import MembershipStore
 from agent.elastic.supervisor import (

@@ -126,10 +126,9 @@ def test_one_config_error_for_every_package() -> None:
     assert agent.errors.ConfigError is metrics_adapter.errors.ConfigError is errors.ConfigError
 
 
-def test_table_defaults_are_the_settings_defaults() -> None:
-    """Each default is written once in a table; the dataclasses that still have their own
-    (membership, rescale phases) must agree with it. The adapter's and the agent's settings
-    have none: they are the table's."""
+def test_no_flag_and_no_variable_give_the_dataclasses_defaults() -> None:
+    """The parse wires each row to its field; the fields' defaults are the rows' (written once,
+    in `agent.elastic.option_table`)."""
     argv = ["run", "--elastic", "--job", "j", "--membership", "kubernetes", "--", "x"]
     elastic = parse_args(argv, {})[0].elastic
     assert elastic is not None
