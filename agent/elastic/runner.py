@@ -28,7 +28,6 @@ from agent.checkpoints.catalogue import Checkpoints, finished_at
 from agent.checkpoints.settings import CheckpointSettings
 from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
-from agent.elastic.errors import ElasticError
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.option_table import ELASTIC_OPTIONS
@@ -44,6 +43,7 @@ from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
 from agent.protocol import env as names
+from agent.protocol.errors import ElasticError
 from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir

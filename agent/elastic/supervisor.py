@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
 from agent.elastic.option_table import DEFAULTS
 from agent.elastic.pause import RescaleRecord, RescaleTracker
@@ -68,6 +67,7 @@ from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import World
 from agent.protocol import env as names
 from agent.protocol.control import STANDBY_GENERATION, ControlChannel, NextWorld, Timings
+from agent.protocol.errors import RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
