@@ -33,13 +33,12 @@ from agent.reports import prepare_metrics_dir
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
 from agent.trainer_process import TrainerSupervisor
+from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.options import Parser, read
 from edl_common.options import add_arguments as add_options
 
 log = logging.getLogger("agent")
 
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
 EXIT_CANNOT_EXECUTE = 127
 _POLL_SECONDS = 0.2
 
@@ -218,23 +217,24 @@ def _supervise(supervisor: TrainerSupervisor, settings: AgentSettings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `edl-agent` console script; returns the process exit status."""
     env = dict(os.environ)
-    try:
+    debug = False
+
+    def command_line() -> int:
+        nonlocal debug
         args = sys.argv[1:] if argv is None else argv
         settings, command = parse_args(args, env)
-    except ConfigError as e:
-        print(f"edl-agent: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="edl-agent: %(message)s", stream=sys.stderr
-    )
-    try:
+        debug = settings.log_level.upper() == "DEBUG"
+        logging.basicConfig(
+            level=settings.log_level.upper(), format="edl-agent: %(message)s", stream=sys.stderr
+        )
         return run(settings, command, env)
-    except TrainerStartError as e:
-        print(f"edl-agent: error: {e}", file=sys.stderr)
-        return EXIT_CANNOT_EXECUTE
-    except ConfigError as e:
-        print(f"edl-agent: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except AgentError as e:
-        print(f"edl-agent: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
+
+    return run_command(
+        "edl-agent",
+        command_line,
+        [
+            ErrorExit((TrainerStartError,), EXIT_CANNOT_EXECUTE),
+            ErrorExit((AgentError,), EXIT_FAILURE),
+        ],
+        debug=lambda: debug,
+    )

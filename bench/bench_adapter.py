@@ -62,8 +62,9 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
     from metrics_adapter.assembly import AdapterRuntime
     from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.options import default_settings
     from metrics_adapter.scraping.store import Sample
-    from metrics_adapter.settings import AdapterSettings, AuthMode
+    from metrics_adapter.settings import AuthMode
 
     pods_file = workdir / f"pods-{pods}.yaml"
     listed = [
@@ -76,7 +77,7 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
         for i in range(pods)
     ]
     pods_file.write_text(yaml.safe_dump({"pods": listed}))
-    settings = AdapterSettings(
+    settings = default_settings(
         host="127.0.0.1",
         port=port,
         tls=tls,
@@ -134,7 +135,7 @@ def serve_hello(port: int, inline: bool) -> None:
 
     from metrics_adapter.http.blocking import INLINE_EXTENSION
     from metrics_adapter.http.server import AdapterServer
-    from metrics_adapter.settings import AdapterSettings
+    from metrics_adapter.options import default_settings
 
     def app_factory() -> Any:
         app = Flask("hello")
@@ -143,7 +144,7 @@ def serve_hello(port: int, inline: bool) -> None:
             app.extensions[INLINE_EXTENSION] = True
         return app
 
-    settings = AdapterSettings(host="127.0.0.1", port=port, tls=False, log_level="warning")
+    settings = default_settings(host="127.0.0.1", port=port, tls=False, log_level="warning")
     AdapterServer(settings, app_factory, None, None).run()
 
 

@@ -145,10 +145,10 @@ def bench_flush_and_scrape() -> None:
     from agent.app import create_registry
     from agent.exporter import MetricsServer
     from agent.flushing import ReportFlusher
+    from agent.protocol.trainer_world import TrainerWorld
     from agent.readiness import Readiness
     from agent.recording import StepRecorder
     from agent.reports import report_path
-    from agent.world import TrainerWorld
 
     class Stub:
         world = TrainerWorld(rank=0, world_size=2)

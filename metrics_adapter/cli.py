@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import metrics_adapter
+from edl_common.error_boundary import EXIT_USAGE, ErrorExit, run_command
 from edl_common.options import Parser, add_arguments, read
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.errors import ConfigError, SourceError
@@ -171,16 +172,21 @@ def serve(settings: AdapterSettings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``edl-adapter``."""
-    try:
+    debug = False
+
+    def command_line() -> int:
+        nonlocal debug
         settings = settings_from_args(build_parser().parse_args(argv))
+        debug = settings.log_level.lower() == "debug"
         logging.basicConfig(
             level=getattr(logging, settings.log_level.upper(), logging.INFO),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
         return serve(settings)
-    except (ConfigError, SourceError) as e:
-        print(f"edl-adapter: error: {e}", file=sys.stderr)
-        return 2
+
+    return run_command(
+        "edl-adapter", command_line, [ErrorExit((SourceError,), EXIT_USAGE)], debug=lambda: debug
+    )
 
 
 if __name__ == "__main__":

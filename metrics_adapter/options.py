@@ -7,9 +7,11 @@ environment defaults and docs/metrics-api.md's table are generated from it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from edl_common.durations import format_duration
 from edl_common.errors import ConfigError
 from edl_common.options import (
     LIST,
@@ -22,7 +24,10 @@ from edl_common.options import (
     duration,
     integer,
     number,
+    read,
 )
+from edl_sizing import defaults
+from edl_sizing.decision import SizingPolicy
 from edl_sizing.resources import RESOURCE_NAMES, Resources
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
 from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES
@@ -70,6 +75,8 @@ def _opt(name: str, kind: Kind, default: str | None, help: str, group: str, **mo
 
 
 _AUTH_MODES = choice(*(m.value for m in AuthMode))
+_POLICY = SizingPolicy()
+"""The sizer's own knobs: the ``--sizing-*`` defaults are its field defaults, written there."""
 
 OPTIONS: tuple[Option, ...] = (
     _opt("host", TEXT, "0.0.0.0", "address to listen on", "serving"),
@@ -315,11 +322,17 @@ OPTIONS: tuple[Option, ...] = (
         "history ConfigMap namespace (default: the adapter's own, else edl-system)",
         "sizing",
     ),
-    _opt("sizing_interval", duration(), "10s", "time between sizing decisions", "sizing"),
+    _opt(
+        "sizing_interval",
+        duration(),
+        format_duration(defaults.ROUND_INTERVAL_S),
+        "time between sizing decisions",
+        "sizing",
+    ),
     _opt(
         "sizing_history_interval",
         duration(),
-        "30s",
+        format_duration(defaults.HISTORY_INTERVAL_S),
         "time between writes of new observations",
         "sizing",
     ),
@@ -333,28 +346,28 @@ OPTIONS: tuple[Option, ...] = (
     _opt(
         "sizing_hold_off",
         duration(),
-        "60s",
+        format_duration(_POLICY.hold_off_s),
         "no growth within this time of a job's last growth",
         "sizing",
     ),
     _opt(
         "sizing_payback",
         duration(),
-        "5m",
+        format_duration(_POLICY.payback_s),
         "a growth must pay back its rescale pause within this",
         "sizing",
     ),
     _opt(
         "sizing_exploration",
         number(1),
-        "2",
+        f"{_POLICY.exploration:g}",
         "never grow beyond this multiple of the largest size measured",
         "sizing",
     ),
     _opt(
         "sizing_default_max_workers",
         integer(1),
-        "16",
+        str(defaults.DEFAULT_MAX_WORKERS),
         "max workers of a job without the max-workers annotation",
         "sizing",
     ),
@@ -460,3 +473,15 @@ def settings_from(values: Mapping[str, Any]) -> AdapterSettings:
     for name in ("access_log", "sizing", "authentication_skip_lookup"):
         fields[name] = bool(fields[name])
     return AdapterSettings(**fields)
+
+
+def default_settings(**changes: Any) -> AdapterSettings:
+    """The table's defaults (no flag, no variable read) with `changes` to fields.
+
+    For code that builds settings itself (tests, benchmarks): the defaults stay written once,
+    in `OPTIONS`.
+
+    Raises:
+        ConfigError: a change breaks a rule of `AdapterSettings`.
+    """
+    return dataclasses.replace(settings_from(read(OPTIONS, {}, {})), **changes)

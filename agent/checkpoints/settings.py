@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from agent.checkpoints.store import CheckpointStore, job_url, open_store, scheme_of
 from agent.errors import ConfigError
@@ -58,6 +59,9 @@ OPTIONS: tuple[Option, ...] = (
 )
 """The checkpoint rows of `edl-agent run --elastic` (`edl_common.options`)."""
 
+_DEFAULTS: dict[str, Any] = read(OPTIONS, {}, {})
+"""The rows' defaults, parsed: `CheckpointSettings`' fields default to them."""
+
 
 @dataclass(frozen=True)
 class CheckpointSettings:
@@ -66,13 +70,13 @@ class CheckpointSettings:
     url: str = ""
     """--checkpoint-url / EDL_CHECKPOINT_URL: a directory (a ReadWriteMany volume) or
     ``file:///dir``; the job's checkpoints go to ``<url>/<job>``. Empty: no checkpoints."""
-    every_steps: int = 0
+    every_steps: int = _DEFAULTS["checkpoint_every_steps"]
     """--checkpoint-every-steps / EDL_CHECKPOINT_EVERY_STEPS: checkpoint after this many steps
     (0: not by steps)."""
-    every_seconds: float = 300.0
+    every_seconds: float = _DEFAULTS["checkpoint_every_seconds"]
     """--checkpoint-every-seconds / EDL_CHECKPOINT_EVERY_SECONDS: checkpoint when this long has
     passed since the last one (0: not by time). With both, whichever comes first."""
-    keep: int = 3
+    keep: int = _DEFAULTS["checkpoint_keep"]
     """--checkpoint-keep / EDL_CHECKPOINT_KEEP: checkpoints kept (older ones are pruned; at
     least 2 leaves one to fall back to when the newest is corrupt)."""
 

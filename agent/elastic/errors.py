@@ -1,20 +1,12 @@
 """Exception types of elastic training, agent side; each keeps its cause (`raise ... from e`).
 
 The ones both processes share (`ElasticError`, `RendezvousTimeout`, `StateTransferError`) are
-defined in `agent.protocol.errors` and re-exported here.
+`agent.protocol.errors`'.
 """
 
 from __future__ import annotations
 
-from agent.protocol.errors import ElasticError, RendezvousTimeout, StateTransferError
-
-__all__ = [
-    "ElasticError",
-    "RendezvousTimeout",
-    "StateTransferError",
-    "StoreUnavailable",
-    "WorldRecordInvalid",
-]
+from agent.protocol.errors import ElasticError
 
 
 class StoreUnavailable(ElasticError):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
+from agent.elastic.option_table import DEFAULTS
 from agent.elastic.store import Heartbeat, MembershipStore
 from agent.elastic.world import Member, World, next_members
 
@@ -29,22 +30,22 @@ class MembershipSettings:
     """How members agree on a world.
 
     Every field has an ``EDL_`` variable, read by `edl-agent run --elastic` through the option
-    table in `agent.config` (``EDL_MEMBER_TTL`` is `ttl`).
+    table `agent.elastic.option_table` (``EDL_MEMBER_TTL`` is `ttl`), which holds the defaults.
     """
 
-    min_size: int = 1
+    min_size: int = DEFAULTS["min_world"]
     """EDL_MIN_WORLD: below this many live members the job pauses."""
-    max_size: int = 64
+    max_size: int = DEFAULTS["max_world"]
     """EDL_MAX_WORLD: members beyond this wait as stand-bys."""
-    heartbeat_interval: float = 1.0
+    heartbeat_interval: float = DEFAULTS["heartbeat_interval"]
     """EDL_HEARTBEAT_INTERVAL: seconds between heartbeat renewals."""
-    ttl: float = 10.0
+    ttl: float = DEFAULTS["ttl"]
     """EDL_MEMBER_TTL: a member whose heartbeat has not changed for this long is gone."""
-    debounce: float = 1.0
+    debounce: float = DEFAULTS["debounce"]
     """EDL_DEBOUNCE: the live set must be still this long before a new generation is written."""
-    max_debounce: float = 5.0
+    max_debounce: float = DEFAULTS["max_debounce"]
     """EDL_MAX_DEBOUNCE: a pending change is written after this long even if joins keep coming."""
-    poll_interval: float = 0.2
+    poll_interval: float = DEFAULTS["poll_interval"]
     """EDL_POLL_INTERVAL: seconds between reads of the store."""
 
     def __post_init__(self) -> None:

@@ -16,7 +16,6 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,10 +27,11 @@ from agent.checkpoints import settings as checkpoint_settings
 from agent.checkpoints.catalogue import Checkpoints, finished_at
 from agent.checkpoints.settings import CheckpointSettings
 from agent.collectors.gpu import open_nvml
-from agent.config import ELASTIC_OPTIONS, AgentSettings
-from agent.elastic.errors import ElasticError
+from agent.config import AgentSettings
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.option_table import ELASTIC_OPTIONS
+from agent.elastic.options import ElasticOptions
 from agent.elastic.store import MembershipStore
 from agent.elastic.supervisor import (
     ElasticSettings,
@@ -43,6 +43,7 @@ from agent.elastic.world import Member
 from agent.errors import ConfigError
 from agent.exporter import MetricsServer
 from agent.protocol import env as names
+from agent.protocol.errors import ElasticError
 from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir
@@ -59,38 +60,6 @@ DEFAULT_PORTS = (29543, 29544)
 generation's store) can be holding one when this member's trainer needs it."""
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class ElasticOptions:
-    """Who this member is and where the job's records live (flags, then ``EDL_*`` variables)."""
-
-    job: str
-    """--job / EDL_JOB: the job name; members of one job train together."""
-    membership: str
-    """--membership / EDL_MEMBERSHIP: ``local:/dir`` or ``kubernetes``."""
-    min_size: int
-    """--min / EDL_MIN_WORLD."""
-    max_size: int
-    """--max / EDL_MAX_WORLD."""
-    member_id: str
-    """EDL_MEMBER_ID, else POD_NAME, else host name + pid."""
-    host: str
-    """EDL_ADVERTISE_HOST, else POD_IP, else 127.0.0.1: where peers reach our trainer."""
-    ports: tuple[int, int]
-    """EDL_TRAINER_PORTS: two, comma separated, or ``auto`` (free ones; the default with local
-    membership, needed when several members share one network namespace)."""
-    work_dir: Path
-    """EDL_ELASTIC_DIR: this member's control channel and local state copy."""
-    on_finished: str = "idle"
-    """--on-finished / EDL_ON_FINISHED: once the job is finished, ``idle`` until SIGTERM (a
-    Deployment) or ``exit`` 0 (a Job, a local run)."""
-    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
-    """--checkpoint-* / EDL_CHECKPOINT_*: durable checkpoints (`agent.checkpoints`)."""
-    membership_settings: MembershipSettings = field(default_factory=MembershipSettings)
-    """EDL_HEARTBEAT_INTERVAL, EDL_MEMBER_TTL, ...: how members agree on a world."""
-    timeouts: ElasticSettings = field(default_factory=ElasticSettings)
-    """EDL_DRAIN_TIMEOUT, EDL_INIT_TIMEOUT, ...: the bounds of the rescale phases."""
 
 
 ELASTIC_TABLE = (*ELASTIC_OPTIONS, *checkpoint_settings.OPTIONS)

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from agent.elastic.errors import RendezvousTimeout
 from agent.elastic.membership import Membership
+from agent.elastic.option_table import DEFAULTS
 from agent.elastic.pause import RescaleRecord, RescaleTracker
 from agent.elastic.phases import (
     Action,
@@ -67,6 +67,7 @@ from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import World
 from agent.protocol import env as names
 from agent.protocol.control import STANDBY_GENERATION, ControlChannel, NextWorld, Timings
+from agent.protocol.errors import RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
@@ -84,24 +85,27 @@ def default_backend() -> str:
 
 @dataclass(frozen=True)
 class ElasticSettings:
-    """Timeouts of the rescale phases (read from flags and ``EDL_`` variables by `agent.config`)."""
+    """Timeouts of the rescale phases.
 
-    drain_timeout: float = 30.0
+    Flags and ``EDL_`` variables of `agent.elastic.option_table`, which holds the defaults.
+    """
+
+    drain_timeout: float = DEFAULTS["drain_timeout"]
     """EDL_DRAIN_TIMEOUT: a trainer asked to stop gets this long to reach a step boundary."""
-    init_timeout: float = 120.0
+    init_timeout: float = DEFAULTS["init_timeout"]
     """EDL_INIT_TIMEOUT: a new trainer must have joined its collective within this long."""
-    regroup_timeout: float = 20.0
+    regroup_timeout: float = DEFAULTS["regroup_timeout"]
     """EDL_REGROUP_TIMEOUT: after a broken collective, wait this long for a membership change
     before forcing a fresh generation of the same members."""
-    max_resets: int = 5
+    max_resets: int = DEFAULTS["max_resets"]
     """EDL_MAX_RESETS: forced generations in a row without a completed step before giving up."""
-    stall_timeout: float = 10.0
+    stall_timeout: float = DEFAULTS["stall_timeout"]
     """EDL_STALL_TIMEOUT: a trainer stopped (SIGSTOP) this long, or in its training loop
     without refreshing its report for three times this long, stands still: it is killed and
     this member leaves the job (`StallWatchdog`). 0 disables."""
     backend: str = ""
     """EDL_DISTRI_BACKEND: `gloo` or `nccl`; empty picks by the presence of a GPU."""
-    on_finished: str = "idle"
+    on_finished: str = DEFAULTS["on_finished"]
     """EDL_ON_FINISHED (--on-finished): once the job is finished, `idle` until SIGTERM (a
     Deployment must not restart the container) or `exit` 0 at once (a Job, a local run)."""
 

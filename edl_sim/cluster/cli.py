@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from edl_common.durations import format_duration
+from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
 from edl_common.options import (
     PATH,
@@ -313,21 +314,20 @@ def main(
     argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     """Entry point of ``edl-sim`` (`out`, `err`: stdout and stderr when not given)."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    try:
+    stdout = out or sys.stdout
+    stderr = err or sys.stderr
+
+    def command_line() -> int:
         args = _converted(_parser().parse_args(argv))
         if args.command == "scenario":
             for path in scenarios.write(args.name, args.out):
-                print(path, file=out)
+                print(path, file=stdout)
             return 0
-        return _run(args, out, err)
-    except ConfigError as e:
-        print(f"{PROG}: error: {e}", file=err)
-        return 2
-    except (SimulationError, PlotError, OSError) as e:
-        print(f"{PROG}: error: {e}", file=err)
-        return 1
+        return _run(args, stdout, stderr)
+
+    return run_command(
+        PROG, command_line, [ErrorExit((SimulationError, PlotError, OSError), EXIT_FAILURE)], stderr
+    )
 
 
 if __name__ == "__main__":

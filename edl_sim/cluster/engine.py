@@ -118,7 +118,7 @@ class Simulation:
         self.workload = workload
         self.policy = policy
         groups = [(g.name, g.count, g.allocatable) for g in workload.nodes]
-        self._cluster = SimCluster(
+        self._cluster: SimCluster[JobRun] = SimCluster(
             build_nodes(groups), self.settings.placement, self.settings.preemption
         )
         self._now = 0.0
@@ -127,7 +127,7 @@ class Simulation:
         self._active: dict[str, JobRun] = {}
         self._runs: list[JobRun] = []
         self._dirty: set[str] = set()
-        self._services: dict[str, list[SimPod]] = {}
+        self._services: dict[str, list[SimPod[JobRun]]] = {}
         self._service_count = 0
         self._service_created = 0
         self._service_waits: list[float] = []
@@ -146,7 +146,7 @@ class Simulation:
         return self._now
 
     @property
-    def cluster(self) -> SimCluster:
+    def cluster(self) -> SimCluster[JobRun]:
         """Nodes and pods."""
         return self._cluster
 
@@ -245,7 +245,7 @@ class Simulation:
         self._active[job.key] = job
         self.policy.submitted(job)
 
-    def _new_worker(self, job: JobRun) -> SimPod:
+    def _new_worker(self, job: JobRun) -> SimPod[JobRun]:
         job.created += 1
         pod = self._cluster.create_pod(
             f"{job.spec.name}-{job.created}", job.spec.worker, job.spec.priority, self._now, job=job
@@ -261,7 +261,7 @@ class Simulation:
             for pod in deletion_order(job.pods.values())[:-missing]:
                 self._remove(pod)
 
-    def _remove(self, pod: SimPod) -> None:
+    def _remove(self, pod: SimPod[JobRun]) -> None:
         job = pod.job
         was_running = pod.running
         self._cluster.delete(pod)
@@ -277,13 +277,13 @@ class Simulation:
         job.dirty = True
         self._dirty.add(job.key)
 
-    def _bound(self, pod: SimPod) -> None:
+    def _bound(self, pod: SimPod[JobRun]) -> None:
         if pod.service is not None:
             self._service_waits.append(self._now - pod.created)
         delay = self.settings.start_delay
         self._push(self._now + delay, _CLUSTER, lambda: self._start_pod(pod))
 
-    def _start_pod(self, pod: SimPod) -> None:
+    def _start_pod(self, pod: SimPod[JobRun]) -> None:
         if pod.name not in self._cluster.pods or pod.running:
             return
         self._cluster.mark_running(pod)
@@ -358,7 +358,7 @@ class Simulation:
         self._dirty.clear()
         self._record()
 
-    def _evicted(self, pod: SimPod) -> None:
+    def _evicted(self, pod: SimPod[JobRun]) -> None:
         """A preempted pod: its owner (Deployment or service) replaces it."""
         job = pod.job
         if job is not None:
@@ -373,7 +373,7 @@ class Simulation:
             pods[:] = [p for p in pods if p is not pod]
             pods.append(self._new_service_pod(pod.service, pod.requests, pod.priority))
 
-    def _new_service_pod(self, service: str, requests: Resources, priority: int) -> SimPod:
+    def _new_service_pod(self, service: str, requests: Resources, priority: int) -> SimPod[JobRun]:
         self._service_created += 1
         name = f"{service}-{self._service_created}"
         return self._cluster.create_pod(name, requests, priority, self._now, service=service)

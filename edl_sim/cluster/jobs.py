@@ -60,7 +60,7 @@ class JobRun:
         self._rng = random.Random(f"{seed}/{spec.name}")
         self.replicas = 0
         """The Deployment's spec.replicas."""
-        self.pods: dict[str, SimPod] = {}
+        self.pods: dict[str, SimPod[JobRun]] = {}
         self.created = 0
         """Worker pods created so far (names them)."""
         self.running = 0

@@ -27,7 +27,7 @@ class SimulationView(Protocol):
         ...
 
     @property
-    def cluster(self) -> SimCluster:
+    def cluster(self) -> SimCluster[JobRun]:
         """Nodes and pods."""
         ...
 

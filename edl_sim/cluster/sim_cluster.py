@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Generic, TypeVar
 
 from edl_sizing import Resources
 
-if TYPE_CHECKING:
-    from edl_sim.cluster.jobs import JobRun
+J = TypeVar("J")
+"""What a worker pod belongs to (the engine's `JobRun`): the cluster only tells workers from
+services by it, so it does not import the jobs (which hold their pods)."""
 
 _EPS = 1e-9
 PLACEMENTS = ("spread", "pack")
@@ -46,7 +47,8 @@ class SimNode:
         self.cpu = allocatable.cpu
         self.memory = allocatable.memory
         self.gpu = allocatable.gpu
-        self.pods: dict[str, SimPod] = {}
+        self.pods: dict[str, SimPod[Any]] = {}
+        """Its bound pods (whatever they belong to)."""
 
     def fits(self, r: Resources) -> bool:
         """Whether ``r`` fits in the room left."""
@@ -70,7 +72,7 @@ class SimNode:
 
 
 @dataclass(eq=False, slots=True)
-class SimPod:
+class SimPod(Generic[J]):
     """A non-terminated pod."""
 
     name: str
@@ -79,7 +81,7 @@ class SimPod:
     seq: int
     """Creation order (the scheduler's tie-break: older first)."""
     created: float
-    job: JobRun | None = None
+    job: J | None = None
     """The training job it is a worker of (None: a service pod)."""
     service: str | None = None
     node: SimNode | None = None
@@ -106,14 +108,14 @@ class ClusterTotals:
 
 
 @dataclass
-class SimCluster:
+class SimCluster(Generic[J]):
     """Nodes and live pods; binding, preemption, deletion."""
 
     nodes: list[SimNode]
     placement: str = "spread"
     preemption: bool = False
-    pods: dict[str, SimPod] = field(default_factory=dict)
-    pending: dict[str, SimPod] = field(default_factory=dict)
+    pods: dict[str, SimPod[J]] = field(default_factory=dict)
+    pending: dict[str, SimPod[J]] = field(default_factory=dict)
     running: ClusterTotals = field(default_factory=ClusterTotals)
     dirty: bool = True
     """Something changed since the last scheduling pass (new pod, freed room)."""
@@ -133,9 +135,9 @@ class SimCluster:
         requests: Resources,
         priority: int,
         now: float,
-        job: JobRun | None = None,
+        job: J | None = None,
         service: str | None = None,
-    ) -> SimPod:
+    ) -> SimPod[J]:
         """A new Pending pod."""
         self._seq += 1
         pod = SimPod(name, requests, priority, self._seq, now, job, service)
@@ -144,19 +146,19 @@ class SimCluster:
         self.dirty = True
         return pod
 
-    def bind(self, pod: SimPod, node: SimNode, now: float) -> None:
+    def bind(self, pod: SimPod[J], node: SimNode, now: float) -> None:
         """Put a Pending pod on ``node``."""
         del self.pending[pod.name]
         pod.node, pod.bound_at = node, now
         node.pods[pod.name] = pod
         node.take(pod.requests)
 
-    def mark_running(self, pod: SimPod) -> None:
+    def mark_running(self, pod: SimPod[J]) -> None:
         """The pod's containers started."""
         pod.running = True
         self._count(pod, 1)
 
-    def delete(self, pod: SimPod) -> None:
+    def delete(self, pod: SimPod[J]) -> None:
         """The pod is gone (its room is free at once; ``running`` keeps what it was)."""
         del self.pods[pod.name]
         if pod.node is None:
@@ -169,7 +171,7 @@ class SimCluster:
         if pod.running:
             self._count(pod, -1)
 
-    def _count(self, pod: SimPod, sign: int) -> None:
+    def _count(self, pod: SimPod[J], sign: int) -> None:
         t, r = self.running, pod.requests
         t.cpu += sign * r.cpu
         t.memory += sign * r.memory
@@ -196,10 +198,10 @@ class SimCluster:
                 best, best_score = node, score
         return best
 
-    def schedule(self, now: float) -> tuple[list[SimPod], list[SimPod]]:
+    def schedule(self, now: float) -> tuple[list[SimPod[J]], list[SimPod[J]]]:
         """One scheduling pass: (pods bound, pods evicted by preemption)."""
-        bound: list[SimPod] = []
-        evicted: list[SimPod] = []
+        bound: list[SimPod[J]] = []
+        evicted: list[SimPod[J]] = []
         if not self.dirty or not self.pending:
             self.dirty = False
             return bound, evicted
@@ -225,8 +227,8 @@ class SimCluster:
             bound.append(pod)
         return bound, evicted
 
-    def _preemption(self, pod: SimPod) -> tuple[SimNode, list[SimPod]] | None:
-        best: tuple[tuple[int, int, str], SimNode, list[SimPod]] | None = None
+    def _preemption(self, pod: SimPod[J]) -> tuple[SimNode, list[SimPod[J]]] | None:
+        best: tuple[tuple[int, int, str], SimNode, list[SimPod[J]]] | None = None
         r = pod.requests
         for node in self.nodes:
             lower = sorted(
@@ -234,7 +236,7 @@ class SimCluster:
                 key=lambda p: (p.priority, -p.seq),
             )
             room = Resources(node.cpu, node.memory, node.gpu)
-            victims: list[SimPod] = []
+            victims: list[SimPod[J]] = []
             for victim in lower:
                 if r.fits_in(room):
                     break
@@ -264,7 +266,7 @@ class SimCluster:
         return chosen if len(chosen) == count else None
 
 
-def deletion_order(pods: Iterable[SimPod]) -> list[SimPod]:
+def deletion_order(pods: Iterable[SimPod[J]]) -> list[SimPod[J]]:
     """The order a ReplicaSet scale-down removes pods in (first = removed first)."""
     return sorted(pods, key=lambda p: (p.node is not None, p.running, -p.seq))
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TextIO
 
+from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
 from edl_common.options import (
     PATH,
@@ -355,19 +356,23 @@ def main(
     """Entry point of the `edl-hpa` console script."""
     stdout = out or sys.stdout
     stderr = err or sys.stderr
-    try:
+
+    def command_line() -> int:
         args = parse(argv)
         handler = simulate if args.command == "simulate" else tune
         return handler(args, stdout, stderr)
-    except ConfigError as e:
-        print(f"edl-hpa: error: {e}", file=stderr)
-        return 2
-    except HpaError as e:
-        print(f"edl-hpa: error: {e}", file=stderr)
-        return 1
-    except OSError as e:
-        print(f"edl-hpa: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=stderr)
-        return 1
+
+    return run_command(
+        "edl-hpa",
+        command_line,
+        [ErrorExit((HpaError,), EXIT_FAILURE), ErrorExit((OSError,), EXIT_FAILURE, _os_error)],
+        stderr,
+    )
+
+
+def _os_error(e: BaseException) -> str:
+    assert isinstance(e, OSError)
+    return f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")
 
 
 if __name__ == "__main__":  # pragma: no cover

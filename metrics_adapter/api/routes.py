@@ -8,11 +8,14 @@ segment (it makes an invalid name instead). Every malformed path raises
 from __future__ import annotations
 
 import enum
-import functools
 import re
+import threading
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+import cachetools
+
+from metrics_adapter.bounded_cache import estimate_text
 from metrics_adapter.errors import InvalidPathError, NotFoundError
 from metrics_adapter.scraping.catalogue import METRIC_NAME
 
@@ -98,7 +101,23 @@ def _metric(value: str) -> str:
     return _check(value, METRIC_NAME, "metric name", 253)
 
 
-@functools.lru_cache(maxsize=4096)
+PARSED_PATHS_MAX_BYTES = 4 << 20
+"""The parsed-path cache's budget (paths are client input)."""
+
+
+def route_bytes(route: Route) -> int:
+    """A route's estimated bytes with the raw path it was parsed from (its key).
+
+    The raw path is percent-encoded: up to three times the decoded one.
+    """
+    fields = (route.group, route.version, route.namespace, route.resource, route.name)
+    return estimate_text(route.path) * 4 + estimate_text(*fields, route.metric) + 256
+
+
+@cachetools.cached(
+    cachetools.LRUCache(maxsize=PARSED_PATHS_MAX_BYTES, getsizeof=route_bytes),
+    lock=threading.Lock(),
+)
 def parse_path(raw_path: str) -> Route:
     """Parse a raw (percent-encoded) path into a Route (cached: the HPA repeats its paths).
 

@@ -16,11 +16,14 @@ characters of ``[A-Za-z0-9._-]`` starting and ending alphanumeric (or empty). Pa
 from __future__ import annotations
 
 import enum
-import functools
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import cachetools
+
+from metrics_adapter.bounded_cache import POINTER_BYTES, estimate_text
 from metrics_adapter.errors import InvalidSelectorError
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -142,7 +145,20 @@ class LabelSelector:
 _EVERYTHING = LabelSelector()
 
 
-@functools.lru_cache(maxsize=4096)
+PARSED_SELECTORS_MAX_BYTES = 4 << 20
+"""The parsed-selector cache's budget (selector texts are client input)."""
+
+
+def selector_bytes(selector: LabelSelector) -> int:
+    """A selector's estimated bytes with the text it was parsed from (its key)."""
+    texts = [t for r in selector.requirements for t in (r.key, *r.values)]
+    return 2 * estimate_text(*texts) + (POINTER_BYTES + 64) * (len(texts) + 1) + 64
+
+
+@cachetools.cached(
+    cachetools.LRUCache(maxsize=PARSED_SELECTORS_MAX_BYTES, getsizeof=selector_bytes),
+    lock=threading.Lock(),
+)
 def _parse_cached(text: str) -> LabelSelector:
     # Selectors are immutable and the HPA sends the same ones every sync: parse each once.
     return LabelSelector(_Parser(text).parse())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import re
 import threading
@@ -14,6 +15,13 @@ from urllib.parse import unquote
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.verification import (
+    Criticality,
+    ExtensionPolicy,
+    PolicyBuilder,
+    Store,
+    VerificationError,
+)
 
 from metrics_adapter.auth.identity import ANONYMOUS, Credentials, UserInfo
 from metrics_adapter.errors import AuthError, UnauthorizedError
@@ -41,24 +49,43 @@ def load_ca_bundle(pem: bytes) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(pem)
 
 
-def _issuer(cert: x509.Certificate, cas: Sequence[x509.Certificate]) -> x509.Certificate | None:
-    for ca in cas:
-        try:
-            cert.verify_directly_issued_by(ca)
-            return ca
-        except (ValueError, TypeError, Exception):
-            continue
-    return None
+_AGNOSTIC = Criticality.AGNOSTIC
+_EE_POLICY = (
+    ExtensionPolicy.webpki_defaults_ee()
+    .may_be_present(x509.AuthorityKeyIdentifier, _AGNOSTIC, None)
+    .may_be_present(x509.SubjectAlternativeName, _AGNOSTIC, None)
+)
+"""The Web PKI profile, less two extensions Go's verifier (kube-apiserver's) does not require
+of a client certificate: an authority key identifier and a subject alternative name."""
+_CA_POLICY = ExtensionPolicy.webpki_defaults_ca().may_be_present(
+    x509.AuthorityKeyIdentifier, _AGNOSTIC, None
+)
+_ANY_USAGE_POLICY = ExtensionPolicy.permit_all()
+"""Only to tell "ours, but not for client auth" from "not ours" (never to accept)."""
+_MAX_CHAIN_DEPTH = 8
 
 
-def _client_auth_allowed(cert: x509.Certificate) -> bool:
-    try:
-        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return True
-    return (
-        ExtendedKeyUsageOID.CLIENT_AUTH in eku or ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE in eku
+def _chain(
+    cert: x509.Certificate,
+    store: Store | None,
+    at: datetime.datetime,
+    ee_policy: ExtensionPolicy = _EE_POLICY,
+) -> list[x509.Certificate] | None:
+    """The chain `cert` -> a trusted CA valid at `at` (EKU clientAuth), or None."""
+    if store is None:
+        return None
+    verifier = (
+        PolicyBuilder()
+        .store(store)
+        .time(at)
+        .max_chain_depth(_MAX_CHAIN_DEPTH)
+        .extension_policies(ca_policy=_CA_POLICY, ee_policy=ee_policy)
+        .build_client_verifier()
     )
+    try:
+        return list(verifier.verify(cert, []).chain)
+    except VerificationError:
+        return None
 
 
 def _common_name(cert: x509.Certificate) -> str:
@@ -75,30 +102,58 @@ class _Peer:
     client_auth: bool
     not_before: float
     not_after: float
-    """The chain's validity: the later start and earlier end of the certificate and its CA."""
+    """The chain's validity: the latest start and earliest end of its certificates."""
     expiry: str
 
 
-def _check_peer(der: bytes, cas: Sequence[x509.Certificate]) -> _Peer | None:
+def _check_peer(der: bytes, store: Store | None, now: float) -> _Peer | None:
+    """The peer if a CA of `store` issued it (through intermediates of the bundle, if any).
+
+    `cryptography`'s verifier builds the chain and checks signatures, CA constraints, the EKU
+    and validity at the request's time. A certificate that fails only on time or EKU is still
+    ours: it is returned with its window and usage, so the caller refuses it with a 401 that
+    says why, instead of ignoring it.
+    """
     try:
         cert = x509.load_der_x509_certificate(der)
     except ValueError:
         return None
-    ca = _issuer(cert, cas)
-    if ca is None:
-        return None
-    not_before = max(cert.not_valid_before_utc, ca.not_valid_before_utc)
-    not_after = min(cert.not_valid_after_utc, ca.not_valid_after_utc)
+    at = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    chain = _chain(cert, store, at)
+    client_auth = chain is not None
+    if chain is None:
+        # Not valid now or not for client auth? Verified at a time in the certificate's own
+        # window, with any usage, it shows whether one of our CAs issued it at all.
+        for when in (at, cert.not_valid_before_utc, cert.not_valid_after_utc):
+            chain = _chain(cert, store, when, _ANY_USAGE_POLICY)
+            if chain is not None:
+                break
+        if chain is None:
+            return None
+        client_auth = _client_auth_allowed(cert)
+    not_before = max(c.not_valid_before_utc for c in chain)
+    not_after = min(c.not_valid_after_utc for c in chain)
     orgs = tuple(
         str(o.value) for o in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
     )
     return _Peer(
         _common_name(cert),
         orgs,
-        _client_auth_allowed(cert),
+        client_auth,
         not_before.timestamp(),
         not_after.timestamp(),
         f"{not_before:%Y-%m-%dT%H:%M:%SZ} - {not_after:%Y-%m-%dT%H:%M:%SZ}",
+    )
+
+
+def _client_auth_allowed(cert: x509.Certificate) -> bool:
+    """Go's rule: no EKU extension allows any usage."""
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return (
+        ExtendedKeyUsageOID.CLIENT_AUTH in eku or ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE in eku
     )
 
 
@@ -112,7 +167,7 @@ class _PeerChecker:
     _MAX = 256
 
     def __init__(self, cas: Sequence[x509.Certificate], clock: Callable[[], float]) -> None:
-        self._cas = list(cas)
+        self._store = Store(list(cas)) if cas else None
         self._clock = clock
         self._cache: dict[bytes, _Peer | None] = {}
         self._lock = threading.Lock()
@@ -120,11 +175,14 @@ class _PeerChecker:
     def update(self, cas: Sequence[x509.Certificate]) -> None:
         """Swap in a new CA set (cached verdicts are dropped)."""
         with self._lock:
-            self._cas = list(cas)
+            self._store = Store(list(cas)) if cas else None
             self._cache = {}
 
     def peer(self, der: bytes | None, what: str) -> _Peer | None:
         """The certificate if one of the CAs issued it (None otherwise).
+
+        The chain is verified once per certificate (the first request's time); its window is
+        checked again on every request.
 
         Raises:
             UnauthorizedError: it is outside its (or its CA's) validity period right now.
@@ -135,7 +193,7 @@ class _PeerChecker:
         if der in cache:
             peer = cache[der]
         else:
-            peer = _check_peer(der, self._cas)
+            peer = _check_peer(der, self._store, self._clock())
             with self._lock:
                 if len(self._cache) >= self._MAX:
                     self._cache = {}

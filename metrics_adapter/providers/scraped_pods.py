@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
 from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.bounded_cache import POINTER_BYTES, ByteBoundedLRU, estimate_text
 from metrics_adapter.errors import NotFoundError
 from metrics_adapter.providers.protocol import (
     CustomMetricInfo,
@@ -36,47 +37,80 @@ _LISTED_RESOURCES = (("pods", True), ("deployments.apps", True), ("namespaces", 
 _ROOT_RESOURCES = ("namespaces", "nodes")
 
 
+ANSWERS_MAX_BYTES = 48 << 20
+"""The custom-metrics answer cache's budget: its keys hold client input (selectors)."""
+EXTERNAL_ANSWERS_MAX_BYTES = 4 << 20
+"""The external-metrics answer cache's budget."""
+POINT_BYTES = 1536
+"""One answer item at most: the point, its object reference, its JSON in both versions."""
+
+
 class AnswerCache(Generic[T]):
     """Answers kept while what they rest on stands still, and until their oldest value stales.
 
     An entry is valid while its ``stamp`` (pod registry version, store change count,
-    catalogue) equals the current one and the clock is before its expiry. Bounded: emptied
-    when ``max_entries`` is reached (distinct selectors cannot grow it).
+    catalogue) equals the current one and the clock is before its expiry; one found invalid
+    is dropped at once. Bounded in bytes (`ByteBoundedLRU`, sizes estimated by the caller),
+    so distinct selectors push out the least recently used answers, never past `max_bytes`.
     """
 
-    def __init__(self, max_entries: int = 1024) -> None:
-        self._entries: dict[Hashable, tuple[Hashable, float, T]] = {}
-        self._max = max_entries
+    def __init__(self, max_bytes: int = ANSWERS_MAX_BYTES) -> None:
+        self._entries: ByteBoundedLRU[Hashable, tuple[Hashable, float, T]] = ByteBoundedLRU(
+            max_bytes
+        )
 
     def get(self, key: Hashable, stamp: Hashable, now: float) -> T | None:
         """The kept answer, or None when there is none or it no longer holds."""
         hit = self._entries.get(key)
-        if hit is None or hit[0] != stamp or now >= hit[1]:
+        if hit is None:
+            return None
+        if hit[0] != stamp or now >= hit[1]:
+            self._entries.pop(key)
             return None
         return hit[2]
 
-    def put(self, key: Hashable, stamp: Hashable, expires: float, answer: T) -> None:
-        """Keep ``answer``, computed from the state ``stamp`` names (taken before computing)."""
-        if len(self._entries) >= self._max:
-            self._entries.clear()
-        self._entries[key] = (stamp, expires, answer)
+    def put(self, key: Hashable, stamp: Hashable, expires: float, answer: T, size: int) -> None:
+        """Keep ``answer``, computed from the state ``stamp`` names (taken before computing).
+
+        ``size``: the answer's estimated bytes with its key (`answer_bytes`).
+        """
+        self._entries.put(key, (stamp, expires, answer), size)
+
+    @property
+    def bytes(self) -> int:
+        """Estimated bytes held."""
+        return self._entries.bytes
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def answer_bytes(key: tuple[str | None, ...], items: int) -> int:
+    """An answer of `items` items under `key`, estimated high."""
+    return estimate_text(*key) + items * (POINTER_BYTES + POINT_BYTES) + 128
 
 
 class ScrapedPodsProvider:
     """Resolves objects to pods and aggregates the pods' values."""
 
     def __init__(
-        self, pods: PodRegistry, evaluator: MetricEvaluator, catalogue: CatalogueHolder
+        self,
+        pods: PodRegistry,
+        evaluator: MetricEvaluator,
+        catalogue: CatalogueHolder,
+        answers_max_bytes: int = ANSWERS_MAX_BYTES,
     ) -> None:
         self._pods = pods
         self._evaluator = evaluator
         self._catalogue = catalogue
-        self._answers: AnswerCache[list[MetricPoint]] = AnswerCache()
-        self._external: AnswerCache[list[ExternalPoint]] = AnswerCache()
+        self._answers: AnswerCache[list[MetricPoint]] = AnswerCache(answers_max_bytes)
+        self._external: AnswerCache[list[ExternalPoint]] = AnswerCache(EXTERNAL_ANSWERS_MAX_BYTES)
         self._listed: tuple[MetricCatalogue | None, list[CustomMetricInfo]] = (None, [])
+
+    @property
+    def cache_bytes(self) -> int:
+        """Estimated bytes the answer caches hold."""
+        return self._answers.bytes + self._external.bytes
 
     def _stamp(self, catalogue: MetricCatalogue) -> tuple[int, int, MetricCatalogue]:
         return (self._pods.version, self._evaluator.store.changes, catalogue)
@@ -156,7 +190,7 @@ class ScrapedPodsProvider:
                     definition.window_seconds,
                 )
             )
-        self._external.put(key, stamp, self._expiry(oldest), answer)
+        self._external.put(key, stamp, self._expiry(oldest), answer, answer_bytes(key, 1))
         return answer
 
     def list_all_external_metrics(self) -> list[ExternalMetricInfo]:
@@ -207,7 +241,7 @@ class ScrapedPodsProvider:
             items, oldest = self._owners(
                 namespace, resource, name, definition, selector, metric_selector, catalogue
             )
-        self._answers.put(key, stamp, self._expiry(oldest), items)
+        self._answers.put(key, stamp, self._expiry(oldest), items, answer_bytes(key, len(items)))
         return items
 
     def _values(

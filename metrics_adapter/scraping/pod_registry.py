@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.bounded_cache import POINTER_BYTES, ByteBoundedLRU, estimate_text
 
 
 class PodKey(NamedTuple):
@@ -85,15 +86,27 @@ class PodTarget:
         return any(o.resource == resource and o.name == name for o in self.owners)
 
 
-class PodRegistry:
-    """The set of known pods, indexed by namespace; sources replace or patch it."""
+SELECTIONS_MAX_BYTES = 8 << 20
+"""Budget of each of the registry's caches (selections, owner groups): selectors are client
+input."""
 
-    def __init__(self) -> None:
+
+class PodRegistry:
+    """The set of known pods, indexed by namespace; sources replace or patch it.
+
+    Selections and owner groups are cached until the registry changes, each cache within
+    `selections_max_bytes` (estimated; least recently used first out).
+    """
+
+    def __init__(self, selections_max_bytes: int = SELECTIONS_MAX_BYTES) -> None:
         self._lock = threading.Lock()
         self._by_ns: dict[str, dict[str, PodTarget]] = {}
         self._version = 0
-        self._selections: dict[tuple[str, str], tuple[int, list[PodTarget]]] = {}
-        self._owned: dict[tuple[str, str], tuple[int, dict[OwnerRef, list[PodTarget]]]] = {}
+        self._selections: ByteBoundedLRU[tuple[str, str], tuple[int, list[PodTarget]]] = (
+            ByteBoundedLRU(selections_max_bytes)
+        )
+        self._owned: ByteBoundedLRU[tuple[str, str], tuple[int, dict[OwnerRef, list[PodTarget]]]]
+        self._owned = ByteBoundedLRU(selections_max_bytes)
         self.synced = False
 
     @property
@@ -143,18 +156,16 @@ class PodRegistry:
     def select(self, namespace: str, selector: LabelSelector) -> list[PodTarget]:
         """Pods of a namespace matching a selector; cached until the registry changes."""
         key = (namespace, str(selector))
+        hit = self._selections.get(key)
         with self._lock:
-            hit = self._selections.get(key)
             if hit is not None and hit[0] == self._version:
                 return hit[1]
             version = self._version
             pods = list(self._by_ns.get(namespace, {}).values())
         if not selector.empty:
             pods = [p for p in pods if selector.matches(p.labels)]
-        with self._lock:
-            if len(self._selections) >= 1024:
-                self._selections.clear()
-            self._selections[key] = (version, pods)
+        size = estimate_text(*key) + POINTER_BYTES * len(pods) + 128
+        self._selections.put(key, (version, pods), size)
         return pods
 
     def owned(self, namespace: str, resource: str) -> dict[OwnerRef, list[PodTarget]]:
@@ -164,8 +175,8 @@ class PodRegistry:
         changes.
         """
         key = (namespace, "\x00owners:" + resource)
+        hit = self._owned.get(key)
         with self._lock:
-            hit = self._owned.get(key)
             if hit is not None and hit[0] == self._version:
                 return hit[1]
             version = self._version
@@ -175,11 +186,16 @@ class PodRegistry:
             for owner in pod.owners:
                 if owner.resource == resource:
                     groups.setdefault(owner, []).append(pod)
-        with self._lock:
-            if len(self._owned) >= 1024:
-                self._owned.clear()
-            self._owned[key] = (version, groups)
+        size = estimate_text(*key) + sum(
+            256 + POINTER_BYTES * len(members) for members in groups.values()
+        )
+        self._owned.put(key, (version, groups), size)
         return groups
+
+    @property
+    def cache_bytes(self) -> int:
+        """Estimated bytes the selection and owner-group caches hold."""
+        return self._selections.bytes + self._owned.bytes
 
     def all(self) -> list[PodTarget]:
         """Every pod (a snapshot)."""

@@ -50,7 +50,7 @@ class _ClusterResource:
     """Node -> [cpu, memory] idle."""
 
     @classmethod
-    def inquire(cls, cluster: SimCluster) -> _ClusterResource:
+    def inquire(cls, cluster: SimCluster[JobRun]) -> _ClusterResource:
         used = sum((p.requests for p in cluster.pods.values()), Resources())
         total = cluster.allocatable
         idle = {n.name: [n.cpu, n.memory] for n in cluster.nodes}
@@ -112,7 +112,7 @@ class Edl2018Policy:
                     sim.scale(job, target)
         sim.at(sim.now + self._interval, self._loop)
 
-    def plan(self, cluster: SimCluster, active: list[JobRun]) -> dict[JobRun, int]:
+    def plan(self, cluster: SimCluster[JobRun], active: list[JobRun]) -> dict[JobRun, int]:
         """The dry run: target parallelism per resizable job."""
         elastic = [j for j in active if j.min_workers < j.max_workers]
         running = {j.key: sum(1 for p in j.pods.values() if p.running) for j in elastic}

@@ -13,7 +13,7 @@ from agent.errors import ConfigError
 
 def test_defaults() -> None:
     settings, command = parse_args(["run", "--", "python", "train.py"], {})
-    assert settings == AgentSettings()
+    assert settings == AgentSettings.from_env({})
     assert (settings.exporter.host, settings.exporter.port) == ("0.0.0.0", 9400)
     assert command == ("python", "train.py")
 
@@ -87,17 +87,11 @@ def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
 
 
 def test_old_import_paths_still_reach_the_trainer_library() -> None:
-    """Scripts written against the first layout keep working (docs/agent.md, docs/elastic.md)."""
-    import agent.elastic.sampler
-    import agent.elastic.trainer
+    """Scripts written against the first layout keep working (the aliases docs/agent.md names)."""
+    import agent.collective
     import agent.training
-    import agent.world
-    from agent.protocol.trainer_world import TrainerWorld
-    from agent.trainer.elastic import ElasticTrainer
-    from agent.trainer.sampler import ElasticSampler
+    from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
     from agent.trainer.session import start_session
 
     assert agent.training.start_session is start_session
-    assert agent.elastic.trainer.ElasticTrainer is ElasticTrainer
-    assert agent.elastic.sampler.ElasticSampler is ElasticSampler
-    assert agent.world.TrainerWorld is TrainerWorld
+    assert agent.collective.GradientAllReduce is GradientAllReduce

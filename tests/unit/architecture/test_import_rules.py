@@ -29,8 +29,9 @@ PACKAGE_RULES: dict[str, frozenset[str]] = {
 }
 
 # Inside metrics_adapter: each room and the rooms it may import ("." is the top level:
-# errors, settings, periodic tasks, file watches, the Kubernetes client, self-metrics; the
-# CLI, options and assembly are "assembly" and nothing but the entry point imports them).
+# errors, settings, periodic tasks, file watches, the Kubernetes client and its Reflector,
+# self-metrics; the CLI, options and assembly are "assembly" and nothing but the entry point
+# imports them).
 TOP_LEVEL_ASSEMBLY = frozenset({"cli", "options", "assembly", "__main__"})
 ROOM_RULES: dict[str, frozenset[str]] = {
     ".": frozenset(),

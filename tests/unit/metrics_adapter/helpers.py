@@ -13,13 +13,13 @@ from metrics_adapter.auth.authn import Authenticator, DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
 from metrics_adapter.auth.identity import Credentials, UserInfo
 from metrics_adapter.errors import AuthError
+from metrics_adapter.options import default_settings
 from metrics_adapter.providers.scraped_pods import ScrapedPodsProvider
 from metrics_adapter.scraping.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.scraping.evaluator import MetricEvaluator
 from metrics_adapter.scraping.pod_registry import OwnerRef, PodRegistry, PodTarget
 from metrics_adapter.scraping.store import MetricStore, Sample
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.settings import AdapterSettings
 
 T0 = 1_800_000_000.0
 
@@ -89,7 +89,7 @@ def build(
     metrics = AdapterMetrics(CollectorRegistry())
     chain: list[Authenticator] = []
     app = create_app(
-        AdapterSettings(),
+        default_settings(),
         service,
         metrics,
         authenticator or DelegatingAuthenticator(chain),

@@ -10,8 +10,9 @@ import yaml
 
 from metrics_adapter.assembly import AdapterRuntime
 from metrics_adapter.errors import ConfigError
+from metrics_adapter.options import default_settings
 from metrics_adapter.scraping.catalogue import Aggregation, MetricCatalogue, MetricKind
-from metrics_adapter.settings import AdapterSettings, AuthMode
+from metrics_adapter.settings import AuthMode
 
 
 def test_defaults_serve_the_contract_names() -> None:
@@ -76,7 +77,7 @@ def test_hot_reload_swaps_atomically_and_keeps_serving(tmp_path: Path) -> None:
         ).read_text()
     )
     config.write_text(yaml.safe_dump(doc))
-    settings = AdapterSettings(
+    settings = default_settings(
         static_file=pods,
         metrics_config=config,
         authentication=AuthMode.NONE,

@@ -9,9 +9,9 @@ from prometheus_client import CollectorRegistry
 from metrics_adapter.api.flask_app import create_app
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer
+from metrics_adapter.options import default_settings
 from metrics_adapter.providers.fake import FakeProvider
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.settings import AdapterSettings
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +22,7 @@ EXT = "/apis/external.metrics.k8s.io/v1beta1"
 
 def client_for(fake: FakeProvider) -> FlaskClient:
     app = create_app(
-        AdapterSettings(),
+        default_settings(),
         fake,
         AdapterMetrics(CollectorRegistry()),
         DelegatingAuthenticator([]),

@@ -1,4 +1,4 @@
-"""Pod objects (the official client's models) to scrape targets and owner chains."""
+"""Pods (their JSON, as the reflector passes them) to scrape targets and owner chains."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def pod(
     port: str | None = None,
     owner_kind: str = "ReplicaSet",
     deleting: bool = False,
-) -> k8s.V1Pod:
-    return k8s.V1Pod(
+) -> dict[str, Any]:
+    """The pod's JSON as the API server sends it (built from the client's model)."""
+    model = k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(
             name=name,
             namespace="ml",
@@ -52,6 +53,8 @@ def pod(
         spec=k8s.V1PodSpec(containers=[], node_name="node-1"),
         status=k8s.V1PodStatus(phase=phase, pod_ip=ip),
     )
+    body: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(model)  # type: ignore[no-untyped-call]
+    return body
 
 
 def test_running_pod_becomes_a_target() -> None:
@@ -126,12 +129,12 @@ def test_watch_events_update_registry_and_store() -> None:
         ANNOTATION,
     )
     discovery._owners = OwnerResolver(Apps())
-    discovery.apply_event("ADDED", pod())
+    discovery.apply("ADDED", pod())
     assert pods.get(PodKey("ml", "t-0")) is not None
     store.ingest(PodKey("ml", "t-0"), [Sample("x", {}, 1.0)])
-    discovery.apply_event("MODIFIED", pod(phase="Failed"))
+    discovery.apply("MODIFIED", pod(phase="Failed"))
     assert pods.get(PodKey("ml", "t-0")) is None
     assert store.pods() == []
-    discovery.apply_event("ADDED", pod())
-    discovery.apply_event("DELETED", pod())
+    discovery.apply("ADDED", pod())
+    discovery.apply("DELETED", pod())
     assert len(pods) == 0

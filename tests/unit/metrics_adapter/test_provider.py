@@ -18,6 +18,7 @@ from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.options import default_settings
 from metrics_adapter.providers.fake import FakeProvider
 from metrics_adapter.providers.protocol import (
     CompositeProvider,
@@ -26,7 +27,6 @@ from metrics_adapter.providers.protocol import (
 )
 from metrics_adapter.providers.sizing import Sizer, SizingProvider
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.settings import AdapterSettings
 from metrics_adapter.sizing.kube_objects import JOB_LABEL
 from metrics_adapter.sizing.metrics import SizingMetrics
 from tests.unit.metrics_adapter.helpers import T0, ManualClock, standard
@@ -49,7 +49,7 @@ def app_with(*extra: MetricsProvider, debug: dict[str, Any] | None = None) -> Fl
     scraped = standard()
     provider = CompositeProvider([scraped.provider, *extra])
     app = create_app(
-        AdapterSettings(),
+        default_settings(),
         provider,
         AdapterMetrics(CollectorRegistry()),
         DelegatingAuthenticator([]),

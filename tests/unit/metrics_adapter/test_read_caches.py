@@ -116,11 +116,10 @@ def test_a_recreated_pod_is_described_with_its_new_uid() -> None:
 
 
 def test_answer_cache_holds_only_while_stamp_and_time_hold() -> None:
-    cache: AnswerCache[str] = AnswerCache(max_entries=2)
-    cache.put("a", (1, 1), 100.0, "A")
+    cache: AnswerCache[str] = AnswerCache(max_bytes=1 << 20)
+    cache.put("a", (1, 1), 100.0, "A", 100)
     assert cache.get("a", (1, 1), 99.0) == "A"
-    assert cache.get("a", (1, 2), 99.0) is None  # the state moved
     assert cache.get("a", (1, 1), 100.0) is None  # its oldest value went stale
-    cache.put("b", (1, 1), 100.0, "B")
-    cache.put("c", (1, 1), 100.0, "C")  # bounded: emptied when full
-    assert len(cache) == 1 and cache.get("c", (1, 1), 0.0) == "C"
+    cache.put("a", (1, 1), 100.0, "A", 100)
+    assert cache.get("a", (1, 2), 99.0) is None  # the state moved
+    assert len(cache) == 0 and cache.bytes == 0  # an answer that no longer holds is dropped

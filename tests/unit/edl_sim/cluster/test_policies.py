@@ -13,6 +13,7 @@ import pytest
 import edl_sim.cluster.policies.edl as edl_module
 import edl_sizing as sizing
 from edl_sim.cluster.cli import main
+from edl_sim.cluster.jobs import JobRun
 from edl_sim.cluster.policies.hpa_loop import read_manifest
 from edl_sim.cluster.sim_cluster import SimCluster, SimNode, deletion_order
 from edl_sim.hpa import load_hpa
@@ -118,7 +119,7 @@ def test_protected_pods_get_their_room(tmp_path: Path) -> None:
     assert preempting["workers_preempted"] == 3
 
 
-def _cluster(placement: str) -> SimCluster:
+def _cluster(placement: str) -> SimCluster[JobRun]:
     nodes = [SimNode(f"n{i}", Resources(cpu=4, memory=8 * 2**30)) for i in range(3)]
     return SimCluster(nodes, placement)
 

@@ -1,8 +1,10 @@
-"""The Kubernetes backends without a cluster: the reflector's list/watch, the ConfigMap CAS."""
+"""The Kubernetes backends without a cluster: the history ConfigMap's compare-and-swap.
+
+The watches' list/watch protocol is tests/unit/metrics_adapter/test_kube_reflector.py's.
+"""
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,60 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from edl_sizing import SizeHistory
 from metrics_adapter.errors import SourceError
-from metrics_adapter.sizing.cluster_watch import Reflector
 from metrics_adapter.sizing.history_configmap import ConfigMapHistoryStore
-
-
-class Response:
-    def __init__(self, body: bytes, chunks: list[bytes] | None = None) -> None:
-        self.data = body
-        self._chunks = chunks or []
-
-    def stream(self, amt: Any = None, decode_content: bool = False) -> list[bytes]:
-        return self._chunks
-
-    def release_conn(self) -> None:
-        pass
-
-
-def node(name: str, rv: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "", "resourceVersion": rv}, "cpu": name}
-
-
-def test_relist_reads_every_page_then_the_watch_applies_events() -> None:
-    pages = {
-        None: {"items": [node("a", "1")], "metadata": {"continue": "p2", "resourceVersion": "9"}},
-        "p2": {"items": [node("b", "2"), node("skip", "3")], "metadata": {"resourceVersion": "9"}},
-    }
-    events = [
-        {"type": "ADDED", "object": node("c", "10")},
-        {"type": "DELETED", "object": node("a", "11")},
-        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
-    ]
-    lines = b"".join(json.dumps(e).encode() + b"\n" for e in events)
-    calls: list[dict[str, Any]] = []
-
-    def list_fn(**kw: Any) -> Response:
-        calls.append(kw)
-        if kw.get("watch"):
-            # one event split across chunks, as a chunked HTTP stream delivers it
-            return Response(b"", [lines[:7], lines[7:40], lines[40:]])
-        return Response(json.dumps(pages[kw.get("_continue")]).encode())
-
-    r: Reflector[str] = Reflector(
-        "nodes", list_fn, lambda o: None if o["metadata"]["name"] == "skip" else o["cpu"]
-    )
-    assert r.relist() == "9" and sorted(r.records()) == ["a", "b"] and r.synced
-    assert r._watch("9") == "12"
-    assert sorted(r.records()) == ["b", "c"]
-    watch = calls[-1]
-    assert watch["resource_version"] == "9" and watch["allow_watch_bookmarks"] is True
-
-
-def test_a_watch_error_event_asks_for_a_relist() -> None:
-    gone = json.dumps({"type": "ERROR", "object": {"code": 410}}).encode() + b"\n"
-    r: Reflector[str] = Reflector("pods", lambda **kw: Response(b"", [gone]), lambda o: "x")
-    assert r._watch("5") is None
 
 
 class FakeCore:

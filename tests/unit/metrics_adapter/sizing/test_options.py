@@ -11,6 +11,7 @@ from edl_sizing import Resources
 from metrics_adapter.assembly import AdapterRuntime
 from metrics_adapter.cli import build_parser, main, settings_from_args
 from metrics_adapter.errors import ConfigError
+from metrics_adapter.options import default_settings
 from metrics_adapter.settings import AdapterSettings
 from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES, BackendContext, build
 
@@ -73,7 +74,7 @@ def test_bad_sizing_options_exit_2_with_one_line(
 
 
 def test_unknown_backend_names_say_which_exist() -> None:
-    ctx = BackendContext(AdapterSettings(), lambda: None, lambda _: None)
+    ctx = BackendContext(default_settings(), lambda: None, lambda _: None)
     with pytest.raises(
         ConfigError, match=r"unknown capacity source 'mesos' \(one of kubernetes, static\)"
     ):
