@@ -180,7 +180,7 @@ def test_hpa_freezes_while_adapter_is_down_and_recovers(
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             assert job.spec_replicas() == 2, describe()
-            time.sleep(0.5)
+            time.sleep(0.5)  # the thing under test: the count holds over a period, not a moment
         reasons = {
             e.reason
             for e in events_for(client.CoreV1Api(api), ns, "HorizontalPodAutoscaler", "trainer")

@@ -84,7 +84,7 @@ def test_200_slow_connections_for_60s_leave_the_hpa_path_answering(
                 for name, (status, message) in metrics_adapter.availability().items():
                     if status != "True":
                         unavailable.append(f"{name}: {status} {message}")
-            time.sleep(0.2)
+            time.sleep(0.2)  # pacing the HPA-like client while the attack holds
         dropped = attack.dropped
     print(
         f"\n200 slow connections for {HOLD_S:.0f} s: {len(times)} HPA-path answers through "

@@ -41,7 +41,7 @@ class _BadTarget(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.mode == "hang":
-            time.sleep(30)
+            time.sleep(30)  # the thing under test: a target that never answers
             return
         if self.mode == "status":
             self.send_response(500)
@@ -57,7 +57,7 @@ class _BadTarget(BaseHTTPRequestHandler):
             for _ in range(30):
                 self.wfile.write(b"#")
                 self.wfile.flush()
-                time.sleep(0.5)
+                time.sleep(0.5)  # the thing under test: a target that dribbles its answer
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -327,7 +327,7 @@ session = start_session()
 rec = session.recorder
 for _ in range(3000):  # bounded: about 5 minutes
     rec.begin_step()
-    time.sleep(0.1)
+    time.sleep(0.1)  # the step's work
     rec.end_step(samples=32)
 session.close()
 """

@@ -119,7 +119,7 @@ def requirement_text(draw: st.DrawFn) -> str:
     return f"{key}{kind}{draw(_name)}"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(requirement_text(), min_size=1, max_size=4), _labels)
 def test_valid_selectors_parse_and_round_trip(parts: list[str], labels: dict[str, str]) -> None:
     sel = LabelSelector.parse(",".join(parts))
@@ -130,7 +130,7 @@ def test_valid_selectors_parse_and_round_trip(parts: list[str], labels: dict[str
     assert sel.matches(labels) == all(LabelSelector.parse(p).matches(labels) for p in parts)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500)
 @given(st.text(alphabet=st.sampled_from(list("ab=!,() in notin<>-./_x9 \t")), max_size=30))
 def test_fuzz_never_raises_anything_but_invalid_selector(text: str) -> None:
     try:
@@ -139,7 +139,7 @@ def test_fuzz_never_raises_anything_but_invalid_selector(text: str) -> None:
         assert "position" in str(e) or "invalid label" in str(e)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text(max_size=40))
 def test_fuzz_arbitrary_unicode(text: str) -> None:
     try:
