@@ -70,7 +70,8 @@ class SoakSettings:
     """Which elastic digits example trains (`SCRIPTS`: paddle or torch)."""
     events: int = 22
     epochs: int = 200
-    """Long enough never to end first: the run scales the job to zero after the sequence."""
+    """The job never ends first (its step gate holds the last step): the run scales it to
+    zero after the sequence."""
     step_sleep: float = 0.1
     initial: int = 3
     max_world: int = 4
@@ -236,7 +237,16 @@ class Soak:
         self.settings = settings
         self.rng = random.Random(settings.seed)
         args = ["--epochs", str(settings.epochs), "--global-batch", str(GLOBAL_BATCH)]
-        self.job = Job(tmp, args, settings.step_sleep, SCRIPTS[settings.framework])
+        # The job may train every step but its last: it cannot end before the sequence does
+        # (the run scales it to zero afterwards), however fast or slow the machine.
+        total_steps = settings.epochs * STEPS_PER_EPOCH
+        self.job = Job(
+            tmp,
+            args,
+            settings.step_sleep,
+            SCRIPTS[settings.framework],
+            allowed_steps=total_steps - 1,
+        )
         self.job.extra_env.update({**SOAK_ENV, "EDL_REINIT": settings.reinit, **settings.env})
         self.log = log
         self.alive: list[str] = []
@@ -395,7 +405,7 @@ class Soak:
                 )
                 mid = len(self.actions) % s.mid_every == 0
                 if mid:
-                    time.sleep(self.rng.uniform(0.3, 2.0))
+                    time.sleep(self.rng.uniform(0.3, 2.0))  # the thing under test: a random moment
             self.finish()
         finally:
             statuses = {n: p.poll() for n, p in self.job.procs.items()}
