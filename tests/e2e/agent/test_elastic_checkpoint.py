@@ -40,7 +40,7 @@ from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(360)
+pytestmark = [pytest.mark.timeout(360), pytest.mark.slow]
 
 EPOCHS = 5
 STEPS = EPOCHS * -(-NUM_TRAIN // 64)

@@ -28,7 +28,7 @@ from tests.e2e.harness.workloads import (
 )
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 TARGET = "100"  # samples/s per replica
 HIGH = 250.0  # per pod: 2.5x the target -> grow to max

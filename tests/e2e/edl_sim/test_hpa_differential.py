@@ -53,7 +53,7 @@ from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.artifacts import keep
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 METRIC = "samples_per_second"
 TARGET = "100"

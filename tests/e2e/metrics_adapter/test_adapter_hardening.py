@@ -32,7 +32,7 @@ from tests.support.pki import Issued, issue
 from tests.support.slow_clients import HalfOpenConnections
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 HOLD_S = 60.0
 GROUP = "custom.metrics.k8s.io"

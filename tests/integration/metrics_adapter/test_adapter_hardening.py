@@ -44,7 +44,7 @@ from tests.support.pki import Issued, issue, make_ca
 from tests.support.slow_clients import HalfOpenConnections
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 QUERY = (
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/samples_per_second"
