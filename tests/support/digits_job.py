@@ -85,7 +85,9 @@ class Job:
             "EDL_DEBOUNCE": "2",
             "EDL_MEMBER_TTL": "8",
             "EDL_DRAIN_TIMEOUT": "30",
-            "EDL_INIT_TIMEOUT": "90",
+            # A bound for a trainer that never joins, not a speed: on a loaded 2-core box a
+            # trainer's framework import alone has taken over 90 s.
+            "EDL_INIT_TIMEOUT": "600",
             "PYTHONPATH": str(ROOT),
             **self.extra_env,
             **extra_env,

@@ -136,7 +136,7 @@ def elastic_container(
         {"name": "EDL_MEMBER_TTL", "value": "10"},
         {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
         {"name": "EDL_DRAIN_TIMEOUT", "value": "30"},
-        {"name": "EDL_INIT_TIMEOUT", "value": "90"},
+        {"name": "EDL_INIT_TIMEOUT", "value": "600"},  # a bound for failures, not a speed
         {"name": "EDL_REINIT", "value": reinit},
     ]
     return {
