@@ -44,6 +44,7 @@ from tests.support.digits_job import (
     SCRIPTS,
     Job,
 )
+from tests.support.waiting import WaitTimeout, wait_for
 
 REMOVALS = ("sigterm", "kill_trainer", "kill_agent", "kill_pod", "stop_trainer")
 """Ways a member goes away; `join` is the only way one comes."""
@@ -362,14 +363,21 @@ class Soak:
         return kind, self.rng.choice(sorted(removable))
 
     def wait_settled(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.done():
+        """True once the world settled within `timeout` (False: it did not, or the job ended)."""
+
+        def settled_now() -> bool:
             self.reap()
-            if self.settled():
-                self.stateful |= set(self.world()[1])
-                return True
-            time.sleep(0.1)
-        return False
+            return self.settled()
+
+        try:
+            wait_for(
+                settled_now, timeout_s=timeout, what="a settled world", interval_s=0.1,
+                give_up=self.done,
+            )  # fmt: skip
+        except WaitTimeout:
+            return False
+        self.stateful |= set(self.world()[1])
+        return True
 
     # -- the run --------------------------------------------------------------------------
 
@@ -427,13 +435,15 @@ class Soak:
         self.reap()
         for name in self.alive:
             self.job.procs[name].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.finish_timeout
-        while time.monotonic() < deadline:
+
+        def all_left() -> bool:
             self.reap()
-            if not self.alive:
-                return
-            time.sleep(0.2)
-        self.log(f"soak: members still up {self.settings.finish_timeout:.0f} s after SIGTERM")
+            return not self.alive
+
+        try:
+            wait_for(all_left, timeout_s=self.settings.finish_timeout, what="every member gone")
+        except WaitTimeout:
+            self.log(f"soak: members still up {self.settings.finish_timeout:.0f} s after SIGTERM")
 
     # -- what it showed -------------------------------------------------------------------
 
