@@ -47,6 +47,13 @@ def elastic_args(argv: Sequence[str], description: str) -> argparse.Namespace:
         "--log-every", type=int, default=0, help="rank 0 prints its loss every N steps (0: never)"
     )
     parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
+    parser.add_argument(
+        "--step-gate",
+        type=Path,
+        help="tests: a file holding how many global steps the job may take; past it every "
+        "rank waits at the step boundary (still rescaling) until the file allows more "
+        "(agent.trainer.step_gate; default: no gate)",
+    )
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
         parser.error("--epochs, --global-batch and --hidden must be >= 1")

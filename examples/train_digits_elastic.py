@@ -27,6 +27,7 @@ import paddle.nn.functional as F
 
 from agent.trainer.elastic import ElasticTrainer
 from agent.trainer.sampler import ElasticSampler
+from agent.trainer.step_gate import StepGate
 from examples.digits_data import elastic_args, load_data
 from examples.train_digits import build_model
 
@@ -42,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         sampler = ElasticSampler(len(x_train), args.global_batch, args.epochs, args.seed)
         et.register(model, optimizer, sampler)
-        for plan in et.steps():
+        gate = None if args.step_gate is None else StepGate(args.step_gate)
+        for plan in et.steps(gate):
             idx = plan.indices
             weight = 1.0
             if len(idx) == 0:  # this rank got nothing in an epoch's last step: join with zeros

@@ -52,6 +52,7 @@ from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
 from agent.trainer.sampler import ElasticSampler, StepPlan
 from agent.trainer.session import TrainingSession, start_session
 from agent.trainer.state import TrainingState, load_local, save_local
+from agent.trainer.step_gate import StepGate
 
 log = logging.getLogger(__name__)
 
@@ -454,13 +455,20 @@ class ElasticTrainer:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def steps(self) -> Iterator[StepPlan]:
-        """Yields this rank's part of each step; stops at an agreed boundary on a rescale."""
+    def steps(self, gate: StepGate | None = None) -> Iterator[StepPlan]:
+        """Yields this rank's part of each step; stops at an agreed boundary on a rescale.
+
+        With a `gate` (tests), no step starts past what it allows: every rank waits at the
+        boundary, still answering rescales, until it allows more (`agent.trainer.step_gate`).
+        """
         sampler = self._sampler
         if sampler is None:
             raise ElasticError("register(model, optimizer, sampler) first")
         recorder = self.session.recorder
         while (plan := sampler.plan(self.rank, self.world_size)) is not None:
+            if gate is not None and self._held_at(gate):
+                self._rescale()
+                continue  # the plan again, in the new world
             if self._ledger is not None:
                 self._ledger.intent(self.global_step, plan.epoch, plan.indices.tolist())
             recorder.begin_step()
@@ -480,11 +488,39 @@ class ElasticTrainer:
             ):
                 checkpointer.submit(self._snapshot)
             if self._stop_agreed():
-                if not self._inprocess:
-                    self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
-                self._reinit()
+                self._rescale()
             if time.monotonic() - self._last_save >= self.settings.checkpoint_seconds:
                 self.save()
+
+    def _rescale(self) -> None:
+        """An agreed stop at this boundary: exit for the agent, or move in-process."""
+        if not self._inprocess:
+            self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
+        self._reinit()
+
+    def _held_at(self, gate: StepGate) -> bool:
+        """Waits while `gate` allows no more steps; True when a rescale was agreed meanwhile.
+
+        The ranks agree on each round (the highest drain flag, the lowest allowance), so they
+        all leave the wait at the same boundary, as `_stop_agreed` does.
+        """
+        deadline = time.monotonic() + gate.max_wait_seconds
+        rounds = int(gate.max_wait_seconds / gate.poll_seconds) + 1
+        for _ in range(rounds):
+            drain = 1 if self.drain_requested() else 0
+            allowed, expired = gate.allowed(), 1 if time.monotonic() >= deadline else 0
+            if self.world_size > 1:
+                drain, negated, expired = self._all_reduce([drain, -allowed, expired], ReduceOp.MAX)
+                allowed = -negated
+            if drain:
+                return True
+            if self.global_step < allowed:
+                return False
+            if expired:
+                break
+            time.sleep(gate.poll_seconds)
+        log.warning("step gate %s held step %d too long; opening it", gate.path, self.global_step)
+        return False
 
     def _reinit(self) -> None:
         """Moves this live process into the next world (or exits when it is not in it)."""

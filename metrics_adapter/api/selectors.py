@@ -11,6 +11,14 @@ Grammar::
 Keys are qualified names (optional DNS-subdomain prefix and ``/``), values are at most 63
 characters of ``[A-Za-z0-9._-]`` starting and ending alphanumeric (or empty). Parse errors raise
 :class:`~metrics_adapter.errors.InvalidSelectorError` naming the offending token and position.
+
+Where kube-apiserver's parser differs from the grammar's face value, we do as it does (checked
+selector by selector against the real apiserver in
+tests/e2e/metrics_adapter/test_selector_grammar.py): ``in`` and ``notin`` are keys where a key
+is expected; an empty set ``()`` is the set of the empty value, and ``(,a)`` holds ``""`` and
+``a``; a ``>``/``<`` operand is a label value too (so no sign); a NUL character where a token
+would start ends the selector, and right after a word or symbol ends it and is dropped, as Go's
+lexer reads a NUL as its end-of-input mark.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from metrics_adapter.errors import InvalidSelectorError
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_INTEGER = re.compile(r"^[-+]?[0-9]+$")
+_INTEGER = re.compile(r"^[0-9]+$")
 _SPECIAL = frozenset(" \t\r\n,()!=<>")
 
 
@@ -195,13 +203,16 @@ def _lex(text: str) -> list[_Token]:
     i, n = 0, len(text)
     while i < n:
         c = text[i]
+        if c == "\x00":  # the Go lexer's end-of-input mark: the rest is never read
+            n = i
+            break
         if c in " \t\r\n":
             i += 1
             continue
         two = text[i : i + 2]
         if two in ("==", "!="):
             tokens.append(_Token(_Tok.DEQ if two == "==" else _Tok.NEQ, two, i))
-            i += 2
+            i += 2 + (text[i + 2 : i + 3] == "\x00")  # a NUL right after is consumed
             continue
         single = {
             "!": _Tok.BANG,
@@ -214,12 +225,14 @@ def _lex(text: str) -> list[_Token]:
         }
         if c in single:
             tokens.append(_Token(single[c], c, i))
-            i += 1
+            i += 1 + (text[i + 1 : i + 2] == "\x00")  # a NUL right after is consumed
             continue
         start = i
-        while i < n and text[i] not in _SPECIAL:
+        while i < n and text[i] not in _SPECIAL and text[i] != "\x00":
             i += 1
         word = text[start:i]
+        if i < n and text[i] == "\x00":
+            i += 1  # ends the word and is consumed, as in Go's scanIDOrKeyword
         kind = {"in": _Tok.IN, "notin": _Tok.NOTIN}.get(word, _Tok.IDENT)
         tokens.append(_Token(kind, word, start))
     tokens.append(_Token(_Tok.END, "", n))
@@ -248,6 +261,8 @@ class _Parser:
         )
 
     def parse(self) -> tuple[Requirement, ...]:
+        if self._peek().kind is _Tok.END:
+            return ()  # nothing before a NUL: the empty selector, as in Kubernetes
         reqs = [self._requirement()]
         while True:
             tok = self._next()
@@ -259,7 +274,7 @@ class _Parser:
 
     def _key(self) -> _Token:
         tok = self._next()
-        if tok.kind is not _Tok.IDENT:
+        if tok.kind not in (_Tok.IDENT, _Tok.IN, _Tok.NOTIN):
             raise self._fail(tok, "a label key")
         why = validate_key(tok.text)
         if why:
@@ -298,6 +313,8 @@ class _Parser:
             tok = self._next()
             if tok.kind is not _Tok.IDENT or not _INTEGER.match(tok.text):
                 raise self._fail(tok, "an integer value")
+            if int(tok.text) >= 2**63:  # Go's strconv.ParseInt(value, 10, 64)
+                raise self._fail(tok, "an integer value of 64 bits")
             op = Operator.GREATER_THAN if op_tok.kind is _Tok.GT else Operator.LESS_THAN
             return Requirement(key, op, (tok.text,))
         if op_tok.kind in (_Tok.IN, _Tok.NOTIN):
@@ -324,12 +341,8 @@ class _Parser:
             if tok.kind in (_Tok.IDENT, _Tok.IN, _Tok.NOTIN):
                 values.append(self._value(tok))
                 tok = self._next()
-            elif tok.kind in (_Tok.COMMA, _Tok.RPAREN) and values:
-                values.append("")  # `(a,)` carries an empty value, as in Kubernetes
-            elif tok.kind is _Tok.RPAREN:
-                raise self._fail(
-                    tok, "at least one value: for 'in', 'notin' the set can't be empty"
-                )
+            elif tok.kind in (_Tok.COMMA, _Tok.RPAREN):
+                values.append("")  # `()`, `(,a)`, `(a,)` carry an empty value, as in Kubernetes
             else:
                 raise self._fail(tok, "a label value")
             if tok.kind is _Tok.RPAREN:

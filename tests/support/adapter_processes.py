@@ -50,7 +50,7 @@ for tick in range(1, 6001):  # bounded: 10 minutes at most
     duration.observe(0.1)
     comm.inc(0.025)
     cpu.inc(0.05)
-    time.sleep(max(0.0, start + tick * 0.1 - time.monotonic()))
+    time.sleep(max(0.0, start + tick * 0.1 - time.monotonic()))  # the schedule: 10 steps/s
 """
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from agent.protocol.control import ControlChannel, Timings
+from agent.trainer.step_gate import UNLIMITED, StepGate
 from tests.support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,9 @@ class Job:
         train_args: list[str] = TRAIN_ARGS,
         step_sleep: float = 0.1,
         script: str = SCRIPTS["paddle"],
+        allowed_steps: int = UNLIMITED,
     ) -> None:
+        """`allowed_steps`: the job's step gate starts there (`allow`, `release` move it)."""
         self.tmp = tmp
         self.script = script
         self.train_args = train_args
@@ -65,6 +68,11 @@ class Job:
         self.ports: dict[str, int] = {}
         self.extra_env: dict[str, str] = {}
         """Set in every agent this job starts."""
+        self.gate = StepGate(tmp / "step-gate")
+        """How many global steps the job may take (the trainers' `--step-gate`): a test holds
+        the job with it so that the job cannot finish before the test's events are done."""
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.gate.allow(allowed_steps)
 
     def start(self, name: str, on_finished: str = "exit", **extra_env: str) -> None:
         """Starts agent `name`; by default it exits 0 once the job is done (as a Job would)."""
@@ -77,7 +85,9 @@ class Job:
             "EDL_DEBOUNCE": "2",
             "EDL_MEMBER_TTL": "8",
             "EDL_DRAIN_TIMEOUT": "30",
-            "EDL_INIT_TIMEOUT": "90",
+            # A bound for a trainer that never joins, not a speed: on a loaded 2-core box a
+            # trainer's framework import alone has taken over 90 s.
+            "EDL_INIT_TIMEOUT": "600",
             "PYTHONPATH": str(ROOT),
             **self.extra_env,
             **extra_env,
@@ -85,7 +95,7 @@ class Job:
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
                "--min", "1", "--max", "4", "--on-finished", on_finished, "--",
-               PY, "-m", self.script, *self.train_args,
+               PY, "-m", self.script, *self.train_args, "--step-gate", str(self.gate.path),
                "--step-sleep", str(self.step_sleep), "--result", str(self.result)]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -106,6 +116,44 @@ class Job:
                 if '"s":' in line:
                     best = max(best, int(json.loads(line)["s"]))
         return best
+
+    def trained_in(self, generation: int) -> int:
+        """How many steps rank 0 of `generation` has started (from the ledger)."""
+        return sum(
+            path.read_text().count('"s":')
+            for path in self.ledger.glob(f"ledger-*-g{generation}-r0-*.jsonl")
+        )
+
+    def allow(self, steps: int) -> None:
+        """Lets the job train until `steps` global steps are done, then hold (never lowers)."""
+        self.gate.allow(max(steps, self.gate.allowed()))
+
+    def allow_more(self, steps: int) -> None:
+        """Lets the job train `steps` steps past the highest one started so far."""
+        self.allow(self.steps_done() + 1 + steps)
+
+    def at_gate(self) -> bool:
+        """The job has started every step the gate allows (it holds, or is about to)."""
+        return self.steps_done() + 1 >= self.gate.allowed()
+
+    def trained(self, size: int, steps: int) -> bool:
+        """The world is of `size` and its generation trained `steps` steps (the ledger's).
+
+        For a job held at its gate between a test's events: once the awaited world is there
+        and at the gate, the gate lets it train what it needs and 10 steps more, so that the
+        test's next event lands while it trains, and no world trains the job to its end.
+        """
+        gen, n = self.world()
+        if n != size:
+            return False
+        done = self.trained_in(gen)
+        if done < steps and self.at_gate():
+            self.allow_more(steps - done + 10)
+        return done >= steps
+
+    def release(self) -> None:
+        """Opens the gate: the job trains to its end."""
+        self.gate.allow_all()
 
     def timings(self) -> list[Timings]:
         """Every generation's timings reported by every trainer of this job."""

@@ -44,6 +44,7 @@ from tests.support.digits_job import (
     SCRIPTS,
     Job,
 )
+from tests.support.waiting import WaitTimeout, wait_for
 
 REMOVALS = ("sigterm", "kill_trainer", "kill_agent", "kill_pod", "stop_trainer")
 """Ways a member goes away; `join` is the only way one comes."""
@@ -70,7 +71,8 @@ class SoakSettings:
     """Which elastic digits example trains (`SCRIPTS`: paddle or torch)."""
     events: int = 22
     epochs: int = 200
-    """Long enough never to end first: the run scales the job to zero after the sequence."""
+    """The job never ends first (its step gate holds the last step): the run scales it to
+    zero after the sequence."""
     step_sleep: float = 0.1
     initial: int = 3
     max_world: int = 4
@@ -236,7 +238,16 @@ class Soak:
         self.settings = settings
         self.rng = random.Random(settings.seed)
         args = ["--epochs", str(settings.epochs), "--global-batch", str(GLOBAL_BATCH)]
-        self.job = Job(tmp, args, settings.step_sleep, SCRIPTS[settings.framework])
+        # The job may train every step but its last: it cannot end before the sequence does
+        # (the run scales it to zero afterwards), however fast or slow the machine.
+        total_steps = settings.epochs * STEPS_PER_EPOCH
+        self.job = Job(
+            tmp,
+            args,
+            settings.step_sleep,
+            SCRIPTS[settings.framework],
+            allowed_steps=total_steps - 1,
+        )
         self.job.extra_env.update({**SOAK_ENV, "EDL_REINIT": settings.reinit, **settings.env})
         self.log = log
         self.alive: list[str] = []
@@ -352,14 +363,21 @@ class Soak:
         return kind, self.rng.choice(sorted(removable))
 
     def wait_settled(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.done():
+        """True once the world settled within `timeout` (False: it did not, or the job ended)."""
+
+        def settled_now() -> bool:
             self.reap()
-            if self.settled():
-                self.stateful |= set(self.world()[1])
-                return True
-            time.sleep(0.1)
-        return False
+            return self.settled()
+
+        try:
+            wait_for(
+                settled_now, timeout_s=timeout, what="a settled world", interval_s=0.1,
+                give_up=self.done,
+            )  # fmt: skip
+        except WaitTimeout:
+            return False
+        self.stateful |= set(self.world()[1])
+        return True
 
     # -- the run --------------------------------------------------------------------------
 
@@ -395,7 +413,7 @@ class Soak:
                 )
                 mid = len(self.actions) % s.mid_every == 0
                 if mid:
-                    time.sleep(self.rng.uniform(0.3, 2.0))
+                    time.sleep(self.rng.uniform(0.3, 2.0))  # the thing under test: a random moment
             self.finish()
         finally:
             statuses = {n: p.poll() for n, p in self.job.procs.items()}
@@ -417,13 +435,15 @@ class Soak:
         self.reap()
         for name in self.alive:
             self.job.procs[name].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.finish_timeout
-        while time.monotonic() < deadline:
+
+        def all_left() -> bool:
             self.reap()
-            if not self.alive:
-                return
-            time.sleep(0.2)
-        self.log(f"soak: members still up {self.settings.finish_timeout:.0f} s after SIGTERM")
+            return not self.alive
+
+        try:
+            wait_for(all_left, timeout_s=self.settings.finish_timeout, what="every member gone")
+        except WaitTimeout:
+            self.log(f"soak: members still up {self.settings.finish_timeout:.0f} s after SIGTERM")
 
     # -- what it showed -------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.e2e.harness.workloads import agent_container, create_trainer_job
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 def test_agent_pod_metrics_reach_the_custom_metrics_api(

@@ -26,6 +26,7 @@ from kubernetes import client
 from agent.checkpoints.catalogue import Checkpoints
 from agent.checkpoints.local import LocalDirectory
 from agent.trainer.ledger import verify
+from agent.trainer.step_gate import StepGate
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.elastic_job import (
     JOB,
@@ -40,7 +41,7 @@ from tests.e2e.harness.workloads import create_trainer_job
 from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(360)
+pytestmark = [pytest.mark.timeout(360), pytest.mark.slow]
 
 EPOCHS = 5
 STEPS = EPOCHS * -(-NUM_TRAIN // 64)
@@ -63,7 +64,13 @@ def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
         ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig"
     )
     volume = tmp_path / "claim"  # the ReadWriteMany volume every pod mounts
-    container = shorter(elastic_container(tmp_path, kubeconfig, "auto", SCRIPTS["paddle"]))
+    # Held at its step gate until the recreated pods train: the job cannot end before the
+    # deletion, however slow the machine (the watch opens the gate as each world needs).
+    gate = StepGate(tmp_path / "step-gate")
+    gate.allow(0)
+    container = shorter(
+        elastic_container(tmp_path, kubeconfig, "auto", SCRIPTS["paddle"], step_gate=gate)
+    )
     container["env"] += [
         {"name": "EDL_CHECKPOINT_URL", "value": str(volume)},
         {"name": "EDL_CHECKPOINT_EVERY_STEPS", "value": "10"},
@@ -78,12 +85,17 @@ def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
         service_account=SERVICE_ACCOUNT,
     )
     core = client.CoreV1Api(e2e_ns.api)
-    watch = WorldWatch(core, ns, tmp_path / "ledger")
+    watch = WorldWatch(core, ns, tmp_path / "ledger", gate=gate)
     checkpoints = Checkpoints(LocalDirectory(volume / JOB))
     logs = e2e_ns.runner.log_tails
+
+    def checkpointed_world() -> int | None:
+        trained = watch.training_at(2, 0, 25)  # first: it also opens the gate
+        return trained if trained is not None and checkpoints.latest() else None
+
     try:
         gen = wait_for(
-            lambda: watch.training_at(2, 0, 25) if checkpoints.latest() else None,
+            checkpointed_world,
             timeout_s=150,
             what="a world of 2 training, checkpointed",
             describe=logs,
@@ -99,6 +111,7 @@ def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
             describe=logs,
         )
         assert not set(old) & set(e2e_ns.runner.running())
+        gate.allow_all()  # the deletion is done: the job trains to its end
         result = tmp_path / "result.json"
         wait_for(result.exists, timeout_s=150, what="the job to finish", describe=logs)
         final = json.loads(result.read_text())

@@ -30,6 +30,7 @@ from kubernetes import client
 
 from agent.protocol.control import Timings
 from agent.trainer.ledger import verify
+from agent.trainer.step_gate import StepGate
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.elastic_job import (
     EPOCHS,
@@ -46,7 +47,7 @@ from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
 from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def metrics(ip: str) -> dict[str, float]:
@@ -80,15 +81,21 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
     kubeconfig = grant_agent_access(
         ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig"
     )
+    # The job holds at its step gate between the scales (the watch opens it as far as each
+    # awaited world needs), so it cannot end before the last scale, however slow a rescale.
+    gate = StepGate(tmp_path / "step-gate")
+    gate.allow(0)
     create_trainer_job(
         e2e_ns.api,
         ns,
         e2e_ns.load_dir,
         replicas=1,
-        container=elastic_container(tmp_path, kubeconfig, reinit, SCRIPTS[framework]),
+        container=elastic_container(
+            tmp_path, kubeconfig, reinit, SCRIPTS[framework], step_gate=gate
+        ),
         service_account=SERVICE_ACCOUNT,
     )
-    watch = WorldWatch(client.CoreV1Api(e2e_ns.api), ns, tmp_path / "ledger")
+    watch = WorldWatch(client.CoreV1Api(e2e_ns.api), ns, tmp_path / "ledger", gate=gate)
     logs = e2e_ns.runner.log_tails
     pause_seen: dict[str, tuple[float, float]] = {}  # pod IP -> (count, sum) of its pauses
     steps: list[str] = []
@@ -143,6 +150,7 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
                 f"(global step {before} then), pause {last_pause(seen):.2f} s"
             )
             print(steps[-1])
+        gate.allow_all()  # the scales are done: the job trains to its end
         result = tmp_path / "result.json"
         wait_for(result.exists, timeout_s=150, what="the job to finish", describe=logs)
         final = json.loads(result.read_text())
@@ -216,7 +224,7 @@ def _finished_pods_idle(
         what="a pod added after the end idling ready",
         describe=logs,
     )
-    time.sleep(3)  # what its trainer would need to start and take a step
+    # Exporting the finished job is the late agent's decision to idle: it starts no trainer.
     for ip in (survivor, *late):
         assert metrics(ip).get("edl_trainer_up") == 0 and _ready(ip)
     assert len(running()) == 2 and watch.global_step() == step

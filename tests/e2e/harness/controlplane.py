@@ -363,7 +363,7 @@ class ControlPlane:
                 last = "check returned false"
             except (requests.RequestException, ValueError, HarnessError, KeyError) as e:
                 last = repr(e)
-            time.sleep(0.5)
+            time.sleep(0.5)  # a poll bounded by the deadline and the attempt count above
         raise HarnessError(
             proc.describe_failure(
                 f"not healthy within {self.settings.ready_timeout_s:.0f} s (last: {last})"

@@ -18,6 +18,7 @@ import psutil
 import yaml
 from kubernetes import client
 
+from agent.trainer.step_gate import StepGate
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.session import Kubectl
@@ -31,8 +32,8 @@ GLOBAL_BATCH = 64
 STEPS_PER_EPOCH = -(-NUM_TRAIN // GLOBAL_BATCH)
 TRAIN_ARGS = ["--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--seed", "3"]
 STEP_SLEEP = 0.25
-"""Simulated compute per step, so the job's 230 steps outlast the three rescales (each costs
-the debounce and a joiner's warm-up in steps of the old world)."""
+"""Simulated compute per step. That the job's 230 steps outlast a test's rescales is not left
+to it: a test holds the job at a step gate between its events (`WorldWatch.gate`)."""
 SERVICE_ACCOUNT = "edl-trainer"
 AGENT_RULES = [
     {
@@ -95,12 +96,19 @@ def grant_agent_access(
 
 
 def elastic_container(
-    tmp: Path, kubeconfig: Path, reinit: str, script: str, train_args: list[str] | None = None
+    tmp: Path,
+    kubeconfig: Path,
+    reinit: str,
+    script: str,
+    train_args: list[str] | None = None,
+    step_gate: StepGate | None = None,
 ) -> dict[str, Any]:
     """`edl-agent run --elastic --membership kubernetes` around a digits elastic example.
 
     The agent is the container command itself: once the job is finished it idles (ready, no
     trainer) until the pod is deleted, so the Deployment never restarts the finished job.
+    With `step_gate` the trainers hold at it (`agent.trainer.step_gate`; the pods are local
+    processes, so they read the test's file).
     """
     command = [
         "edl-agent", "run", "--host=$(POD_IP)", f"--port={METRICS_PORT}", "--elastic",
@@ -108,6 +116,7 @@ def elastic_container(
         "python", "-m", script,
         *(train_args or [*TRAIN_ARGS, "--step-sleep", str(STEP_SLEEP)]),
         "--result", str(tmp / "result.json"),
+        *(["--step-gate", str(step_gate.path)] if step_gate is not None else []),
     ]  # fmt: skip
 
     def field_env(name: str, path: str) -> dict[str, Any]:
@@ -127,7 +136,7 @@ def elastic_container(
         {"name": "EDL_MEMBER_TTL", "value": "10"},
         {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
         {"name": "EDL_DRAIN_TIMEOUT", "value": "30"},
-        {"name": "EDL_INIT_TIMEOUT", "value": "90"},
+        {"name": "EDL_INIT_TIMEOUT", "value": "600"},  # a bound for failures, not a speed
         {"name": "EDL_REINIT", "value": reinit},
     ]
     return {
@@ -151,6 +160,9 @@ class WorldWatch:
     history: list[tuple[float, int, int]] = field(default_factory=list)
     """(seconds since start, generation, size) of every generation seen."""
     started: float = field(default_factory=time.monotonic)
+    gate: StepGate | None = None
+    """The job's step gate, if it has one: `training_at` opens it as far as the awaited
+    world needs (and 10 steps more), so the job cannot end before the test's events."""
 
     def record(self) -> dict[str, Any]:
         """The world record as stored ({} before there is one)."""
@@ -185,9 +197,14 @@ class WorldWatch:
     def training_at(self, size: int, after: int, steps: int) -> int | None:
         """The generation (> `after`) of `size` members once it trained `steps` steps."""
         gen, n = self.world()
-        if gen > after and n == size and self.steps_in(gen) >= steps:
-            return gen
-        return None
+        if gen <= after or n != size:
+            return None
+        done = self.steps_in(gen)
+        if done < steps and self.gate is not None:
+            started = self.global_step() + 1
+            if started >= self.gate.allowed():
+                self.gate.allow(started + steps - done + 10)
+        return gen if done >= steps else None
 
     def global_step(self) -> int:
         best = -1

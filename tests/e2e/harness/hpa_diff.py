@@ -17,8 +17,10 @@ Three pieces, used by `tests/e2e/edl_sim/test_hpa_differential.py`:
 What the controller saw at a sync is bracketed, not known exactly: its metric query and pod
 listing happen in the half second before its "Proposing" line. The candidates are the
 snapshots taken in that bracket, plus the last one before it and the first one after it
-(distinct contents only); the metric answers are narrowed by the metric timestamp the
-controller logged. A sync is
+(distinct contents only). The metric timestamp the controller logged pins the first pod's
+sample only: the answers are narrowed to that sample, and every other pod's sample may be any
+of those seen in the bracket (it may have changed between the controller's read and ours).
+A sync is
 **ambiguous** when the candidates, or moving the sync time by +-epsilon (history entries at
 the edge of a window or period), make the model decide differently; it counts as explained
 when one of those decisions is the controller's. Epsilon is `CLOCK_EPSILON_S`; scale events
@@ -33,8 +35,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import product
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -184,27 +187,75 @@ def _bracket(snaps: Sequence[Snapshot], sync: Sync) -> list[Snapshot]:
 
 
 def _metric_candidates(snaps: Sequence[Snapshot], sync: Sync) -> list[Snapshot]:
-    """The bracket, narrowed to the answers carrying the timestamp the controller logged.
+    """The answers the controller may have read: the first pod's sample is the logged one,
+    any other pod's is any of its samples seen around the sync.
 
     Each answer's first item carries the adapter's sample time of that pod, which the
-    controller logs, so it narrows the bracket to the answers from that scrape (the other
-    pods' samples and the pod set may still differ between them). When the bracket has no
-    such answer, the answers with that timestamp from 2 s before to 0.5 s after are used.
+    controller logs, so it pins the first pod's sample: the bracket's answers with that
+    timestamp are the bases (when the bracket has none, the answers with it from 2 s before to
+    0.5 s after). It pins no other pod's sample: each of those may have changed between the
+    controller's read and ours, so every sample of another pod seen in the bracket is a
+    candidate for it too (all combinations, up to `MAX_COMBINATIONS` per base; beyond, each
+    pod's variants one at a time and the all-oldest/all-newest ones). A sync whose decision
+    depends on which of them the controller read is then ambiguous, not a disagreement.
     """
     bracket = _bracket(snaps, sync)
     if sync.metric_stamp is None:
         return bracket
     stamped = [s for s in bracket if s.value is not None and s.value.stamp == sync.metric_stamp]
-    if stamped:
-        return stamped
-    near = [
-        s
-        for s in snaps
-        if sync.time - 2.0 <= s.t0 <= sync.time + 0.5
-        and s.value is not None
-        and s.value.stamp == sync.metric_stamp
-    ]
-    return _distinct(near) or bracket
+    if not stamped:
+        stamped = _distinct(
+            [
+                s
+                for s in snaps
+                if sync.time - 2.0 <= s.t0 <= sync.time + 0.5
+                and s.value is not None
+                and s.value.stamp == sync.metric_stamp
+            ]
+        )
+    if not stamped:
+        return bracket
+    samples: dict[str, set[tuple[int, int]]] = {}  # pod -> {(sample time, milli value)}
+    for s in [*bracket, *stamped]:
+        if s.value is not None:
+            for pod, v in s.value.values.items():
+                samples.setdefault(pod, set()).add((s.value.stamps.get(pod, 0), v))
+    candidates: list[Snapshot] = []
+    for base in stamped:
+        read: MetricRead = base.value
+        others = {
+            pod: sorted(samples[pod]) for pod in read.values if pod != read.first and pod in samples
+        }
+        for combo in _combinations(others):
+            values = {**read.values, **{pod: v for pod, (_, v) in combo.items()}}
+            stamps = {**read.stamps, **{pod: t for pod, (t, _) in combo.items()}}
+            candidates.append(
+                replace(base, value=MetricRead(values, read.stamp, stamps, read.first))
+            )
+    return _distinct(candidates)
+
+
+MAX_COMBINATIONS = 256
+"""Above this many combinations of other pods' samples, fewer are tried (see below)."""
+
+
+def _combinations(
+    options: dict[str, list[tuple[int, int]]],
+) -> list[dict[str, tuple[int, int]]]:
+    """Every choice of one sample per pod; past `MAX_COMBINATIONS`, the all-oldest and
+    all-newest choices and each pod's samples with the others at their newest."""
+    pods = sorted(options)
+    total = 1
+    for pod in pods:
+        total *= len(options[pod])
+    if total <= MAX_COMBINATIONS:
+        return [
+            dict(zip(pods, choice, strict=True)) for choice in product(*(options[p] for p in pods))
+        ]
+    newest = {p: options[p][-1] for p in pods}
+    chosen = [{p: options[p][0] for p in pods}, newest]
+    chosen += [{**newest, p: sample} for p in pods for sample in options[p][:-1]]
+    return chosen
 
 
 def _distinct(chosen: Sequence[Snapshot]) -> list[Snapshot]:
@@ -310,16 +361,25 @@ class MetricRead:
 
     values: dict[str, int]
     stamp: int | None
+    stamps: dict[str, int] = field(default_factory=dict)
+    """Each pod's sample time (Unix seconds), which tells one sample of a pod from the next."""
+    first: str | None = None
+    """The pod of the first item: the one whose sample time the controller logs."""
 
 
 def _metric_values(body: Any) -> MetricRead:
     items = body.get("items") or []
     stamp = None
     if items:
-        when = datetime.strptime(items[0]["timestamp"], "%Y-%m-%dT%H:%M:%S%z")
-        stamp = int(when.timestamp())
+        stamp = _stamp(items[0]["timestamp"])
     values = {i["describedObject"]["name"]: milli_value(str(i["value"])) for i in items}
-    return MetricRead(values, stamp)
+    stamps = {i["describedObject"]["name"]: _stamp(i["timestamp"]) for i in items}
+    first = str(items[0]["describedObject"]["name"]) if items else None
+    return MetricRead(values, stamp, stamps, first)
+
+
+def _stamp(text: str) -> int:
+    return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp())
 
 
 Outcome = tuple[int | None, int | None, bool]

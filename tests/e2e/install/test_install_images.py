@@ -52,7 +52,7 @@ from tests.e2e.harness.session import LOG_SOURCES, Kubectl, work_root
 from tests.support.kustomize import ROOT
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 ADAPTER_NS = "edl-system"
 TRAINER_NS = "ml"  # the example kustomization's namespace

@@ -32,7 +32,7 @@ from tests.support.pki import Issued, issue
 from tests.support.slow_clients import HalfOpenConnections
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 HOLD_S = 60.0
 GROUP = "custom.metrics.k8s.io"
@@ -84,7 +84,7 @@ def test_200_slow_connections_for_60s_leave_the_hpa_path_answering(
                 for name, (status, message) in metrics_adapter.availability().items():
                     if status != "True":
                         unavailable.append(f"{name}: {status} {message}")
-            time.sleep(0.2)
+            time.sleep(0.2)  # pacing the HPA-like client while the attack holds
         dropped = attack.dropped
     print(
         f"\n200 slow connections for {HOLD_S:.0f} s: {len(times)} HPA-path answers through "

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from examples.demo.probe import fetch
@@ -73,14 +72,12 @@ def test_a_trainer_that_cannot_be_executed_is_exit_127() -> None:
 
 
 def test_a_crashing_trainer_becomes_the_agents_status() -> None:
-    t0 = time.monotonic()
     r = run_agent(["--port", "0", "--", PY, "-c", "raise SystemExit(3)"])
     assert r.returncode == 3
     assert re.fullmatch(
         r"edl-agent: trainer incarnation 1 exited with status 3 after [0-9.]+ s",
         agent_lines(r.stderr)[-1],
     )
-    assert time.monotonic() - t0 < 30
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[str], int]:
@@ -120,12 +117,14 @@ def test_readyz_says_why_after_a_crash_while_lingering() -> None:
 
 def test_sigterm_is_forwarded_and_a_clean_trainer_exit_is_zero(tmp_path: Path) -> None:
     marker = tmp_path / "got-sigterm"
+    armed = tmp_path / "handler-installed"
     trainer = (
         "import signal, sys, time\n"
         "def bye(*_):\n"
         f"    open({str(marker)!r}, 'w').close()\n"
         "    sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, bye)\n"
+        f"open({str(armed)!r}, 'w').close()\n"
         "time.sleep(60)\n"
     )
     proc, port = _start(["--", PY, "-c", trainer])
@@ -137,7 +136,12 @@ def test_sigterm_is_forwarded_and_a_clean_trainer_exit_is_zero(tmp_path: Path) -
             interval_s=0.1,
             give_up=lambda: proc.poll() is not None,
         )
-        time.sleep(0.5)  # the trainer installs its handler after start
+        wait_for(
+            armed.exists,
+            timeout_s=60,
+            what="the trainer's SIGTERM handler installed",
+            give_up=lambda: proc.poll() is not None,
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
         assert marker.exists()
@@ -147,7 +151,11 @@ def test_sigterm_is_forwarded_and_a_clean_trainer_exit_is_zero(tmp_path: Path) -
 
 
 def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
-    trainer = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"
+    armed = tmp_path / "ignoring-sigterm"
+    trainer = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(armed)!r}, 'w').close()\ntime.sleep(60)\n"
+    )
     proc, port = _start(["--stop-grace-seconds", "1", "--", PY, "-c", trainer])
     try:
         wait_for(
@@ -157,7 +165,12 @@ def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path
             interval_s=0.1,
             give_up=lambda: proc.poll() is not None,
         )
-        time.sleep(0.5)
+        wait_for(
+            armed.exists,
+            timeout_s=60,
+            what="the trainer's SIGTERM handler installed",
+            give_up=lambda: proc.poll() is not None,
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 128 + signal.SIGKILL
     finally:

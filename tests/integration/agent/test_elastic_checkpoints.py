@@ -83,13 +83,16 @@ def metric(text: str, name: str) -> float:
     return float(line.split()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize(("framework", "corrupt"), [("paddle", True), ("torch", False)])
 def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
     tmp_path: Path, framework: str, corrupt: bool
 ) -> None:
     kill_at = random.Random(f"{framework}-kill").randint(25, 70)
-    job = Job(tmp_path, TRAIN_ARGS, step_sleep=0.1, script=SCRIPTS[framework])
+    # Held at its step gate: the job cannot end before the kill, however slow the world of 2
+    # is to form; it trains 10 steps past `kill_at` so the kill lands while it trains.
+    job = Job(tmp_path, TRAIN_ARGS, step_sleep=0.1, script=SCRIPTS[framework], allowed_steps=0)
     volume = tmp_path / "volume"  # what every pod mounts
     job.extra_env.update(
         EDL_CHECKPOINT_URL=str(volume),
@@ -101,8 +104,15 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
     try:
         job.start("a")
         job.start("b")
+
+        def past_kill_at() -> bool:
+            if job.world()[1] != 2:
+                return False
+            job.allow(kill_at + 10)
+            return job.steps_done() >= kill_at
+
         wait_for(
-            lambda: job.world()[1] == 2 and job.steps_done() >= kill_at,
+            past_kill_at,
             timeout_s=240,
             what=f"a world of 2 past step {kill_at}",
             interval_s=0.2,
@@ -121,6 +131,7 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
             expected = manifests[1]
 
         job.procs.clear()
+        job.release()  # the kill is done: the resumed job trains to its end
         job.start("c", on_finished="idle")
         job.start("d", on_finished="idle")
         wait_for(
@@ -198,6 +209,7 @@ Checkpoints(LocalDirectory(Path(sys.argv[1]))).write(
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_checkpoint_write_killed_midway_leaves_the_previous_one_usable(tmp_path: Path) -> None:
     directory = tmp_path / "digits"

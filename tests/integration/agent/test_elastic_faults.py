@@ -27,15 +27,17 @@ def all_logs(job: Job) -> str:
     return "".join((job.tmp / f"{n}.log").read_text(errors="replace") for n in job.procs)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None:
     epochs = 12
-    job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "1"], step_sleep=0.3)
+    # held at its step gate between the events: the job cannot end before they are done
+    job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "1"], step_sleep=0.3, allowed_steps=0)
     try:
         job.start("a")
         job.start("b")
         wait_for(
-            lambda: job.world()[1] == 2 and job.steps_done() >= 10,
+            lambda: job.trained(2, 10),
             timeout_s=150,
             what="world of 2",
             interval_s=0.2,
@@ -45,7 +47,7 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
 
         (job.store / "digits" / "world.json").write_text('{"schema": 1, "generation": "x"}')
         wait_for(
-            lambda: job.world()[0] > gen and job.stepped("a", job.world()[0], 5),
+            lambda: job.world()[0] > gen and job.trained(2, 5),
             timeout_s=90,
             what="a repaired world training",
             interval_s=0.2,
@@ -56,12 +58,20 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
 
         repaired = job.world()
         before = job.steps_done()
+        job.allow(before + 1 + 40)
         shutil.move(job.store, tmp_path / "away")
-        time.sleep(60)
-        during = job.steps_done()
+        away = time.monotonic()
+        wait_for(  # a world of 2 keeps training without the store
+            lambda: job.steps_done() >= before + 30,
+            timeout_s=300,
+            what="30 steps trained without the store",
+            interval_s=0.2,
+            describe=exit_codes(job.procs),
+        )
+        time.sleep(max(0.0, away + 60 - time.monotonic()))  # the thing under test: a minute away
         shutil.move(tmp_path / "away", job.store)
         assert all(p.poll() is None for p in job.procs.values())
-        assert during - before >= 30, "a world of 2 keeps training without the store"
+        job.release()
 
         wait_for(
             lambda: all(p.poll() is not None for p in job.procs.values()),
@@ -89,10 +99,11 @@ def members(job: Job) -> list[str]:
         return []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
     epochs = 6
-    job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "2"], step_sleep=0.1)
+    job = Job(tmp_path, ["--epochs", str(epochs), "--seed", "2"], step_sleep=0.1, allowed_steps=0)
     # One bound at a time, whatever the machine's load: the world stands still while b is
     # stopped (nobody joins or leaves), so only the stall watchdog can act on b.
     bounds = {"EDL_DRAIN_TIMEOUT": "4", "EDL_INIT_TIMEOUT": "30", "EDL_STALL_TIMEOUT": "5"}
@@ -102,20 +113,13 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
         job.start("b", **bounds)
         job.start("c", **bounds)
         wait_for(
-            lambda: job.world()[1] == 3,
-            timeout_s=240,
-            what="world of 3",
+            lambda: job.trained(3, 10),
+            timeout_s=360,
+            what="world of 3 training",
             interval_s=0.2,
             describe=exit_codes(job.procs),
         )
-        three = job.steps_done()
-        wait_for(
-            lambda: job.steps_done() >= three + 10,
-            timeout_s=120,
-            what="training at 3",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
+        job.allow_more(20)  # b stops while the world trains, not while it waits at the gate
 
         hung = job.trainer_of("b")
         hung.send_signal(signal.SIGSTOP)  # b's trainer will never reach a step boundary
@@ -134,6 +138,7 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(kid.pid, signal.SIGKILL)
         job.procs["c"].wait(10)
+        job.release()  # the events are done: a trains the job to its end
 
         wait_for(
             lambda: job.procs["a"].poll() is not None,

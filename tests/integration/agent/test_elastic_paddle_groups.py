@@ -51,6 +51,7 @@ for generation, members in plan:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_groups_of_changing_size_on_one_rank_0_never_meet_a_stale_store() -> None:
     plan = [

@@ -33,6 +33,7 @@ process restart (import + rendezvous, ~3 s idle, up to ~20 s on a loaded 2-core 
 docs/elastic.md derives it. The measured maximum is far below (see the test's output)."""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("framework", "reinit"),

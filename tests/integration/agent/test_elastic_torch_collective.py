@@ -51,6 +51,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_one_process_group_per_generation_across_sizes_and_a_moving_rank_0() -> None:
     plan = [(1, [0, 1]), (2, [0, 1, 2]), (3, [0, 2]), (4, [2, 0]), (5, [2, 0, 1])]

@@ -34,6 +34,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_demo_grows_shrinks_grows_and_loses_nothing(tmp_path: Path) -> None:
     out_dir = tmp_path / "demo"
@@ -76,6 +77,7 @@ def test_demo_grows_shrinks_grows_and_loses_nothing(tmp_path: Path) -> None:
     assert plt.imread(png).shape[:2] == (height, width)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_every_process_of_the_demo(tmp_path: Path) -> None:
     out_dir = tmp_path / "demo"

@@ -7,6 +7,7 @@ The processes come from adapter_processes.py, shared with the other adapter test
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import sys
@@ -41,7 +42,7 @@ class _BadTarget(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.mode == "hang":
-            time.sleep(30)
+            time.sleep(30)  # the thing under test: a target that never answers
             return
         if self.mode == "status":
             self.send_response(500)
@@ -57,7 +58,7 @@ class _BadTarget(BaseHTTPRequestHandler):
             for _ in range(30):
                 self.wfile.write(b"#")
                 self.wfile.flush()
-                time.sleep(0.5)
+                time.sleep(0.5)  # the thing under test: a target that dribbles its answer
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -144,8 +145,19 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             what="both trainers served",
             interval_s=0.2,
         )
-        time.sleep(2)  # a few seconds of rate window
+        first = _newest_scrape(adapter.items(pods_path))
+        wait_for(  # a few seconds of rate window: scrapes 3 s apart (1 s resolution) are in
+            lambda: _newest_scrape(adapter.items(pods_path)) >= first + 3,
+            timeout_s=60,
+            what="three more seconds of scrapes in the rate window",
+            interval_s=0.2,
+        )
         yield Setup(adapter, agents, workdir)
+
+
+def _newest_scrape(items: list[dict[str, Any]]) -> int:
+    """The newest scrape time the adapter served (unix seconds: `timestamp` has 1 s steps)."""
+    return max(calendar.timegm(time.strptime(i["timestamp"], "%Y-%m-%dT%H:%M:%SZ")) for i in items)
 
 
 def test_pods_metric_values_and_shapes(setup: Setup) -> None:
@@ -327,7 +339,7 @@ session = start_session()
 rec = session.recorder
 for _ in range(3000):  # bounded: about 5 minutes
     rec.begin_step()
-    time.sleep(0.1)
+    time.sleep(0.1)  # the step's work
     rec.end_step(samples=32)
 session.close()
 """
@@ -386,8 +398,8 @@ def test_with_the_real_edl_agent(tmp_path: Path) -> None:
         try:
             path = f"{CM}/v1beta2/namespaces/ml/pods/agent-0/samples_per_second"
 
-            def rate() -> float:
-                out = adapter.kubectl(path)
+            def rate(metric: str = "samples_per_second") -> float:
+                out = adapter.kubectl(path.replace("samples_per_second", metric))
                 return value(json.loads(out.stdout)["items"][0]) if out.returncode == 0 else 0.0
 
             # 32 samples per ~0.1 s step: about 300 samples/s once a few reports are in; the
@@ -396,9 +408,21 @@ def test_with_the_real_edl_agent(tmp_path: Path) -> None:
             wait_for(
                 lambda: rate() > 100, timeout_s=60, what="the agent's samples rate", interval_s=0.2
             )
-            time.sleep(4)
-            seen = rate()
-            assert 150 < seen < 400, (seen, trainer.tail())
+
+            # However fast the machine lets it step, every step is 32 samples: the two rates
+            # the adapter derives from the agent's counters agree (read a moment apart, so
+            # allow what the window moved), and no rate beats one step per 0.1 s sleep.
+            def consistent() -> tuple[float, float] | None:
+                samples, steps = rate(), rate("steps_per_second")
+                return (samples, steps) if samples == pytest.approx(32 * steps, rel=0.05) else None
+
+            seen = wait_for(
+                consistent,
+                timeout_s=60,
+                what="samples_per_second = 32 x steps_per_second",
+                interval_s=0.5,
+            )
+            assert 0 < seen[0] <= 32 / 0.1 * 1.1, (seen, trainer.tail())
         finally:
             adapter.proc.stop()
     finally:

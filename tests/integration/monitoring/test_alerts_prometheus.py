@@ -38,10 +38,10 @@ rec = start_session().recorder
 step, deadline = 0, time.monotonic() + 600
 while time.monotonic() < deadline:
     if budget and step >= budget:
-        time.sleep(0.5)
+        time.sleep(0.5)  # the thing under test: alive but no longer stepping
         continue
     rec.begin_step()
-    time.sleep(0.05)
+    time.sleep(0.05)  # the step's work
     rec.end_step(samples=32)
     step += 1
 """

@@ -60,7 +60,7 @@ def test_the_lease_notices_the_closed_write_end_at_once() -> None:
     read, write = os.pipe()
     lost = threading.Event()
     lease = AgentLease(read, on_lost=lost.set).start()
-    time.sleep(0.2)
+    time.sleep(0.2)  # the thing under test: an open write end keeps the lease, for any time
     assert lease.alive and not lost.is_set()
     os.close(write)
     assert lost.wait(5) and not lease.alive

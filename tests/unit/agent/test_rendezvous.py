@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -51,8 +50,8 @@ def test_the_group_waits_for_every_rank_then_all_get_one_fresh_store(
 
     clients = [threading.Thread(target=rank, args=(r,)) for r in (1, 2)]
     clients[0].start()
-    time.sleep(0.3)
     assert ask(host.endpoint, 7, 1) == "wait"  # rank 2 is not there yet (nor rank 0's meeting)
+    assert clients[0].is_alive()  # rank 1 waits for them
     rank0: dict[str, str] = {}
     server = threading.Thread(
         target=lambda: rank0.update(store=meet(host.endpoint, 7, 0, 3, 30, never, host))
@@ -97,10 +96,8 @@ def test_a_rank_that_gave_up_does_not_count() -> None:
 def test_waiting_gives_up_on_a_newer_world_and_times_out(host: RendezvousHost) -> None:
     newer = threading.Event()
     threading.Timer(0.3, newer.set).start()
-    t0 = time.monotonic()
-    with pytest.raises(Superseded):
+    with pytest.raises(Superseded):  # not RendezvousTimeout: the newer world ends the wait
         meet(host.endpoint, 3, 1, 2, 30, newer.is_set)
-    assert time.monotonic() - t0 < 10
     with pytest.raises(RendezvousTimeout, match="not every rank"):
         meet(free_endpoint(), 3, 1, 2, 0.5, never)  # nobody listens at all
     with pytest.raises(RendezvousTimeout):
@@ -113,4 +110,4 @@ def test_rank_zero_forms_only_after_every_rank_was_told(host: RendezvousHost) ->
     assert host.answer("edl-rendezvous 2 1") == "ok 127.0.0.1:9"  # complete, but not sent yet
     assert host.complete(2) and not host.everyone_told(2)
     assert ask(host.endpoint, 2, 1) == "ok 127.0.0.1:9"
-    wait_for(lambda: host.everyone_told(2), timeout_s=5, what="everyone told", interval_s=0.01)
+    wait_for(lambda: host.everyone_told(2), timeout_s=30, what="everyone told", interval_s=0.01)

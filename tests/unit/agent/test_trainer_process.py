@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from agent.errors import TrainerStartError
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerState, TrainerSupervisor
+from tests.support.waiting import wait_for
 
 PY = sys.executable
 
@@ -95,14 +95,16 @@ def test_sigterm_reaches_the_trainer_and_its_status_is_128_plus_15(tmp_path: Pat
 
 
 def test_stop_kills_a_trainer_that_ignores_sigterm(tmp_path: Path) -> None:
-    code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    armed = tmp_path / "ignoring-sigterm"
+    code = (
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"open({str(armed)!r}, 'w').close(); time.sleep(60)"
+    )
     sup = supervisor(tmp_path, code)
     sup.start()
-    time.sleep(0.5)  # let it install the handler
-    t0 = time.monotonic()
+    wait_for(armed.exists, timeout_s=60, what="the trainer's SIGTERM handler installed")
     ended = sup.stop(grace_seconds=0.5)
     assert ended is not None and ended.status == 128 + signal.SIGKILL
-    assert time.monotonic() - t0 < 15
 
 
 def test_restart_starts_a_new_incarnation_in_the_new_world(tmp_path: Path) -> None:

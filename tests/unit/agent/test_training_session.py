@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from agent.errors import ConfigError, MetricsDirError
 from agent.reports import read_reports
 from agent.trainer.session import start_session
+from tests.support.waiting import wait_for
 
 
 def test_under_the_agent_the_session_reports_to_its_incarnation_file(tmp_path: Path) -> None:
@@ -37,13 +37,12 @@ def test_the_background_flusher_writes_without_being_asked(tmp_path: Path) -> No
     env["EDL_METRICS_FLUSH_SECONDS"] = "0.05"
     with start_session(env) as session:
         session.recorder.record_step(5, 0.01)
-        for _ in range(100):  # bounded: at most ~5 s
+
+        def flushed() -> bool:
             reports = read_reports(tmp_path).reports
-            if reports and reports[0].counters.steps == 1:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the flusher never wrote the step")
+            return bool(reports) and reports[0].counters.steps == 1
+
+        wait_for(flushed, timeout_s=60, what="the flusher to write the step", interval_s=0.05)
 
 
 def test_without_an_agent_the_session_records_in_memory_only(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from urllib.parse import quote, unquote
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from werkzeug.test import EnvironBuilder
 
@@ -48,7 +48,7 @@ _segment = st.one_of(
 _path = st.lists(_segment, max_size=8).map(lambda segs: "/" + "/".join(segs))
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000)
 @given(_path)
 def test_router_raises_only_adapter_errors(path: str) -> None:
     try:
@@ -62,7 +62,7 @@ def test_router_raises_only_adapter_errors(path: str) -> None:
 HARNESS = standard()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(
     _path,
     st.sampled_from(

@@ -78,7 +78,7 @@ def test_capacity_bounds_the_ring() -> None:
     assert point.value == pytest.approx(1.0) and point.timestamp == 999.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=2, max_size=40), st.integers(2, 16))
 def test_rate_matches_a_reference_implementation(increments: list[float], capacity: int) -> None:
     values, total = [], 0.0

@@ -46,7 +46,7 @@ class FakeTrainer:
         self.channel.report(self.generation, timings)
 
     def wait(self, timeout: float | None = None) -> TrainerExit | None:
-        time.sleep(min(timeout or 0.0, 0.02))
+        time.sleep(min(timeout or 0.0, 0.02))  # a fake of a blocking wait: it waits, briefly
         if not self.running:
             return None
         handed = self.channel.next_world()

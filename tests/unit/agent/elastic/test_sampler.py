@@ -30,7 +30,7 @@ def run(sampler: ElasticSampler, sizes: list[int]) -> dict[int, Counter[int]]:
     return seen
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     n=st.integers(1, 200),
     batch=st.integers(1, 40),
@@ -47,7 +47,7 @@ def test_any_sequence_of_world_sizes_trains_each_sample_once_per_epoch(
         assert counts == Counter(range(n))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(cut=st.integers(0, 30), sizes=st.lists(st.integers(1, 5), min_size=1, max_size=5))
 def test_state_hand_off_resumes_exactly_where_it_stopped(cut: int, sizes: list[int]) -> None:
     first = ElasticSampler(97, 8, 2, seed=3)

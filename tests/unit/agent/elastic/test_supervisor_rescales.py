@@ -87,7 +87,7 @@ class ScriptedTrainer:
         self._report(Timings(**{**t.__dict__, "reinit": self._mode()}))
 
     def wait(self, timeout: float | None = None) -> TrainerExit | None:
-        time.sleep(min(timeout or 0.0, 0.01))
+        time.sleep(min(timeout or 0.0, 0.01))  # a fake of a blocking wait: it waits, briefly
         if not self.running:
             return self.last_exit  # as TrainerSupervisor: the exit stays readable
         if self.status is not None:

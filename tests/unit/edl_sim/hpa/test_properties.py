@@ -34,7 +34,7 @@ def drive(model: HorizontalController, start: int, wants: list[int]) -> list[tup
     return seen
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(wants=desires, start=st.integers(min_value=2, max_value=20), legacy=st.booleans())
 def test_count_stays_within_min_and_max(wants: list[int], start: int, legacy: bool) -> None:
     spec = hpa_spec(min_replicas=2, max_replicas=20, behavior=None if legacy else {})
@@ -43,7 +43,7 @@ def test_count_stays_within_min_and_max(wants: list[int], start: int, legacy: bo
         assert 2 <= desired <= 20
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(wants=desires, start=st.integers(min_value=2, max_value=20))
 def test_disabled_scale_down_never_scales_down(wants: list[int], start: int) -> None:
     spec = hpa_spec(max_replicas=40, behavior={"scaleDown": {"selectPolicy": "Disabled"}})
@@ -51,7 +51,7 @@ def test_disabled_scale_down_never_scales_down(wants: list[int], start: int) -> 
         assert desired >= current
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(wants=desires, start=st.integers(min_value=1, max_value=20))
 def test_pods_policy_caps_growth_per_period(wants: list[int], start: int) -> None:
     behavior = {"scaleUp": {"policies": [{"type": "Pods", "value": 3, "periodSeconds": 60}]}}
