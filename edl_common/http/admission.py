@@ -1,0 +1,158 @@
+"""Who may hold a connection: caps, room reserved for privileged peers, and whom to evict.
+
+Why eviction instead of refusing at the cap: a cap that refuses the newcomer lets whoever
+opened connections first keep them, so 1,000 idle sockets took a training pod's exporter off
+Prometheus and 1,020 unauthenticated TLS clients took the metrics API off kube-apiserver. Here
+a newcomer that finds the room full closes the connection that is worth least: one idle
+between requests (longest idle first), then one still handshaking or reading a head (longest
+first). A connection whose request is being served is never evicted, and unprivileged
+newcomers never evict privileged connections. Privileged (a client certificate the TLS
+context verified: the aggregator's front proxy) is only known after the handshake, so every
+connection starts unprivileged; unprivileged ones may hold ``max_connections - reserved``
+at most, and at most ``max_per_peer`` from one address.
+
+The table is pure bookkeeping over a clock the caller passes: no sockets, no tasks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class Phase(enum.Enum):
+    """Where a connection is in its life, as far as eviction cares."""
+
+    HANDSHAKE = "handshake"
+    """TLS handshake in progress."""
+    WAITING = "waiting"
+    """No byte of the next request yet (idle between requests, or a fresh connection)."""
+    READING = "reading"
+    """A request head or body partly received."""
+    SERVING = "serving"
+    """A complete request being answered: never evicted."""
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """How many connections, and how many of them unprivileged."""
+
+    max_connections: int = 1024
+    """Open connections at most (any phase, any privilege)."""
+    reserved: int = 0
+    """Of those, room only privileged connections may use."""
+    max_per_peer: int | None = None
+    """Unprivileged connections from one address at most (None: no per-peer cap)."""
+
+
+@dataclass(eq=False)
+class Tracked:
+    """One open connection as the admission table sees it."""
+
+    peer: str
+    phase: Phase
+    since: float
+    """When it entered its phase (the clock the table was given)."""
+    close: Callable[[], None]
+    """Closes the connection (eviction)."""
+    privileged: bool = False
+    evicted: bool = field(default=False)
+
+
+class Admission:
+    """The table of open connections and the admission rule over it."""
+
+    def __init__(self, limits: AdmissionLimits, clock: Callable[[], float]) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._open: set[Tracked] = set()
+        self.refused = 0
+        """Connections closed because no room could be made."""
+        self.evicted = 0
+        """Connections closed to make room for a newer one."""
+
+    @property
+    def open(self) -> int:
+        """Connections open now."""
+        return len(self._open)
+
+    def unprivileged(self, peer: str | None = None) -> int:
+        """Open unprivileged connections (from ``peer`` only, when given)."""
+        return sum(1 for c in self._open if not c.privileged and (peer is None or c.peer == peer))
+
+    def accept(self, peer: str, phase: Phase, close: Callable[[], None]) -> Tracked | None:
+        """Register a new connection; None (and nothing registered) when no room was made."""
+        conn = Tracked(peer, phase, self._clock(), close)
+        self._open.add(conn)
+        if len(self._open) > self.limits.max_connections and not self._evict(conn, None):
+            self._refuse(conn)
+            return None
+        if phase is not Phase.HANDSHAKE and not self._fits_unprivileged(conn):
+            self._refuse(conn)
+            return None
+        return conn
+
+    def classify(self, conn: Tracked, privileged: bool) -> bool:
+        """Record what the handshake said; False: no room for it (the caller closes it)."""
+        conn.privileged = privileged
+        if privileged:
+            return True
+        if not self._fits_unprivileged(conn):
+            self._refuse(conn)
+            return False
+        return True
+
+    def enter(self, conn: Tracked, phase: Phase) -> None:
+        """The connection moved on to ``phase``."""
+        conn.phase = phase
+        conn.since = self._clock()
+
+    def leave(self, conn: Tracked) -> None:
+        """The connection closed (idempotent)."""
+        self._open.discard(conn)
+
+    def serving(self) -> int:
+        """Connections whose request is being answered."""
+        return sum(1 for c in self._open if c.phase is Phase.SERVING)
+
+    def _fits_unprivileged(self, conn: Tracked) -> bool:
+        cap = self.limits.max_per_peer
+        if cap is not None and self.unprivileged(conn.peer) > cap:
+            if not self._evict(conn, conn.peer):
+                return False
+        room = self.limits.max_connections - self.limits.reserved
+        return self.unprivileged() <= room or self._evict(conn, None)
+
+    def _evict(self, newcomer: Tracked, peer: str | None) -> bool:
+        victim = choose_victim(self._open, newcomer, peer)
+        if victim is None:
+            return False
+        victim.evicted = True
+        self._open.discard(victim)
+        self.evicted += 1
+        victim.close()
+        return True
+
+    def _refuse(self, conn: Tracked) -> None:
+        self._open.discard(conn)
+        self.refused += 1
+
+
+def choose_victim(open_: set[Tracked], newcomer: Tracked, peer: str | None) -> Tracked | None:
+    """The unprivileged connection to close for ``newcomer`` (from ``peer`` when given).
+
+    Idle ones first, longest idle first; then those handshaking or reading, longest first;
+    never one being served, never a privileged one, never the newcomer itself.
+    """
+    candidates = [
+        c
+        for c in open_
+        if c is not newcomer
+        and not c.privileged
+        and c.phase is not Phase.SERVING
+        and (peer is None or c.peer == peer)
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: (c.phase is not Phase.WAITING, c.since))
