@@ -44,6 +44,9 @@ class AdmissionLimits:
     """Of those, room only privileged connections may use."""
     max_per_peer: int | None = None
     """Unprivileged connections from one address at most (None: no per-peer cap)."""
+    idle_grace: float = 1.0
+    """Seconds a fresh or idle connection waits before it counts as idle for eviction
+    (a scrape that just connected is not idle)."""
 
 
 @dataclass(eq=False)
@@ -56,7 +59,8 @@ class Tracked:
     """When it entered its phase (the clock the table was given)."""
     close: Callable[[], None]
     """Closes the connection (eviction)."""
-    privileged: bool = False
+    privileged: bool | None = None
+    """None until the handshake says (plain connections: False at once)."""
     evicted: bool = field(default=False)
 
 
@@ -78,19 +82,23 @@ class Admission:
         return len(self._open)
 
     def unprivileged(self, peer: str | None = None) -> int:
-        """Open unprivileged connections (from ``peer`` only, when given)."""
-        return sum(1 for c in self._open if not c.privileged and (peer is None or c.peer == peer))
+        """Open connections known to be unprivileged (from ``peer`` only, when given)."""
+        return sum(
+            1 for c in self._open if c.privileged is False and (peer is None or c.peer == peer)
+        )
 
     def accept(self, peer: str, phase: Phase, close: Callable[[], None]) -> Tracked | None:
         """Register a new connection; None (and nothing registered) when no room was made."""
         conn = Tracked(peer, phase, self._clock(), close)
         self._open.add(conn)
-        if len(self._open) > self.limits.max_connections and not self._evict(conn, None):
+        if len(self._open) > self.limits.max_connections and not self._evict(conn, None, False):
             self._refuse(conn)
             return None
-        if phase is not Phase.HANDSHAKE and not self._fits_unprivileged(conn):
-            self._refuse(conn)
-            return None
+        if phase is not Phase.HANDSHAKE:
+            conn.privileged = False
+            if not self._fits_unprivileged(conn):
+                self._refuse(conn)
+                return None
         return conn
 
     def classify(self, conn: Tracked, privileged: bool) -> bool:
@@ -119,13 +127,15 @@ class Admission:
     def _fits_unprivileged(self, conn: Tracked) -> bool:
         cap = self.limits.max_per_peer
         if cap is not None and self.unprivileged(conn.peer) > cap:
-            if not self._evict(conn, conn.peer):
+            if not self._evict(conn, conn.peer, True):
                 return False
         room = self.limits.max_connections - self.limits.reserved
-        return self.unprivileged() <= room or self._evict(conn, None)
+        return self.unprivileged() <= room or self._evict(conn, None, True)
 
-    def _evict(self, newcomer: Tracked, peer: str | None) -> bool:
-        victim = choose_victim(self._open, newcomer, peer)
+    def _evict(self, newcomer: Tracked, peer: str | None, known: bool) -> bool:
+        victim = choose_victim(
+            self._open, newcomer, peer, known, self._clock() - self.limits.idle_grace
+        )
         if victim is None:
             return False
         victim.evicted = True
@@ -139,20 +149,30 @@ class Admission:
         self.refused += 1
 
 
-def choose_victim(open_: set[Tracked], newcomer: Tracked, peer: str | None) -> Tracked | None:
-    """The unprivileged connection to close for ``newcomer`` (from ``peer`` when given).
+def choose_victim(
+    open_: set[Tracked], newcomer: Tracked, peer: str | None, known: bool, idle_before: float
+) -> Tracked | None:
+    """The connection to close for ``newcomer``, or None.
 
-    Idle ones first, longest idle first; then those handshaking or reading, longest first;
-    never one being served, never a privileged one, never the newcomer itself.
+    Candidates: not privileged (``known``: known to be unprivileged, not still handshaking),
+    not being served, not the newcomer, from ``peer`` when given. First those waiting since
+    before ``idle_before`` (idle longest first), then those handshaking or reading (longest
+    first), then the rest.
     """
     candidates = [
         c
         for c in open_
         if c is not newcomer
-        and not c.privileged
+        and (c.privileged is False if known else c.privileged is not True)
         and c.phase is not Phase.SERVING
         and (peer is None or c.peer == peer)
     ]
     if not candidates:
         return None
-    return min(candidates, key=lambda c: (c.phase is not Phase.WAITING, c.since))
+
+    def worth(c: Tracked) -> tuple[int, float]:
+        if c.phase is Phase.WAITING:
+            return (0 if c.since <= idle_before else 2, c.since)
+        return (1, c.since)
+
+    return min(candidates, key=worth)
