@@ -87,7 +87,7 @@ class Adapter:
         }
 
     def _environ(self, path: str, token: str | None) -> dict[str, Any]:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = [("Authorization", f"Bearer {token}")] if token else []
         environ: dict[str, Any] = EnvironBuilder(path=path, headers=headers).get_environ()
         environ["RAW_URI"] = path
         return environ
@@ -95,8 +95,9 @@ class Adapter:
     def _run(self, environ: dict[str, Any]) -> tuple[int, bytes]:
         started: list[str] = []
 
-        def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
+        def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
             started.append(status)
+            return lambda data: None
 
         result = self.h.app(environ, start_response)
         try:
