@@ -44,9 +44,9 @@ class ExporterLimits:
     """Seconds from a connection's start or a request's first byte to the end of its head."""
     idle_timeout: float = 30.0
     """Seconds a keep-alive connection may wait for its next request."""
-    max_connections: int = 1024
-    """Open connections at most; a new one beyond closes the one idle longest."""
-    max_per_peer: int | None = 512
+    max_connections: int = 4096
+    """Open connections at most (a few KB each); a new one beyond closes the one idle longest."""
+    max_per_peer: int | None = 2048
     """Connections from one address at most (the same rule, within that address)."""
     max_head_bytes: int = 16384
     """Largest request head; larger is 431."""

@@ -71,6 +71,8 @@ class Admission:
         self.limits = limits
         self._clock = clock
         self._open: set[Tracked] = set()
+        self._unprivileged: dict[str, int] = {}
+        """Open connections known to be unprivileged, by peer (kept, not counted per call)."""
         self.refused = 0
         """Connections closed because no room could be made."""
         self.evicted = 0
@@ -83,9 +85,9 @@ class Admission:
 
     def unprivileged(self, peer: str | None = None) -> int:
         """Open connections known to be unprivileged (from ``peer`` only, when given)."""
-        return sum(
-            1 for c in self._open if c.privileged is False and (peer is None or c.peer == peer)
-        )
+        if peer is None:
+            return sum(self._unprivileged.values())
+        return self._unprivileged.get(peer, 0)
 
     def accept(self, peer: str, phase: Phase, close: Callable[[], None]) -> Tracked | None:
         """Register a new connection; None (and nothing registered) when no room was made."""
@@ -95,7 +97,7 @@ class Admission:
             self._refuse(conn)
             return None
         if phase is not Phase.HANDSHAKE:
-            conn.privileged = False
+            self._mark_unprivileged(conn)
             if not self._fits_unprivileged(conn):
                 self._refuse(conn)
                 return None
@@ -103,9 +105,10 @@ class Admission:
 
     def classify(self, conn: Tracked, privileged: bool) -> bool:
         """Record what the handshake said; False: no room for it (the caller closes it)."""
-        conn.privileged = privileged
         if privileged:
+            conn.privileged = True
             return True
+        self._mark_unprivileged(conn)
         if not self._fits_unprivileged(conn):
             self._refuse(conn)
             return False
@@ -118,7 +121,21 @@ class Admission:
 
     def leave(self, conn: Tracked) -> None:
         """The connection closed (idempotent)."""
+        if conn in self._open:
+            self._drop(conn)
+
+    def _mark_unprivileged(self, conn: Tracked) -> None:
+        conn.privileged = False
+        self._unprivileged[conn.peer] = self._unprivileged.get(conn.peer, 0) + 1
+
+    def _drop(self, conn: Tracked) -> None:
         self._open.discard(conn)
+        if conn.privileged is False:
+            left = self._unprivileged[conn.peer] - 1
+            if left:
+                self._unprivileged[conn.peer] = left
+            else:
+                del self._unprivileged[conn.peer]
 
     def serving(self) -> int:
         """Connections whose request is being answered."""
@@ -139,13 +156,13 @@ class Admission:
         if victim is None:
             return False
         victim.evicted = True
-        self._open.discard(victim)
+        self._drop(victim)
         self.evicted += 1
         victim.close()
         return True
 
     def _refuse(self, conn: Tracked) -> None:
-        self._open.discard(conn)
+        self._drop(conn)
         self.refused += 1
 
 
@@ -155,9 +172,10 @@ def choose_victim(
     """The connection to close for ``newcomer``, or None.
 
     Candidates: not privileged (``known``: known to be unprivileged, not still handshaking),
-    not being served, not the newcomer, from ``peer`` when given. First those waiting since
-    before ``idle_before`` (idle longest first), then those handshaking or reading (longest
-    first), then the rest.
+    not being served, not the newcomer, from ``peer`` when given. First those idle since
+    before ``idle_before`` (longest first), then those handshaking or reading since before it
+    (slow: longest first); only then the young ones, waiting before reading, oldest first (a
+    scrape that just connected and sent its head goes last).
     """
     candidates = [
         c
@@ -171,8 +189,9 @@ def choose_victim(
         return None
 
     def worth(c: Tracked) -> tuple[int, float]:
-        if c.phase is Phase.WAITING:
-            return (0 if c.since <= idle_before else 2, c.since)
-        return (1, c.since)
+        waiting = c.phase is Phase.WAITING
+        if c.since <= idle_before:
+            return (0 if waiting else 1, c.since)
+        return (2 if waiting else 3, c.since)
 
     return min(candidates, key=worth)

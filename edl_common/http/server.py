@@ -22,7 +22,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -150,11 +150,30 @@ class _StreamProtocol(asyncio.StreamReaderProtocol):
     def __init__(
         self,
         reader: asyncio.StreamReader,
-        connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+        connected: Callable[
+            [asyncio.StreamReader, asyncio.StreamWriter, _StreamProtocol], Awaitable[None]
+        ],
         tls: bool,
     ) -> None:
-        super().__init__(reader, connected)
+        super().__init__(reader, lambda r, w: connected(r, w, self))
         self._tls = tls
+        self._tail = b""
+        self.on_head: Callable[[], None] | None = None
+        """Called when a complete request head has arrived (decrypted, under TLS)."""
+
+    def data_received(self, data: bytes) -> None:
+        """Hand the bytes on; a complete head marks the connection busy before it is read.
+
+        Until its task reads them, a scrape whose head already arrived would look like a
+        fresh idle connection, and a storm of newcomers could close it for room.
+        """
+        super().data_received(data)
+        if self.on_head is not None:
+            if b"\r\n\r\n" in self._tail + data:
+                self.on_head()
+                self._tail = b""
+            else:
+                self._tail = data[-3:]
 
     def eof_received(self) -> bool:
         keep_open = bool(super().eof_received())
@@ -232,7 +251,9 @@ class HttpServer:
             if self._tasks:
                 await asyncio.wait(list(self._tasks), timeout=2.0)
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accepted(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: _StreamProtocol
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None and self._admission is not None
         admission = self._admission
@@ -243,6 +264,7 @@ class HttpServer:
             self._log_refusal()
             writer.transport.abort()
             return
+        stream.on_head = functools.partial(_head_arrived, admission, conn)
         self._tasks.add(task)
         try:
             info = await self._handshake(writer, conn, peer)
@@ -255,6 +277,8 @@ class HttpServer:
             pass
         except asyncio.CancelledError:  # evicted, or the server stops
             pass
+        except h11.LocalProtocolError:  # an answer h11 cannot frame: ours, not the client's
+            log.exception("a response could not be framed; the connection is closed")
         finally:
             admission.leave(conn)
             self._tasks.discard(task)
@@ -546,6 +570,11 @@ class HttpServer:
 
 def _cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
+
+
+def _head_arrived(admission: Admission, conn: Tracked) -> None:
+    if conn.phase in (Phase.WAITING, Phase.READING):
+        admission.enter(conn, Phase.SERVING)
 
 
 def _with_date(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

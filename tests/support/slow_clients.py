@@ -25,6 +25,8 @@ class HalfOpenConnections:
         self.port = port
         self.kinds = [True] * partial + [False] * idle
         self.dropped = 0
+        self.socks: list[socket.socket | None] = []
+        """The connections held (None: a re-open that failed), once all were opened."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -40,6 +42,7 @@ class HalfOpenConnections:
 
     def _run(self) -> None:
         socks = [self._open(p) for p in self.kinds]
+        self.socks = socks
         for _ in range(100_000):
             if self._stop.wait(0.2):
                 break
@@ -172,3 +175,59 @@ def request_then_close_notify(port: int, request: bytes) -> bytes:
                     break
                 got += data
     return got
+
+
+class Slowloris:
+    """Keeps `count` connections that send a request head one byte per `interval` seconds
+    and never finish it, re-opening each one the server closes."""
+
+    HEAD = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 4000
+
+    def __init__(self, port: int, count: int, interval: float = 1.0) -> None:
+        self.port = port
+        self.count = count
+        self.interval = interval
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> tuple[socket.socket, int] | None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s.sendall(self.HEAD[:20])
+            s.setblocking(False)
+            return s, 20
+        except OSError:
+            return None
+
+    def _run(self) -> None:
+        conns = [self._open() for _ in range(self.count)]
+        for _ in range(100_000):
+            if self._stop.wait(self.interval):
+                break
+            for i, held in enumerate(conns):
+                try:
+                    if held is None:
+                        raise ConnectionError("not open")
+                    s, sent = held
+                    with contextlib.suppress(BlockingIOError):
+                        if s.recv(4096) == b"":
+                            raise ConnectionError("closed")
+                    s.send(self.HEAD[sent : sent + 1])
+                    conns[i] = (s, min(sent + 1, len(self.HEAD) - 1))
+                except OSError:
+                    if held is not None:
+                        held[0].close()
+                        self.dropped += 1
+                    conns[i] = self._open()
+        for held in conns:
+            if held is not None:
+                held[0].close()
+
+    def __enter__(self) -> Slowloris:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)

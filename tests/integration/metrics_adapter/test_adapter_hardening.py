@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -44,7 +43,7 @@ from tests.support.adapter_processes import (
     Proc,
     spawn,
 )
-from tests.support.net import free_port
+from tests.support.net import free_port, listen_backlog
 from tests.support.pki import Issued, issue, make_ca
 from tests.support.slow_clients import (
     HalfOpenConnections,
@@ -588,14 +587,6 @@ def test_chunked_with_any_content_length_is_refused_with_a_status(
     status = json.loads(body)
     assert (status["kind"], status["code"], status["reason"]) == ("Status", 400, "BadRequest")
     assert "Transfer-Encoding together with Content-Length" in status["message"]
-
-
-def listen_backlog(port: int) -> int:
-    """The backlog of the socket listening on ``port`` (``ss``'s Send-Q for a listener)."""
-    out = subprocess.run(
-        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout.split()
-    return int(out[2])
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) missing")

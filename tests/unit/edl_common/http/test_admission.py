@@ -86,3 +86,20 @@ def test_one_peer_may_hold_only_its_share_and_evicts_its_own() -> None:
     assert t.closed == ["a1"]  # its own oldest, not the other peer's b1
     assert t.admission.unprivileged("10.0.0.1") == 2
     assert t.admission.unprivileged("10.0.0.2") == 1
+
+
+def test_a_scrape_that_just_sent_its_head_is_the_last_young_one_to_go() -> None:
+    t = Table(AdmissionLimits(max_connections=3))
+    scrape = t.open("scrape", after=0.1)
+    assert scrape is not None
+    t.admission.enter(scrape, Phase.READING)
+    assert t.open("churn-1", after=0.1) and t.open("churn-2", after=0.1)
+    assert t.open("churn-3", after=0.1) is not None  # everyone young: waiting ones go first
+    assert t.closed == ["churn-1"]
+    t.now += 5.0  # now the scrape has been reading for 5 s: slow, it goes before young ones
+    assert t.open("churn-4", after=0.1) is not None
+    assert t.closed == ["churn-1", "churn-2"]  # churn-2 idle past the grace: idle goes first
+    assert t.open("churn-5", after=0.1) is not None
+    assert t.closed == ["churn-1", "churn-2", "churn-3"]
+    assert t.open("churn-6", after=0.1) is not None
+    assert t.closed[-1] == "scrape"  # slow reader before the young churn-4 and churn-5
