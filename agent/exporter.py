@@ -1,18 +1,20 @@
 """The agent's HTTP endpoint: `/metrics`, `/healthz`, `/readyz` (GET and HEAD).
 
-One asyncio event loop on a daemon thread owns every connection, so a slow or idle client
-costs a few KB, not a thread: a request head must arrive within `read_timeout` of its first
-byte, an idle keep-alive connection is closed after `idle_timeout`, and at most
-`max_connections` are open. Rendering (collectors may call NVML) runs on a small pool. It
-serves a private registry (nothing is registered globally). `/healthz` answers as long as the
-agent process can serve at all; `/readyz` asks the readiness check and says in words why it
-is not ready. A client that hangs up mid-answer is not an error.
+Served by the shared front end (:mod:`edl_common.http`) on an event loop of its own, on a
+daemon thread, so a slow or idle client costs a few KB, not a thread, and gets the same
+protections as the adapter's: a request head must arrive within `read_timeout`, an idle
+keep-alive connection is closed after `idle_timeout`, and when `max_connections` are open a
+new connection closes the one idle longest (then the one slowest to send its head) instead of
+being turned away, so Prometheus' scrape is answered whatever the neighbours hold open.
+Rendering (collectors may call NVML) runs on a small pool. It serves a private registry
+(nothing is registered globally). `/healthz` answers as long as the agent process can serve at
+all; `/readyz` asks the readiness check and says in words why it is not ready. A client that
+hangs up mid-answer is not an error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import socket
 import threading
@@ -24,6 +26,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from agent.errors import ExporterError
 from agent.readiness import Readiness, ReadinessCheck
+from edl_common.http.admission import AdmissionLimits
+from edl_common.http.request_head import HeadLimits, HttpError
+from edl_common.http.server import Exchange, HttpServer, Request, Response, ServerLimits
+from edl_common.http.sockets import ListenError, listen, raise_open_files_limit
 
 log = logging.getLogger(__name__)
 
@@ -35,34 +41,84 @@ class ExporterLimits:
     """Deadlines and sizes of the agent's endpoint."""
 
     read_timeout: float = 10.0
-    """Seconds from a request's first byte to the end of its head."""
+    """Seconds from a connection's start or a request's first byte to the end of its head."""
     idle_timeout: float = 30.0
     """Seconds a keep-alive connection may wait for its next request."""
-    max_connections: int = 256
-    """Open connections at most; more are closed at accept."""
+    max_connections: int = 4096
+    """Open connections at most (a few KB each); a new one beyond closes the one idle longest."""
+    max_per_peer: int | None = 2048
+    """Connections from one address at most (the same rule, within that address)."""
     max_head_bytes: int = 16384
     """Largest request head; larger is 431."""
     backlog: int = 512
     """Listen backlog (pending connects the kernel keeps)."""
 
+    def server_limits(self) -> ServerLimits:
+        """The shared front end's limits for these."""
+        return ServerLimits(
+            header_timeout=self.read_timeout,
+            idle_timeout=self.idle_timeout,
+            write_timeout=self.read_timeout,
+            max_body=0,
+            backlog=self.backlog,
+            admission=AdmissionLimits(
+                max_connections=self.max_connections, max_per_peer=self.max_per_peer
+            ),
+            head=HeadLimits(max_line=min(8192, self.max_head_bytes), max_bytes=self.max_head_bytes),
+        )
 
-@dataclass(frozen=True)
-class _Answer:
-    code: int
-    content_type: str
-    body: bytes
+
+def _text(code: int, text: str, *headers: tuple[str, str]) -> Response:
+    return Response(
+        code, [("Server", "edl-agent"), ("Content-Type", _TEXT), *headers], text.encode()
+    )
 
 
-_PHRASES = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
+class ExporterHandler:
+    """Answers the three paths (exactly the request line's path); errors are one text line."""
+
+    def __init__(
+        self, registry: CollectorRegistry, readiness: ReadinessCheck, pool: ThreadPoolExecutor
+    ) -> None:
+        self._registry = registry
+        self._readiness = readiness
+        self._pool = pool
+
+    async def respond(self, request: Request) -> Response:
+        """The answer to one request (rendering on the pool)."""
+        head = request.head
+        if head.method not in ("GET", "HEAD"):
+            return _text(405, "method not allowed: use GET or HEAD\n", ("Allow", "GET, HEAD"))
+        accept = head.first("accept") or ""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._answer, head.path, accept)
+
+    def refuse(self, error: HttpError) -> Response:
+        """An error of the HTTP layer as one line of text."""
+        return _text(error.code, f"{error.message}\n")
+
+    def finished(self, exchange: Exchange) -> None:
+        """No access log: a scrape every few seconds would flood the pod's log."""
+
+    def _answer(self, path: str, accept: str) -> Response:
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(accept)
+            try:
+                body = encoder(self._registry)
+            except Exception as e:  # a scrape must fail loudly, not hang
+                log.exception("metrics rendering failed")
+                return _text(500, f"error: {e}\n")
+            return Response(200, [("Server", "edl-agent"), ("Content-Type", content_type)], body)
+        if path == "/healthz":
+            return _text(200, "ok\n")
+        if path == "/readyz":
+            try:
+                verdict = self._readiness()
+            except Exception as e:
+                verdict = Readiness(False, f"readiness check failed: {e}")
+            text = ("ready: " if verdict.ready else "not ready: ") + verdict.reason + "\n"
+            return _text(200 if verdict.ready else 503, text)
+        return _text(404, "not found: try /metrics\n")
 
 
 class MetricsServer:
@@ -86,7 +142,8 @@ class MetricsServer:
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._open = 0
+        self.front: HttpServer | None = None
+        """The front end (its connection counters), once started."""
 
     @property
     def port(self) -> int:
@@ -102,18 +159,14 @@ class MetricsServer:
             ExporterError: the address cannot be bound (in use, not local, no permission).
         """
         try:
-            family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-            sock = socket.create_server(
-                (self._host, self._port), family=family, backlog=self.limits.backlog
-            )
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                msg = f"port {self._port} on {self._host} is already in use"
-            else:
-                msg = f"cannot listen on {self._host}:{self._port}: {e.strerror or e}"
-            raise ExporterError(msg) from e
+            sock = listen(self._host, self._port, self.limits.backlog)
+        except ListenError as e:
+            raise ExporterError(str(e)) from e
+        raise_open_files_limit(self.limits.max_connections + 256)
         self._sock = sock
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edl-exporter")
+        handler = ExporterHandler(self._registry, self._readiness, self._pool)
+        self.front = HttpServer(handler, self.limits.server_limits())
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
         self._thread = threading.Thread(
@@ -131,129 +184,17 @@ class MetricsServer:
             self._loop.close()
 
     async def _serve(self, sock: socket.socket, started: threading.Event) -> None:
+        assert self.front is not None
         self._stop = asyncio.Event()
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            tasks.add(task)
-            self._open += 1
-            try:
-                if self._open <= self.limits.max_connections:
-                    await self._connection(reader, writer)
-                    writer.close()  # after what is still buffered is sent, bounded
-                    async with asyncio.timeout(2.0):
-                        await writer.wait_closed()
-            except (OSError, TimeoutError, asyncio.CancelledError, asyncio.IncompleteReadError):
-                pass  # the client went away: nothing to report
-            finally:
-                self._open -= 1
-                tasks.discard(task)
-                writer.transport.abort()
-
-        server = await asyncio.start_server(accepted, sock=sock)
-        started.set()
-        await self._stop.wait()
-        server.close()
-        for task in list(tasks):
-            task.cancel()
-        if tasks:
-            await asyncio.wait(list(tasks), timeout=2)
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        buf = bytearray()
-        while True:
-            head = await self._read_head(reader, buf)
-            if head is None:
-                return
-            if isinstance(head, _Answer):
-                await self._send(writer, head, False, False)
-                return
-            method, path, keep_alive, accept = head
-            if method not in ("GET", "HEAD"):
-                answer = _Answer(405, _TEXT, b"method not allowed: use GET or HEAD\n")
-            else:
-                assert self._pool is not None
-                answer = await loop.run_in_executor(self._pool, self._answer, path, accept)
-            await self._send(writer, answer, method == "HEAD", keep_alive)
-            if not keep_alive:
-                return
-
-    async def _read_head(
-        self, reader: asyncio.StreamReader, buf: bytearray
-    ) -> tuple[str, str, bool, str] | _Answer | None:
-        """The next request's (method, path, keep-alive, Accept); an error answer; or None."""
-        limits = self.limits
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (limits.read_timeout if buf else limits.idle_timeout)
-        got_bytes = bool(buf)
-        while True:
-            while buf[:2] == b"\r\n" or buf[:1] == b"\n":  # empty lines before a request
-                del buf[: 2 if buf[:1] == b"\r" else 1]
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                head = bytes(buf[:end])
-                del buf[: end + 4]
-                return _parse_head(head)
-            if len(buf) > limits.max_head_bytes:
-                return _Answer(431, _TEXT, b"request head too large\n")
-            try:
-                async with asyncio.timeout_at(deadline):
-                    chunk = await reader.read(65536)
-            except TimeoutError:
-                return _Answer(408, _TEXT, b"request timeout\n") if buf else None
-            if not chunk:
-                return _Answer(400, _TEXT, b"incomplete request\n") if buf else None
-            if not got_bytes:
-                got_bytes = True
-                deadline = loop.time() + limits.read_timeout
-            buf += chunk
-
-    def _answer(self, path: str, accept: str) -> _Answer:
-        if path == "/metrics":
-            encoder, content_type = choose_encoder(accept)
-            try:
-                return _Answer(200, content_type, encoder(self._registry))
-            except Exception as e:  # a scrape must fail loudly, not hang
-                log.exception("metrics rendering failed")
-                return _Answer(500, _TEXT, f"error: {e}\n".encode())
-        if path == "/healthz":
-            return _Answer(200, _TEXT, b"ok\n")
-        if path == "/readyz":
-            try:
-                verdict = self._readiness()
-            except Exception as e:
-                verdict = Readiness(False, f"readiness check failed: {e}")
-            text = ("ready: " if verdict.ready else "not ready: ") + verdict.reason + "\n"
-            return _Answer(200 if verdict.ready else 503, _TEXT, text.encode())
-        return _Answer(404, _TEXT, b"not found: try /metrics\n")
-
-    async def _send(
-        self, writer: asyncio.StreamWriter, answer: _Answer, head_only: bool, keep_alive: bool
-    ) -> None:
-        lines = [
-            f"HTTP/1.1 {answer.code} {_PHRASES.get(answer.code, '')}",
-            "Server: edl-agent",
-            f"Content-Type: {answer.content_type}",
-            f"Content-Length: {len(answer.body)}",
-        ]
-        if answer.code == 405:
-            lines.append("Allow: GET, HEAD")
-        if not keep_alive:
-            lines.append("Connection: close")
-        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        writer.write(data if head_only else data + answer.body)
-        async with asyncio.timeout(self.limits.read_timeout):
-            await writer.drain()
+        asyncio.get_running_loop().call_soon(started.set)
+        await self.front.serve(sock, self._stop)
 
     def close(self) -> None:
         """Stops serving and releases the port (idempotent)."""
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=10)
             self._thread = None
         if self._sock is not None:
             self._sock.close()
@@ -262,22 +203,3 @@ class MetricsServer:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         self._loop = None
-
-
-def _parse_head(head: bytes) -> tuple[str, str, bool, str] | _Answer:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[0].isalpha() or not parts[2].startswith(b"HTTP/1."):
-        return _Answer(400, _TEXT, b"malformed request line\n")
-    method, target, version = (p.decode("latin-1") for p in parts)
-    fields: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip():
-            return _Answer(400, _TEXT, b"malformed header\n")
-        fields[name.decode("latin-1").lower()] = value.strip().decode("latin-1")
-    connection = fields.get("connection", "").lower()
-    keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
-    if "transfer-encoding" in fields or fields.get("content-length", "0") not in ("", "0"):
-        keep_alive = False  # a body we do not read: answer, then close
-    return method, target.split("?", 1)[0], keep_alive, fields.get("accept", "")

@@ -15,6 +15,13 @@ Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given
   and after, side by side (issue 25's goal: under 384 MB).
 - `agent`: the agent's /metrics with 200 idle connections held (scrape latency, threads), a
   burst of 300 simultaneous connects, `HEAD`, and a request after leading CRLFs.
+- `keepalive`: the adapter with front-proxy (requestheader) authentication and 1,500
+  unauthenticated TLS connections that each send one `GET /healthz` and then idle, re-opened
+  whenever the server closes them, held for `--seconds`; the front proxy's `pods/*` query
+  (its client certificate, new connection per query and one kept alive) and a kubelet-like
+  `/healthz` probe, side by side with the same without attack: p50/p99, failures, RSS.
+- `agent-idle`: the agent's exporter with 1,000 idle TCP connections, then 300 slowloris
+  connections on top: scrapes answered, p50/p99 beside an idle baseline, RSS before/after.
 
 Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [slow hostile ...]``
 """
@@ -44,7 +51,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.support.net import free_port  # noqa: E402
-from tests.support.slow_clients import HalfOpenConnections  # noqa: E402
+from tests.support.pki import issue, make_ca  # noqa: E402
+from tests.support.slow_clients import HalfOpenConnections, IdleKeepAlive, Slowloris  # noqa: E402
 
 QUERY = (
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/samples_per_second"
@@ -185,18 +193,23 @@ def tree_rss_mb(pid: int) -> float:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 1e6
 
 
-def get(port: int, path: str, timeout: float = 40.0) -> tuple[int, bytes]:
+def get(
+    port: int, path: str, timeout: float = 40.0, ctx: ssl.SSLContext | None = None, extra: str = ""
+) -> tuple[int, bytes]:
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    tls = client_context().wrap_socket(sock)
+    tls = (ctx or client_context()).wrap_socket(sock)
     try:
-        return request(tls, path, close=True)
+        return request(tls, path, close=True, extra=extra)
     finally:
         tls.close()
 
 
-def request(sock: socket.socket, path: str, close: bool = False) -> tuple[int, bytes]:
+def request(
+    sock: socket.socket, path: str, close: bool = False, extra: str = ""
+) -> tuple[int, bytes]:
     conn = "close" if close else "keep-alive"
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: {conn}\r\n\r\n".encode())
+    sent = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: {conn}\r\n{extra}\r\n"
+    sock.sendall(sent.encode())
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -235,7 +248,14 @@ def trainer_pods(port: int, n: int) -> list[dict[str, Any]]:
     ]
 
 
-def measure(port: int, seconds: float, fresh: bool) -> tuple[list[float], int]:
+def measure(
+    port: int,
+    seconds: float,
+    fresh: bool,
+    ctx: ssl.SSLContext | None = None,
+    extra: str = "",
+    path: str = QUERY,
+) -> tuple[list[float], int]:
     """HPA-query latencies (ms) over `seconds`, and how many failed."""
     times: list[float] = []
     failed = 0
@@ -245,13 +265,13 @@ def measure(port: int, seconds: float, fresh: bool) -> tuple[list[float], int]:
         t = time.perf_counter()
         try:
             if fresh:
-                code, _ = get(port, QUERY)
+                code, _ = get(port, path, ctx=ctx, extra=extra)
             else:
                 if keep is None:
-                    keep = client_context().wrap_socket(
+                    keep = (ctx or client_context()).wrap_socket(
                         socket.create_connection(("127.0.0.1", port), timeout=40)
                     )
-                code, _ = request(keep, QUERY)
+                code, _ = request(keep, path, extra=extra)
             if code == 200:
                 times.append((time.perf_counter() - t) * 1000)
             else:
@@ -508,12 +528,155 @@ def agent(code: Path, workdir: Path) -> None:
         proc.wait(10)
 
 
+def front_proxy(workdir: Path) -> tuple[ssl.SSLContext, Path]:
+    """A front-proxy CA file for the adapter and a client context with its certificate."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    ca = make_ca("front-proxy-ca")
+    ca_file = workdir / "front-proxy-ca.crt"
+    ca_file.write_bytes(ca.cert.public_bytes(Encoding.PEM))
+    pair = issue(ca, "front-proxy-client")
+    cert, key = workdir / "proxy.crt", workdir / "proxy.key"
+    cert.write_bytes(pair.pem)
+    key.write_bytes(pair.key_pem)
+    ctx = client_context()
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx, ca_file
+
+
+def keepalive(code: Path, seconds: float, workdir: Path, count: int) -> None:
+    print(
+        f"keepalive: {count} unauthenticated TLS connections, one GET /healthz each then idle, "
+        f"re-opened when closed, {seconds:.0f} s"
+    )
+    proxy, ca_file = front_proxy(workdir)
+    user = "X-Remote-User: system:serviceaccount:kube-system:horizontal-pod-autoscaler\r\n"
+    with agents() as port:
+        adapter = Adapter(
+            code,
+            workdir,
+            trainer_pods(port, 20),
+            "--authentication=delegated",
+            "--authentication-skip-lookup",
+            f"--requestheader-client-ca-file={ca_file}",
+            "--requestheader-allowed-names=front-proxy-client",
+        )
+        try:
+            time.sleep(3)
+            rss0 = adapter.rss_mb()
+            base_new = measure(adapter.port, 10, True, proxy, user)
+            base_kept = measure(adapter.port, 10, False, proxy, user)
+            base_probe = measure(adapter.port, 5, True, path="/healthz")
+            with IdleKeepAlive(adapter.port, count, client_context()) as strangers:
+                deadline = time.monotonic() + 120
+                while strangers.opened < count and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                rss_held = adapter.rss_mb()
+                new = measure(adapter.port, seconds / 2, True, proxy, user)
+                kept = measure(adapter.port, seconds / 2, False, proxy, user)
+                probe = measure(adapter.port, 5, True, path="/healthz")
+                rss1 = adapter.rss_mb()
+            report("front proxy, no attack, new connection", *base_new)
+            report("front proxy, under attack, new connection", *new)
+            report("front proxy, no attack, kept-alive", *base_kept)
+            report("front proxy, under attack, kept-alive", *kept)
+            report("/healthz probe, no attack", *base_probe)
+            report("/healthz probe, under attack", *probe)
+            print(
+                f"  strangers connected {strangers.opened} times, closed by the server "
+                f"{strangers.dropped} times; RSS {rss0:.0f} MB before, {rss_held:.0f} MB with "
+                f"all held, {rss1:.0f} MB at the end"
+            )
+        finally:
+            adapter.stop()
+
+
+def agent_idle(code: Path, workdir: Path, seconds: float) -> None:
+    print("agent-idle: the exporter's /metrics with 1,000 idle connections, then +300 slowloris")
+    port = free_port()
+    child = (
+        "import sys,time\n"
+        "from prometheus_client import CollectorRegistry, Counter\n"
+        "from agent.exporter import MetricsServer\n"
+        "from agent.readiness import Readiness\n"
+        "r = CollectorRegistry(); Counter('edl_trainer_samples_total', 's', registry=r).inc(5)\n"
+        "s = MetricsServer(r, lambda: Readiness(True, 'ok'), '127.0.0.1', int(sys.argv[1]))\n"
+        "s.start(); time.sleep(3600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    proc = subprocess.Popen([sys.executable, "-c", child, str(port)], env=env, cwd=workdir)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+        def scrapes(duration: float) -> tuple[list[float], int]:
+            times: list[float] = []
+            failed = 0
+            end = time.monotonic() + duration
+            while time.monotonic() < end:
+                t = time.perf_counter()
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+                    try:
+                        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        data = b""
+                        while chunk := s.recv(65536):
+                            data += chunk
+                    finally:
+                        s.close()
+                    if data.startswith(b"HTTP/1.1 200") and b"edl_trainer_samples" in data:
+                        times.append((time.perf_counter() - t) * 1000)
+                    else:
+                        failed += 1
+                except OSError:
+                    failed += 1
+                time.sleep(0.2)
+            return times, failed
+
+        rss0 = tree_rss_mb(proc.pid)
+        base = scrapes(seconds / 3)
+        with HalfOpenConnections(port, partial=0, idle=1000) as idle:
+            deadline = time.monotonic() + 120
+            while len(idle.socks) < 1000 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            rss_idle = tree_rss_mb(proc.pid)
+            held = scrapes(seconds / 3)
+            with Slowloris(port, 300) as slow:
+                loris = scrapes(seconds / 3)
+            rss1 = tree_rss_mb(proc.pid)
+        for label, (times, failed) in (
+            ("scrapes, no attack", base),
+            ("scrapes, 1,000 idle connections", held),
+            ("scrapes, 1,000 idle + 300 slowloris", loris),
+        ):
+            report(f"{label} ({len(times)}/{len(times) + failed} answered)", times, failed)
+        print(
+            f"  idle connections closed by the server {idle.dropped}, slowloris {slow.dropped}; "
+            f"RSS {rss0:.0f} MB before, {rss_idle:.0f} MB with 1,000 idle, {rss1:.0f} MB at the end"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenarios", nargs="*", default=["slow", "hostile", "selectors", "agent"])
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        default=["slow", "hostile", "selectors", "agent", "keepalive", "agent-idle"],
+    )
     parser.add_argument("--code", type=Path, default=ROOT)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--selectors", type=int, default=5000)
+    parser.add_argument("--keepalive", type=int, default=1500)
     parser.add_argument("--serve-filled", nargs=2)
     args = parser.parse_args()
     if args.serve_filled:
@@ -526,6 +689,8 @@ def main() -> None:
         "hostile": lambda w: hostile(args.code, args.seconds, w),
         "selectors": lambda w: selectors(args.code, w, args.selectors),
         "agent": lambda w: agent(args.code, w),
+        "keepalive": lambda w: keepalive(args.code, args.seconds, w, args.keepalive),
+        "agent-idle": lambda w: agent_idle(args.code, w, args.seconds),
     }
     for name in args.scenarios:
         with tempfile.TemporaryDirectory(prefix=f"edl-bench-{name}-") as tmp:

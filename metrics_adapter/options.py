@@ -141,7 +141,29 @@ OPTIONS: tuple[Option, ...] = (
         "max_connections",
         integer(1),
         "1024",
-        "open connections at most (more are closed at accept)",
+        "open connections at most (a new one beyond closes the one idle longest)",
+        "limits",
+    ),
+    _opt(
+        "reserved_connections",
+        integer(0),
+        "256",
+        "of --max-connections, room kept for the aggregator's front-proxy connections "
+        "(a verified client certificate)",
+        "limits",
+    ),
+    _opt(
+        "max_connections_per_peer",
+        integer(1),
+        "256",
+        "connections without a verified client certificate from one address at most",
+        "limits",
+    ),
+    _opt(
+        "unauthenticated_idle_timeout",
+        duration(),
+        "5s",
+        "how long a keep-alive connection without a verified client certificate may idle",
         "limits",
     ),
     _opt(

@@ -135,7 +135,15 @@ class AdapterSettings:
     write_timeout: float
     """Seconds a client may take to read a response before the connection is dropped."""
     max_connections: int
-    """Open connections at most; more are closed at accept."""
+    """Open connections at most; a new one beyond closes the one idle longest (else it is
+    closed at accept)."""
+    reserved_connections: int
+    """Of ``max_connections``, room only front-proxy (verified client certificate)
+    connections may use."""
+    max_connections_per_peer: int
+    """Connections without a verified client certificate from one address at most."""
+    unauthenticated_idle_timeout: float
+    """Seconds a keep-alive connection without a verified client certificate may idle."""
     max_requests_inflight: int
     """Requests queued or running at most; more are answered 429 TooManyRequests."""
     max_header_bytes: int

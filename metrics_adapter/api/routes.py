@@ -15,6 +15,7 @@ from urllib.parse import unquote
 
 import cachetools
 
+from edl_common.http.target import TargetError, split_target
 from metrics_adapter.bounded_cache import estimate_text
 from metrics_adapter.errors import InvalidPathError, NotFoundError
 from metrics_adapter.scraping.catalogue import METRIC_NAME
@@ -73,11 +74,19 @@ class Route:
 
 
 def split_raw_path(raw_uri: str) -> str:
-    """The path part of a raw request URI (``RAW_URI``), without query or scheme/host."""
-    path = raw_uri.split("?", 1)[0].split("#", 1)[0]
-    if "://" in path:
-        path = "/" + path.split("://", 1)[1].partition("/")[2]
-    return path or "/"
+    """The path part of a raw request URI (``RAW_URI``), without query or scheme/host.
+
+    Absolute-form only when the target starts with a scheme (RFC 9112 §3.2.2): an
+    origin-form path that contains ``://`` is routed as it is, the path kube-apiserver
+    authorised.
+
+    Raises:
+        InvalidPathError: neither origin-form nor an http(s) absolute-form target.
+    """
+    try:
+        return split_target(raw_uri).path
+    except TargetError as e:
+        raise InvalidPathError(str(e)) from e
 
 
 def _decode(segment: str) -> str:

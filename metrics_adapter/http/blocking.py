@@ -5,8 +5,11 @@ The front end (:mod:`metrics_adapter.http.server`) runs an app that declares its
 costs no thread hand-off. Code about to wait on the network (a TokenReview or
 SubjectAccessReview that is not cached) calls :func:`may_block` first; on the loop that
 raises :class:`WouldBlock`, the app marks the request (``DEFERRED_ENVIRON_KEY``) and the
-front end runs it again on an app thread. Nothing on the way there has side effects, so a
-deferred request is answered exactly as if it had gone to a thread at once.
+front end runs it again on an app thread. Nothing on the way there may have side effects, so
+a deferred request is answered exactly as if it had gone to a thread at once; the rule is a
+test, not a promise: tests/unit/metrics_adapter/test_deferral_side_effects.py runs the same
+requests loop-first and threads-only and fails when answers, self-metrics, reviews or caches
+differ.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Production serving: an asyncio HTTP/1.1 front end, the Flask app on a thread pool.
+"""The adapter's side of the shared HTTP front end: the WSGI bridge, Status errors, serving.
 
-Why not gunicorn's gthread worker: it does the TLS handshake and reads request headers on its
-request threads with no deadline, so a handful of half-open connections took every thread
-and the aggregator's probe failed. Here one event loop owns every connection: the TLS
-handshake, the request head and idle keep-alive each have a deadline, waiting costs a few KB
-instead of a thread, and only complete, parsed requests reach the app's threads. Errors of the
-HTTP layer itself (malformed heads, limits, timeouts) are ``metav1.Status`` JSON like the app's.
+The connections, deadlines, caps and h11 framing are :mod:`edl_common.http` (the agent's
+exporter serves through the same code). What is the adapter's own lives here: errors of the
+HTTP layer as ``metav1.Status`` JSON like the app's, the Flask app called on the event loop
+when it can defer (:mod:`metrics_adapter.http.blocking`) and on a thread pool when it cannot,
+the 429 cap on requests in the app, the access log, and the serving loop with certificate
+reloads (:mod:`metrics_adapter.http.tls`).
 
 One process keeps one in-memory store (the adapter scales out by replicas, not processes).
 Each request's environ carries the TLS peer certificate (``edl.peer_cert_der``) and the header
@@ -15,27 +15,26 @@ lines verbatim (``edl.header_lines``) for requestheader authentication.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ctypes.util
-import email.utils
 import gc
 import io
 import json
 import logging
-import resource
 import signal
 import socket
 import ssl
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from http import HTTPStatus
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from edl_common.http.admission import AdmissionLimits
+from edl_common.http.request_head import HeadLimits, HttpError, RequestHead
+from edl_common.http.server import Exchange, HttpServer, Request, Response, ServerLimits
+from edl_common.http.sockets import ListenError, listen, raise_open_files_limit
 from metrics_adapter.api import wire_shapes as wire
 from metrics_adapter.api.flask_app import (
     HEADER_LINES_ENVIRON_KEY,
@@ -44,15 +43,6 @@ from metrics_adapter.api.flask_app import (
 )
 from metrics_adapter.errors import ConfigError
 from metrics_adapter.http.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, on_loop
-from metrics_adapter.http.request_parsing import (
-    HeadLimits,
-    HttpError,
-    RequestHead,
-    bad_request,
-    oversize_error,
-    parse_head,
-    skip_empty_lines,
-)
 from metrics_adapter.http.tls import CertReloader, ServingCert
 from metrics_adapter.settings import AdapterSettings
 
@@ -61,11 +51,9 @@ access_log = logging.getLogger("metrics_adapter.access")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-_READ_SIZE = 65536
 _STREAM_AFTER = 256 * 1024  # bodies without Content-Length above this go out chunked
-_LINGER_S = 0.5  # after an error, unread input is drained this long before the close
-_LINGER_BYTES = 256 * 1024
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "upgrade"})
+_BACKLOG = 1024
 
 
 def _release_free_memory() -> None:
@@ -77,38 +65,22 @@ def _release_free_memory() -> None:
         pass
 
 
-@dataclass(frozen=True)
-class ServerLimits:
-    """Deadlines and sizes that keep slow or hostile clients from starving the server."""
-
-    handshake_timeout: float = 10.0
-    """Seconds a TLS handshake may take (from accept)."""
-    header_timeout: float = 10.0
-    """Seconds from a request's first byte (or the handshake) to the end of its head."""
-    idle_timeout: float = 90.0
-    """Seconds a keep-alive connection may wait for its next request."""
-    write_timeout: float = 30.0
-    """Seconds a response may take to be taken by the client."""
-    max_connections: int = 1024
-    """Open connections at most (handshaking, idle or busy); more are closed at accept."""
-    max_inflight: int = 128
-    """Requests queued or running in the app at most; more are answered 429."""
-    max_body: int = 65536
-    """Largest request body read (and discarded: only GET is served); larger is 413."""
-    head: HeadLimits = field(default_factory=HeadLimits)
-
-    @classmethod
-    def from_settings(cls, s: AdapterSettings) -> ServerLimits:
-        """The limits the settings ask for."""
-        return cls(
-            handshake_timeout=s.tls_handshake_timeout,
-            header_timeout=s.request_header_timeout,
-            idle_timeout=s.idle_timeout,
-            write_timeout=s.write_timeout,
+def server_limits(s: AdapterSettings) -> ServerLimits:
+    """The front end's limits the settings ask for."""
+    return ServerLimits(
+        handshake_timeout=s.tls_handshake_timeout,
+        header_timeout=s.request_header_timeout,
+        idle_timeout=s.idle_timeout,
+        unprivileged_idle_timeout=min(s.idle_timeout, s.unauthenticated_idle_timeout),
+        write_timeout=s.write_timeout,
+        backlog=_BACKLOG,
+        admission=AdmissionLimits(
             max_connections=s.max_connections,
-            max_inflight=max(s.threads, s.max_requests_inflight),
-            head=HeadLimits(max_bytes=s.max_header_bytes),
-        )
+            reserved=min(s.reserved_connections, s.max_connections - 1),
+            max_per_peer=s.max_connections_per_peer,
+        ),
+        head=HeadLimits(max_bytes=s.max_header_bytes),
+    )
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:
@@ -116,27 +88,18 @@ def status_body(code: int, reason: str, message: str) -> bytes:
     return json.dumps(wire.status(code, reason, message), separators=(",", ":")).encode()
 
 
-class _Closed(Exception):
-    """The connection ended (or idled out) between requests: close without an answer."""
-
-
-@dataclass
-class _Outcome:
-    """What the app answered, ready to be written (``streamed``: already written)."""
-
-    code: int
-    head: bytes = b""
-    body: list[bytes] = field(default_factory=list)
-    streamed: bool = False
-    sent: int = 0
-    close: bool = False
+def status_response(code: int, reason: str, message: str, close: bool = False) -> Response:
+    """A ``metav1.Status`` failure as a response."""
+    body = status_body(code, reason, message)
+    return Response(code, [("Content-Type", "application/json")], body, close=close)
 
 
 @dataclass
 class _Unfinished:
     """An answer past the buffering limit with no Content-Length: the rest is streamed."""
 
-    started: list[Any]
+    status: int
+    headers: list[tuple[str, str]]
     pending: list[bytes]
     rest: Iterator[bytes]
     result: Iterable[bytes]
@@ -148,288 +111,152 @@ def _close_result(result: Iterable[bytes]) -> None:
         closer()
 
 
-def _http_date() -> str:
-    return email.utils.formatdate(usegmt=True)
+def _next_batch(rest: Iterator[bytes]) -> bytes:
+    """The next ``_STREAM_AFTER`` bytes or so of a streamed answer (b"": the end)."""
+    batch: list[bytes] = []
+    size = 0
+    for chunk in rest:
+        if chunk:
+            batch.append(chunk)
+            size += len(chunk)
+        if size >= _STREAM_AFTER:
+            break
+    return b"".join(batch)
 
 
-def _head_bytes(status: str, headers: list[tuple[str, str]], extra: list[tuple[str, str]]) -> bytes:
-    lines = [f"HTTP/1.1 {status}\r\n"]
-    lines += [f"{k}: {v}\r\n" for k, v in headers if k.lower() not in _HOP_BY_HOP]
-    lines += [f"{k}: {v}\r\n" for k, v in extra]
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
-
-
-def _error_outcome(code: int, reason: str, message: str, head_only: bool, close: bool) -> _Outcome:
-    body = status_body(code, reason, message)
-    try:
-        phrase = HTTPStatus(code).phrase
-    except ValueError:
-        phrase = reason
-    extra = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-    extra.append(("Date", _http_date()))
-    if close:
-        extra.append(("Connection", "close"))
-    head = _head_bytes(f"{code} {phrase}", [], extra)
-    return _Outcome(code, head, [] if head_only else [body], close=close)
-
-
-class HttpFront:
-    """Serves a WSGI app over HTTP/1.1 (optionally TLS) from one asyncio event loop.
+class WsgiHandler:
+    """Serves a WSGI app behind :class:`edl_common.http.server.HttpServer`.
 
     An app that can defer (``blocking.INLINE_EXTENSION`` in its ``extensions``) is called on
     the event loop itself: no hand-off to a thread and back, which was most of a small
     request's cost. A request that would wait on the network is deferred by the app and run
-    again on an app thread; an answer too large to buffer is streamed from an app thread.
-    Any other app runs on the threads only.
+    again on an app thread; an answer too large to buffer is streamed, pulled from an app
+    thread. Any other app runs on the threads only.
 
     Args:
-        app: the WSGI application (on the event loop when it can defer, else on ``threads``
-            worker threads).
-        limits: deadlines and sizes.
-        context: the TLS server context (None: plain HTTP).
+        app: the WSGI application.
         threads: app threads.
+        max_inflight: requests queued or running on the threads at most (more: 429).
+        scheme: ``http`` or ``https`` (``wsgi.url_scheme``).
+        server: ``(name, port)`` for ``SERVER_NAME``/``SERVER_PORT``.
         log_access: write one access-log line per request.
     """
 
     def __init__(
         self,
         app: WsgiApp,
-        limits: ServerLimits,
-        context: ssl.SSLContext | None,
         threads: int,
+        max_inflight: int,
+        scheme: str,
+        server: tuple[str, str] = ("localhost", "0"),
         log_access: bool = False,
     ) -> None:
         self._app = app
         self._inline = bool(getattr(app, "extensions", {}).get(INLINE_EXTENSION))
-        self.limits = limits
-        self._context = context
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="http")
+        self._max_inflight = max_inflight
+        self._scheme = scheme
+        self._server = server
         self._log_access = log_access
-        self.scheme = "https" if context is not None else "http"
-        self._server_name = "localhost"
-        self._server_port = "0"
-        self.open_connections = 0
-        self.refused_connections = 0
-        self._refusal_logged = -60.0
         self._inflight = 0
-        self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def serve(self, sock: socket.socket, stop: asyncio.Event) -> None:
-        """Serve on the bound socket until ``stop`` is set, then drain gracefully."""
-        name = sock.getsockname()
-        self._server_name, self._server_port = str(name[0]), str(name[1])
-        loop = asyncio.get_running_loop()
-        loop.set_exception_handler(_quiet_exception_handler)
-        server = await asyncio.start_server(self._accepted, sock=sock, limit=_READ_SIZE)
-        try:
-            await stop.wait()
-        finally:
-            server.close()
-            deadline = loop.time() + 5.0
-            while self._inflight and loop.time() < deadline:
-                await asyncio.sleep(0.05)
-            for task in list(self._tasks):
-                task.cancel()
-            if self._tasks:
-                await asyncio.wait(list(self._tasks), timeout=2.0)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self) -> None:
+        """Stop the app threads (queued work is dropped)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self.open_connections += 1
-        try:
-            if self.open_connections > self.limits.max_connections:
-                self._refuse_connection()
-                writer.transport.abort()
-                return
-            der: bytes | None = None
-            if self._context is not None:
-                # The first await of this task: nothing has been read from the socket yet.
-                await writer.start_tls(
-                    self._context, ssl_handshake_timeout=self.limits.handshake_timeout
+    async def respond(self, request: Request) -> Response:
+        """Answer on the loop when the app can, else (or when it defers) on a thread."""
+        head = request.head
+        environ = self._environ(request)
+        answer: Response | _Unfinished | None = None
+        if self._inline:
+            with on_loop():
+                answer = self._run_app(environ, head)
+            if environ.get(DEFERRED_ENVIRON_KEY):  # it would block: a thread runs it
+                if isinstance(answer, _Unfinished):
+                    _close_result(answer.result)
+                answer, environ = None, self._environ(request)
+        if answer is None:
+            if self._inflight >= self._max_inflight:
+                return status_response(
+                    429, "TooManyRequests", "too many requests in flight, please retry"
                 )
-                ssl_object = writer.get_extra_info("ssl_object")
-                der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
-            await self._serve(reader, writer, der)
-            await _close(writer)  # flushes what is still buffered (drain stops at high water)
-        except (OSError, ssl.SSLError, EOFError, asyncio.IncompleteReadError, _Closed):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self.open_connections -= 1
-            self._tasks.discard(task)
-            writer.transport.abort()  # a no-op after a clean close
-
-    def _refuse_connection(self) -> None:
-        self.refused_connections += 1
-        now = time.monotonic()
-        if now - self._refusal_logged >= 60.0:
-            self._refusal_logged = now
-            log.warning(
-                "%d connections open (--max-connections): closing new ones at accept "
-                "(%d so far; logged at most once a minute)",
-                self.limits.max_connections,
-                self.refused_connections,
-            )
-
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, der: bytes | None
-    ) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
-        buf = bytearray()
-        first = True
-        while True:
-            started = time.perf_counter()
+            self._inflight += 1
             try:
-                head = await self._read_head(reader, buf, first)
-                started = time.perf_counter()  # the access log times the request, not the idle
-                body = await self._read_body(reader, buf, head)
-            except HttpError as e:
-                outcome = _error_outcome(e.code, e.reason, e.message, False, True)
-                await self._write(writer, outcome)
-                self._access(peer, None, outcome, started, None)
-                await self._linger(reader)
-                return
-            first = False
-            close = not head.keep_alive or head.chunked
-            environ = self._environ(head, peer, der, body)
-            loop = asyncio.get_running_loop()
-            answer: _Outcome | _Unfinished | None = None
-            if self._inline:
-                with on_loop():
-                    answer = self._run_app(environ, head, close)
-                if environ.get(DEFERRED_ENVIRON_KEY):  # it would block: a thread runs it
-                    if isinstance(answer, _Unfinished):
-                        _close_result(answer.result)
-                    answer, environ = None, self._environ(head, peer, der, body)
-            if isinstance(answer, _Outcome):
-                outcome = answer
-            elif answer is None and self._inflight >= self.limits.max_inflight:
-                outcome = _error_outcome(
-                    429,
-                    "TooManyRequests",
-                    "too many requests in flight, please retry",
-                    head.method == "HEAD",
-                    close,
-                )
-            else:
-                self._inflight += 1
-                try:
-                    if answer is None:
-                        outcome = await loop.run_in_executor(
-                            self._pool, self._call_app, environ, head, close, writer, loop
-                        )
-                    else:
-                        outcome = await loop.run_in_executor(
-                            self._pool, self._finish, answer, close, writer, loop
-                        )
-                finally:
-                    self._inflight -= 1
-            if not outcome.streamed:
-                await self._write(writer, outcome)
-            self._access(peer, head, outcome, started, environ)
-            if close or outcome.close:
-                if head.chunked:
-                    await self._linger(reader)
-                return
+                loop = asyncio.get_running_loop()
+                answer = await loop.run_in_executor(self._pool, self._run_app, environ, head)
+            finally:
+                self._inflight -= 1
+        if isinstance(answer, _Unfinished):
+            response = Response(answer.status, answer.headers, self._stream(answer))
+        else:
+            response = answer
+        response.note["user"] = str(environ.get(USER_ENVIRON_KEY) or "-")
+        return response
 
-    async def _read_head(
-        self, reader: asyncio.StreamReader, buf: bytearray, first: bool
-    ) -> RequestHead:
+    def refuse(self, error: HttpError) -> Response:
+        """An error of the HTTP layer as a ``metav1.Status``."""
+        return status_response(error.code, error.reason, error.message)
+
+    def finished(self, exchange: Exchange) -> None:
+        """One access-log line (when asked for), naming the authenticated user."""
+        if not self._log_access:
+            return
+        head = exchange.head
+        line = f"{head.method} {head.target} {head.version}" if head else "-"
+        accept = (head.first("accept") if head else None) or "-"
+        agent = (head.first("user-agent") if head else None) or "-"
+        access_log.info(
+            '%s "%s" %d %s %dms user="%s" accept="%s" agent="%s"',
+            exchange.connection.peer[0],
+            _escape(line),
+            exchange.response.status,
+            exchange.sent or "-",
+            int(exchange.seconds * 1000),
+            _escape(exchange.response.note.get("user", "-")),
+            _escape(accept),
+            _escape(agent),
+        )
+
+    async def _stream(self, answer: _Unfinished) -> AsyncIterator[bytes]:
+        """The rest of a large answer, pulled from an app thread batch by batch."""
         loop = asyncio.get_running_loop()
-        limits = self.limits
-        started = bool(buf)
-        wait = limits.header_timeout if (first or started) else limits.idle_timeout
-        deadline = loop.time() + wait
-        scanned = 0
-        while True:
-            skip = skip_empty_lines(buf)
-            if skip:
-                del buf[:skip]
-                scanned = 0
-            end = buf.find(b"\r\n\r\n", max(0, scanned - 3))
-            if end >= 0:
-                data = bytes(buf[:end])
-                del buf[: end + 4]
-                return parse_head(data, limits.head)
-            scanned = len(buf)
-            error = oversize_error(buf, limits.head)
-            if error is not None:
-                raise error
-            try:
-                async with asyncio.timeout_at(deadline):
-                    chunk = await reader.read(_READ_SIZE)
-            except TimeoutError:
-                if buf:
-                    raise HttpError(
-                        408, "Timeout", "the request head was not received in time"
-                    ) from None
-                raise _Closed() from None
-            if not chunk:
-                if buf:
-                    raise bad_request("the connection ended inside the request head")
-                raise _Closed()
-            if not started:
-                started = True
-                deadline = loop.time() + limits.header_timeout
-            buf += chunk
-
-    async def _read_body(
-        self, reader: asyncio.StreamReader, buf: bytearray, head: RequestHead
-    ) -> bytes:
-        n = head.content_length
-        if not n:
-            return b""
-        if n > self.limits.max_body:
-            raise HttpError(
-                413,
-                "RequestEntityTooLarge",
-                f"request body larger than {self.limits.max_body} bytes",
-            )
         try:
-            async with asyncio.timeout(self.limits.header_timeout):
-                while len(buf) < n:
-                    chunk = await reader.read(_READ_SIZE)
-                    if not chunk:
-                        raise bad_request("the connection ended inside the request body")
-                    buf += chunk
-        except TimeoutError:
-            raise HttpError(408, "Timeout", "the request body was not received in time") from None
-        body = bytes(buf[:n])
-        del buf[:n]
-        return body
+            yield b"".join(answer.pending)
+            for _ in range(1 << 40):  # bounded by the answer's size
+                batch = await loop.run_in_executor(self._pool, _next_batch, answer.rest)
+                if not batch:
+                    return
+                yield batch
+        finally:
+            try:
+                await loop.run_in_executor(self._pool, _close_result, answer.result)
+            except Exception:
+                log.exception("closing a streamed answer failed")
 
-    def _environ(
-        self, head: RequestHead, peer: Any, der: bytes | None, body: bytes
-    ) -> dict[str, Any]:
-        target = head.target
-        path, _, query = target.partition("?")
-        if "://" in path:  # absolute-form (proxies): keep the path only
-            path = "/" + path.split("://", 1)[1].partition("/")[2]
+    def _environ(self, request: Request) -> dict[str, Any]:
+        head = request.head
+        conn = request.connection
         environ: dict[str, Any] = {
             "REQUEST_METHOD": head.method,
             "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
-            "QUERY_STRING": query,
-            "RAW_URI": target,
-            "REQUEST_URI": target,
+            "PATH_INFO": unquote_to_bytes(head.path).decode("latin-1"),
+            "QUERY_STRING": head.query,
+            "RAW_URI": head.target,
+            "REQUEST_URI": head.target,
             "SERVER_PROTOCOL": head.version,
-            "SERVER_NAME": self._server_name,
-            "SERVER_PORT": self._server_port,
-            "REMOTE_ADDR": str(peer[0]),
-            "REMOTE_PORT": str(peer[1]) if len(peer) > 1 else "",
+            "SERVER_NAME": self._server[0],
+            "SERVER_PORT": self._server[1],
+            "REMOTE_ADDR": conn.peer[0],
+            "REMOTE_PORT": str(conn.peer[1]),
             "wsgi.version": (1, 0),
-            "wsgi.url_scheme": self.scheme,
-            "wsgi.input": io.BytesIO(body),
+            "wsgi.url_scheme": self._scheme,
+            "wsgi.input": io.BytesIO(request.body),
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": True,
             "wsgi.multiprocess": False,
             "wsgi.run_once": False,
-            PEER_CERT_ENVIRON_KEY: der,
+            PEER_CERT_ENVIRON_KEY: conn.peer_cert_der,
             HEADER_LINES_ENVIRON_KEY: head.headers,
         }
         for name, value in head.headers:
@@ -443,44 +270,11 @@ class HttpFront:
                 environ[key] = value if old is None else f"{old},{value}"
         return environ
 
-    # ------------------------------------------------------------------ app threads
-
-    def _call_app(
-        self,
-        environ: dict[str, Any],
-        head: RequestHead,
-        close: bool,
-        writer: asyncio.StreamWriter,
-        loop: asyncio.AbstractEventLoop,
-    ) -> _Outcome:
-        """Run the app on this worker thread; large unsized bodies are streamed from here."""
-        answer = self._run_app(environ, head, close)
-        if isinstance(answer, _Unfinished):
-            return self._finish(answer, close, writer, loop)
-        return answer
-
-    def _finish(
-        self,
-        answer: _Unfinished,
-        close: bool,
-        writer: asyncio.StreamWriter,
-        loop: asyncio.AbstractEventLoop,
-    ) -> _Outcome:
-        """Stream the rest of a large answer (on a worker thread), then close its iterable."""
-        try:
-            return self._stream(answer.started, answer.pending, answer.rest, close, writer, loop)
-        finally:
-            try:
-                _close_result(answer.result)
-            except Exception:
-                log.exception("closing a streamed answer failed")
-
-    def _run_app(
-        self, environ: dict[str, Any], head: RequestHead, close: bool
-    ) -> _Outcome | _Unfinished:
+    def _run_app(self, environ: dict[str, Any], head: RequestHead) -> Response | _Unfinished:
         """Call the app and buffer its answer, up to the point where it must be streamed."""
         head_only = head.method == "HEAD"
         started: list[Any] = []
+        pending: list[bytes] = []
 
         def start_response(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
@@ -488,14 +282,12 @@ class HttpFront:
             started[:] = [status, list(headers)]
             return lambda data: pending.append(data)
 
-        pending: list[bytes] = []
+        internal = status_response(500, "InternalError", "an internal error occurred", True)
         try:
             result = self._app(environ, start_response)
         except Exception:
             log.exception("internal error serving %s %s", head.method, head.target)
-            return _error_outcome(
-                500, "InternalError", "an internal error occurred", head_only, True
-            )
+            return internal
         unfinished = False
         try:
             iterator = iter(result)
@@ -505,178 +297,52 @@ class HttpFront:
                     continue
                 pending.append(chunk)
                 size += len(chunk)
-                if size > _STREAM_AFTER and not head_only and self._unsized(started):
+                if size > _STREAM_AFTER and not head_only and _unsized(started):
                     unfinished = True
-                    return _Unfinished(started, pending, iterator, result)
+                    status, headers = started
+                    return _Unfinished(
+                        int(status.split(" ", 1)[0]),
+                        _end_to_end(headers),
+                        pending,
+                        iterator,
+                        result,
+                    )
         except Exception:
             log.exception("internal error rendering %s %s", head.method, head.target)
-            return _error_outcome(
-                500, "InternalError", "an internal error occurred", head_only, True
-            )
+            return internal
         finally:
             if not unfinished:
                 _close_result(result)
         if not started:
             log.error("the app answered %s %s without start_response", head.method, head.target)
-            return _error_outcome(
-                500, "InternalError", "an internal error occurred", head_only, True
-            )
+            return internal
         status, headers = started
-        extra = [("Date", _http_date())]
-        if not any(k.lower() == "content-length" for k, _ in headers):
-            extra.append(("Content-Length", "0" if head_only else str(size)))
-        if close:
-            extra.append(("Connection", "close"))
-        body = [] if head_only else pending
-        return _Outcome(int(status.split(" ", 1)[0]), _head_bytes(status, headers, extra), body)
-
-    @staticmethod
-    def _unsized(started: list[Any]) -> bool:
-        return bool(started) and not any(k.lower() == "content-length" for k, _ in started[1])
-
-    def _stream(
-        self,
-        started: list[Any],
-        pending: list[bytes],
-        rest: Iterator[bytes],
-        close: bool,
-        writer: asyncio.StreamWriter,
-        loop: asyncio.AbstractEventLoop,
-    ) -> _Outcome:
-        """Write the response in chunked encoding as the app produces it (bounded memory)."""
-        status, headers = started
-        extra = [("Date", _http_date()), ("Transfer-Encoding", "chunked")]
-        if close:
-            extra.append(("Connection", "close"))
-        outcome = _Outcome(int(status.split(" ", 1)[0]), streamed=True)
-
-        def push(data: bytes) -> None:
-            future = asyncio.run_coroutine_threadsafe(self._send(writer, data), loop)
-            future.result(self.limits.write_timeout + 1.0)
-            outcome.sent += len(data)
-
-        def framed(chunks: list[bytes]) -> bytes:
-            data = b"".join(chunks)
-            return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-        try:
-            push(_head_bytes(status, headers, extra) + framed(pending))
-            batch: list[bytes] = []
-            size = 0
-            for chunk in rest:
-                if chunk:
-                    batch.append(chunk)
-                    size += len(chunk)
-                if size >= _STREAM_AFTER:
-                    push(framed(batch))
-                    batch, size = [], 0
-            push((framed(batch) if batch else b"") + b"0\r\n\r\n")
-        except Exception as e:  # the client went away or stopped reading: drop it
-            log.debug("streamed response aborted: %s", e)
-            outcome.close = True
-        return outcome
-
-    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
-        writer.write(data)
-        async with asyncio.timeout(self.limits.write_timeout):
-            await writer.drain()
-
-    # ------------------------------------------------------------------ loop helpers
-
-    async def _write(self, writer: asyncio.StreamWriter, outcome: _Outcome) -> None:
-        data = outcome.head + b"".join(outcome.body)
-        await self._send(writer, data)
-        outcome.sent = len(data)
-
-    async def _linger(self, reader: asyncio.StreamReader) -> None:
-        """Drain unread input briefly, so closing does not reset the answer just sent."""
-        taken = 0
-        try:
-            async with asyncio.timeout(_LINGER_S):
-                while taken < _LINGER_BYTES:
-                    chunk = await reader.read(_READ_SIZE)
-                    if not chunk:
-                        return
-                    taken += len(chunk)
-        except (TimeoutError, OSError):
-            return
-
-    def _access(
-        self,
-        peer: Any,
-        head: RequestHead | None,
-        outcome: _Outcome,
-        started: float,
-        environ: dict[str, Any] | None,
-    ) -> None:
-        if not self._log_access:
-            return
-        ms = int((time.perf_counter() - started) * 1000)
-        line = f"{head.method} {head.target} {head.version}" if head else "-"
-        user = (environ or {}).get(USER_ENVIRON_KEY) or "-"
-        accept = (head.first("accept") if head else None) or "-"
-        agent = (head.first("user-agent") if head else None) or "-"
-        access_log.info(
-            '%s "%s" %d %s %dms user="%s" accept="%s" agent="%s"',
-            peer[0],
-            _escape(line),
-            outcome.code,
-            outcome.sent or "-",
-            ms,
-            _escape(user),
-            _escape(accept),
-            _escape(agent),
-        )
+        return Response(int(status.split(" ", 1)[0]), _end_to_end(headers), b"".join(pending))
 
 
-async def _close(writer: asyncio.StreamWriter, timeout: float = 2.0) -> None:
-    """Close after the buffered answer is sent (TLS: with close_notify), bounded in time."""
-    writer.close()
-    with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
-        async with asyncio.timeout(timeout):
-            await writer.wait_closed()
+def _unsized(started: list[Any]) -> bool:
+    return bool(started) and not any(k.lower() == "content-length" for k, _ in started[1])
+
+
+def _end_to_end(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The app's headers without hop-by-hop ones (the front end frames the connection)."""
+    return [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
 
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Connection-level failures caused by clients are not the server's errors: debug only."""
-    exc = context.get("exception")
-    if isinstance(exc, OSError | ssl.SSLError | EOFError):
-        log.debug("connection error: %s", context.get("message"))
-        return
-    loop.default_exception_handler(context)
-
-
-def bind(host: str, port: int, backlog: int = 1024) -> socket.socket:
+def bind(host: str, port: int, backlog: int = _BACKLOG) -> socket.socket:
     """A listening TCP socket on ``host:port``.
 
     Raises:
         ConfigError: the address cannot be bound (in use, not local, no permission).
     """
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-            0
-        ][0]
-        dualstack = family == socket.AF_INET6 and host in ("::", "")
-        return socket.create_server(
-            (host, port), family=family, backlog=backlog, dualstack_ipv6=dualstack
-        )
-    except OSError as e:
-        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
-
-
-def _raise_open_files_limit(wanted: int) -> None:
-    """Lift the soft open-files limit towards ``wanted`` (connections plus headroom)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError) as e:
-            log.warning("cannot raise the open-files limit to %d: %s", target, e)
+        return listen(host, port, backlog)
+    except ListenError as e:
+        raise ConfigError(str(e)) from e
 
 
 class AdapterServer:
@@ -711,26 +377,38 @@ class AdapterServer:
     def run(self) -> None:
         """Bind, build the app, serve until terminated; a generated temporary cert is removed."""
         s = self._settings
-        limits = ServerLimits.from_settings(s)
+        limits = server_limits(s)
         try:
-            sock = bind(s.host, s.port)
-            _raise_open_files_limit(limits.max_connections + 256)
+            sock = bind(s.host, s.port, limits.backlog)
+            raise_open_files_limit(limits.admission.max_connections + 256)
             context = self._context_factory() if self._context_factory else None
             app = self.load()
-            front = HttpFront(app, limits, context, s.threads, s.access_log)
+            name = sock.getsockname()
+            handler = WsgiHandler(
+                app,
+                s.threads,
+                max(s.threads, s.max_requests_inflight),
+                "https" if context is not None else "http",
+                (str(name[0]), str(name[1])),
+                s.access_log,
+            )
+            front = HttpServer(handler, limits, context)
             reloader = (
                 CertReloader(self._cert, context)
                 if self._cert is not None and context is not None
                 else None
             )
-            log.info("serving on %s:%d (%s)", s.host, sock.getsockname()[1], front.scheme)
-            asyncio.run(self._main(front, sock, reloader))
+            log.info("serving on %s:%d (%s)", s.host, name[1], front.scheme)
+            try:
+                asyncio.run(self._main(front, sock, reloader))
+            finally:
+                handler.close()
         finally:
             if self._cert is not None:
                 self._cert.cleanup()
 
     async def _main(
-        self, front: HttpFront, sock: socket.socket, reloader: CertReloader | None
+        self, front: HttpServer, sock: socket.socket, reloader: CertReloader | None
     ) -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()

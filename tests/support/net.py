@@ -17,3 +17,15 @@ def free_port(host: str = "127.0.0.1") -> int:
             _used_ports.add(port)
             return port
     raise RuntimeError("no free port found after 50 tries")
+
+
+def listen_backlog(port: int) -> int:
+    """The backlog of the TCP socket listening on `port` (Linux `ss`: Send-Q of a listener)."""
+    import subprocess
+
+    out = subprocess.run(
+        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.split()
+    if len(out) < 3:
+        raise RuntimeError(f"nothing listens on port {port}")
+    return int(out[2])

@@ -1,4 +1,5 @@
-"""Hostile slow clients for the adapter's tests: half-open TLS handshakes and idle connects."""
+"""Hostile slow clients for the servers' tests: half-open TLS handshakes, idle connects and
+idle keep-alive connections."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ class HalfOpenConnections:
         self.port = port
         self.kinds = [True] * partial + [False] * idle
         self.dropped = 0
+        self.socks: list[socket.socket | None] = []
+        """The connections held (None: a re-open that failed), once all were opened."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -39,6 +42,7 @@ class HalfOpenConnections:
 
     def _run(self) -> None:
         socks = [self._open(p) for p in self.kinds]
+        self.socks = socks
         for _ in range(100_000):
             if self._stop.wait(0.2):
                 break
@@ -65,3 +69,165 @@ class HalfOpenConnections:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+
+
+class IdleKeepAlive:
+    """Keeps `count` connections that each sent one request (``GET /healthz``), read the
+    answer and then idle, re-opening each one the server closes: the unauthenticated
+    keep-alive exhaustion of issue 25 (TLS when `context` is given)."""
+
+    def __init__(self, port: int, count: int, context: ssl.SSLContext | None = None) -> None:
+        self.port = port
+        self.count = count
+        self.context = context
+        self.dropped = 0
+        self.opened = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> socket.socket | None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            if self.context is not None:
+                s = self.context.wrap_socket(s)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            data = b""
+            while b"\r\n\r\n" not in data:  # the head of the answer; the rest is drained later
+                chunk = s.recv(4096)
+                if not chunk:
+                    s.close()
+                    return None
+                data += chunk
+            s.setblocking(False)
+            self.opened += 1
+            return s
+        except OSError:
+            return None
+
+    def _alive(self, s: socket.socket) -> bool:
+        try:
+            return s.recv(4096) != b""  # leftover answer bytes: still open
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return True
+        except OSError:
+            return False
+
+    def _run(self) -> None:
+        socks: list[socket.socket | None] = []
+        for _ in range(self.count):
+            if self._stop.is_set():
+                break
+            socks.append(self._open())
+        for _ in range(100_000):
+            if self._stop.wait(0.2):
+                break
+            for i, s in enumerate(socks):
+                if self._stop.is_set():
+                    break
+                if s is None or not self._alive(s):
+                    if s is not None:
+                        s.close()
+                        self.dropped += 1
+                    socks[i] = self._open()
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    def __enter__(self) -> IdleKeepAlive:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def request_then_close_notify(port: int, request: bytes) -> bytes:
+    """One TLS connection whose last handshake flight, ``request`` and a close_notify leave in
+    one send, followed by a half-close: the server reads the close_notify before its
+    handshake coroutine resumes. Returns what the server sent back (bounded)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out)
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        for _ in range(20):  # handshake round trips, bounded
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                data = raw.recv(65536)
+                if not data:
+                    return got
+                inc.write(data)
+        obj.write(request)
+        with contextlib.suppress(ssl.SSLError):
+            obj.unwrap()  # queues close_notify; the peer's is not awaited
+        raw.sendall(out.read())
+        raw.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            for _ in range(1000):
+                data = raw.recv(65536)
+                if not data:
+                    break
+                got += data
+    return got
+
+
+class Slowloris:
+    """Keeps `count` connections that send a request head one byte per `interval` seconds
+    and never finish it, re-opening each one the server closes."""
+
+    HEAD = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 4000
+
+    def __init__(self, port: int, count: int, interval: float = 1.0) -> None:
+        self.port = port
+        self.count = count
+        self.interval = interval
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> tuple[socket.socket, int] | None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s.sendall(self.HEAD[:20])
+            s.setblocking(False)
+            return s, 20
+        except OSError:
+            return None
+
+    def _run(self) -> None:
+        conns = [self._open() for _ in range(self.count)]
+        for _ in range(100_000):
+            if self._stop.wait(self.interval):
+                break
+            for i, held in enumerate(conns):
+                try:
+                    if held is None:
+                        raise ConnectionError("not open")
+                    s, sent = held
+                    with contextlib.suppress(BlockingIOError):
+                        if s.recv(4096) == b"":
+                            raise ConnectionError("closed")
+                    s.send(self.HEAD[sent : sent + 1])
+                    conns[i] = (s, min(sent + 1, len(self.HEAD) - 1))
+                except OSError:
+                    if held is not None:
+                        held[0].close()
+                        self.dropped += 1
+                    conns[i] = self._open()
+        for held in conns:
+            if held is not None:
+                held[0].close()
+
+    def __enter__(self) -> Slowloris:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)

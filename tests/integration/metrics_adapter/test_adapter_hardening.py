@@ -6,6 +6,9 @@
 - an expiring front-proxy certificate is refused on the same connection and on a resumed
   TLS session; the access log names the authenticated user, not the one a client claims;
 - a rotated serving certificate is used by new connections without a restart;
+- the front end: the path routed is the request line's own (RFC 9112 §3.2), chunked with any
+  Content-Length is a 400 Status, the listen backlog is the one asked for, a close_notify and
+  half-close logs nothing, and idle unauthenticated keep-alive leaves the front proxy room;
 - a scrape target inventing label sets, and 3,000 distinct metricLabelSelectors at 1,000
   pods, leave memory bounded and the other pods' values right.
 """
@@ -16,6 +19,7 @@ import datetime
 import http.server
 import json
 import os
+import shutil
 import socket
 import ssl
 import threading
@@ -39,9 +43,13 @@ from tests.support.adapter_processes import (
     Proc,
     spawn,
 )
-from tests.support.net import free_port
+from tests.support.net import free_port, listen_backlog
 from tests.support.pki import Issued, issue, make_ca
-from tests.support.slow_clients import HalfOpenConnections
+from tests.support.slow_clients import (
+    HalfOpenConnections,
+    IdleKeepAlive,
+    request_then_close_notify,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
@@ -505,5 +513,152 @@ def test_3000_distinct_metric_selectors_at_1000_pods_keep_memory_bounded(
         peak = max(peak, _rss_mb(adapter.proc))
         print(f"\n3,000 selectors at 1,000 pods: RSS {before:.0f} -> peak {peak:.0f} MB")
         assert peak - before < 64  # unbounded memo: +220 MB here
+    finally:
+        adapter.proc.stop()
+
+
+# ----------------------------------------------------------------- the HTTP front end itself
+
+API = "/apis/custom.metrics.k8s.io/v1beta2"
+CONFUSED = [
+    # issue 25's example: authorised by kube-apiserver for `scratch`, once routed to `ml`
+    f"{API}/namespaces/scratch/pods/a://h{API}/namespaces/ml/pods/trainer-1/samples_per_second",
+    f"{API}/namespaces/scratch/pods/http://h{API}/namespaces/ml/pods/trainer-1/samples_per_second",
+    f"{API}/namespaces/scratch/pods/a/https://h{API}/namespaces/ml/pods/*/samples_per_second",
+    f"/a://h{API}/namespaces/ml/pods/trainer-1/samples_per_second",
+    f"//h{API}/namespaces/ml/pods/trainer-1/samples_per_second",
+]
+
+
+@pytest.fixture(scope="module")
+def two_namespaces(tmp_path_factory: pytest.TempPathFactory, agents: int) -> Iterator[Adapter]:
+    workdir = tmp_path_factory.mktemp("namespaces")
+    listed = pods(agents, 2)
+    listed.append({**listed[0], "namespace": "scratch", "name": "a"})
+    adapter = launch(
+        workdir, listed, "--scrape-interval=1s", "--authentication=none", "--authorization=none"
+    )
+    wait_for(
+        lambda: (
+            tls_get(adapter.port, f"{API}/namespaces/ml/pods/trainer-1/samples_per_second")[0]
+            == 200
+        ),
+        timeout_s=60,
+        what="trainer-1 has a value",
+        interval_s=0.2,
+    )
+    yield adapter
+    adapter.proc.stop()
+
+
+@pytest.mark.parametrize("path", CONFUSED)
+def test_an_origin_form_path_with_a_scheme_inside_is_routed_as_written(
+    two_namespaces: Adapter, path: str
+) -> None:
+    code, body = tls_get(two_namespaces.port, path)
+    status = json.loads(body)
+    assert code in (400, 404) and (status["kind"], status["code"]) == ("Status", code), body
+    assert "MetricValueList" not in body.decode()  # never trainer-1's value from `ml`
+
+
+def test_absolute_form_is_routed_by_its_own_path(two_namespaces: Adapter) -> None:
+    target = f"https://127.0.0.1{API}/namespaces/ml/pods/trainer-1/samples_per_second"
+    code, body = tls_get(two_namespaces.port, target)
+    assert code == 200, body
+    items = json.loads(body)["items"]
+    assert [(i["describedObject"]["namespace"], i["describedObject"]["name"]) for i in items] == [
+        ("ml", "trainer-1")
+    ]
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        "Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+        "Content-Length: 0\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+    ],
+)
+def test_chunked_with_any_content_length_is_refused_with_a_status(
+    two_namespaces: Adapter, framing: str
+) -> None:
+    raw = socket.create_connection(("127.0.0.1", two_namespaces.port), timeout=30)
+    with client_context().wrap_socket(raw) as sock:
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: x\r\n{framing}\r\n0\r\n\r\n".encode())
+        answer = http_fuzz._read_answer(sock, head_request=False)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    status = json.loads(body)
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 400, "BadRequest")
+    assert "Transfer-Encoding together with Content-Length" in status["message"]
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) missing")
+def test_the_listen_backlog_is_the_one_asked_for(two_namespaces: Adapter) -> None:
+    assert listen_backlog(two_namespaces.port) == 1024  # asyncio's default was 100
+
+
+def test_close_notify_then_half_close_logs_nothing(two_namespaces: Adapter) -> None:
+    # (before: one `WARNING asyncio: returning true from eof_received()` per connection)
+    for _ in range(20):
+        request_then_close_notify(two_namespaces.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert tls_get(two_namespaces.port, "/healthz")[0] == 200
+    assert "eof_received" not in two_namespaces.proc.tail(400_000)
+
+
+def test_unauthenticated_idle_keep_alive_leaves_room_for_the_front_proxy(
+    tmp_path: Path, agents: int, pki: Pki
+) -> None:
+    """Four times more idle unauthenticated keep-alive connections than the adapter may hold:
+    the front proxy's requests and a fresh stranger's are all answered, and idle strangers are
+    closed after --unauthenticated-idle-timeout."""
+    adapter = launch(
+        tmp_path,
+        pods(agents, 2),
+        "--scrape-interval=1s",
+        "--authentication=delegated",
+        "--authentication-skip-lookup",
+        f"--requestheader-client-ca-file={pki.dir / 'front-proxy-ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--authorization=none",
+        "--max-connections=64",
+        "--reserved-connections=16",
+        "--max-connections-per-peer=1000",
+        "--unauthenticated-idle-timeout=2s",
+    )
+    proxy = client_context(pki.proxy, tmp_path / "proxy")
+    alice = {"X-Remote-User": "alice", "X-Remote-Group": "ml"}
+    try:
+        wait_for(
+            lambda: tls_get(adapter.port, QUERY, proxy, alice)[0] == 200,
+            timeout_s=60,
+            what="a value served",
+            interval_s=0.2,
+        )
+        lone = client_context().wrap_socket(
+            socket.create_connection(("127.0.0.1", adapter.port), timeout=60)
+        )
+        assert exchange(lone, "/healthz")[0] == 200
+        with IdleKeepAlive(adapter.port, 256, client_context()) as strangers:
+            wait_for(
+                lambda: strangers.opened >= 256,
+                timeout_s=120,
+                what="256 strangers connected",
+                interval_s=0.2,
+            )
+            answers = [tls_get(adapter.port, QUERY, proxy, alice)[0] for _ in range(20)]
+            # a proxy connection kept open across the attack keeps working too
+            kept = proxy.wrap_socket(
+                socket.create_connection(("127.0.0.1", adapter.port), timeout=60)
+            )
+            kept_answers = [exchange(kept, QUERY, alice)[0] for _ in range(5)]
+            fresh = [tls_get(adapter.port, "/healthz")[0] for _ in range(5)]
+            kept.close()
+        assert answers == [200] * 20
+        assert kept_answers == [200] * 5
+        assert fresh == [200] * 5  # a stranger too: it closes one idle longest
+        lone.settimeout(60)
+        assert lone.recv(1) == b""  # closed by the server, idle or evicted
+        assert strangers.dropped > 0
     finally:
         adapter.proc.stop()

@@ -1,8 +1,8 @@
 """The front end answers on its event loop, and defers to a thread what would wait on the network.
 
-The real app (helpers.build) behind the real HttpFront on 127.0.0.1, with a
-SubjectAccessReview authorizer whose reviewer records the thread it is called on: an
-uncached review must run on an app thread (never on the loop), a cached decision is
+The real app (helpers.build) behind the real front end (WsgiHandler on HttpServer) on
+127.0.0.1, with a SubjectAccessReview authorizer whose reviewer records the thread it is
+called on: an uncached review must run on an app thread (never on the loop), a cached decision is
 answered on the loop, and a list too large to buffer still streams whole.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from edl_common.http.server import HttpServer, ServerLimits
 from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
 from metrics_adapter.auth.identity import RequestAttributes
-from metrics_adapter.http.server import HttpFront, ServerLimits, bind
+from metrics_adapter.http.server import WsgiHandler, bind
 from tests.unit.metrics_adapter.helpers import ManualClock, agent_samples, build, trainer
 
 PODS = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second"
@@ -55,7 +56,8 @@ def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
         return wsgi(environ, start_response)
 
     h.app.wsgi_app = recording  # type: ignore[method-assign]
-    front = HttpFront(h.app, ServerLimits(), None, threads=2)
+    handler = WsgiHandler(h.app, threads=2, max_inflight=128, scheme="http")
+    front = HttpServer(handler, ServerLimits())
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     ready = threading.Event()
@@ -76,6 +78,7 @@ def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
     assert isinstance(loop, asyncio.AbstractEventLoop)
     loop.call_soon_threadsafe(box["stop"].set)
     thread.join(15)
+    handler.close()
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:

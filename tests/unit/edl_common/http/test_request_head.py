@@ -1,10 +1,10 @@
-"""The front end's request-head parser: strict, verbatim header lines, Status-ready errors."""
+"""The shared request-head parser (h11 and the refusals h11 leaves out): strict, verbatim lines."""
 
 from __future__ import annotations
 
 import pytest
 
-from metrics_adapter.http.request_parsing import (
+from edl_common.http.request_head import (
     HeadLimits,
     HttpError,
     oversize_error,
@@ -63,6 +63,17 @@ def test_header_lines_are_kept_one_per_line_verbatim() -> None:
         (head(b"Host: x", b"Content-Length: -1"), 400, "invalid Content-Length"),
         (head(b"Host: x", b"Content-Length: 99999999999999999999"), 400, "invalid Content"),
         (head(b"Host: x", b"Transfer-Encoding: chunked", b"Content-Length: 3"), 400, "together"),
+        (head(b"Host: x", b"Transfer-Encoding: chunked", b"Content-Length: 0"), 400, "together"),
+        (head(b"Host: x", b"Content-Length: 0", b"Transfer-Encoding: chunked"), 400, "together"),
+        (
+            head(b"Host: x", b"Transfer-Encoding: chunked", b"Transfer-Encoding: chunked"),
+            400,
+            "Transfer",
+        ),
+        (head(b"Host: x", b"X-A: a\x01b"), 400, "control character"),
+        (head(b"Host: x", request_line=b"GET http:/x HTTP/1.1"), 400, "authority"),
+        (head(b"Host: x", request_line=b"GET ftp://x/ HTTP/1.1"), 400, "an http\\(s\\) URI"),
+        (head(b"Host: x", request_line=b"CONNECT x:443 HTTP/1.1"), 400, "origin-form"),
         (head(b"Host: x", b"Transfer-Encoding: gzip"), 400, "Transfer-Encoding"),
         (head(b"Host: x", b"Expect: 200-ok"), 417, "Expect"),
         (head(b"Host: x", request_line=b"GET / HTTP/2.0"), 400, "unsupported HTTP version"),
@@ -90,7 +101,7 @@ def test_malformed_heads_are_refused_with_a_status_code(data: bytes, code: int, 
         (b"HTTP/1.1", b"close", False),
         (b"HTTP/1.1", b"Upgrade, Close", False),
         (b"HTTP/1.0", None, False),
-        (b"HTTP/1.0", b"keep-alive", True),
+        (b"HTTP/1.0", b"keep-alive", False),  # h11 closes after every HTTP/1.0 answer
     ],
 )
 def test_keep_alive_follows_the_version_and_connection(
@@ -104,8 +115,33 @@ def test_keep_alive_follows_the_version_and_connection(
 
 def test_http10_needs_no_host_and_absolute_targets_are_accepted() -> None:
     assert parse_head(b"GET /healthz HTTP/1.0", LIMITS).target == "/healthz"
-    parsed = parse_head(head(b"Host: x", request_line=b"GET http://x/apis HTTP/1.1"), LIMITS)
-    assert parsed.target == "http://x/apis"
+    parsed = parse_head(head(b"Host: x", request_line=b"GET http://x/apis?a=b HTTP/1.1"), LIMITS)
+    assert (parsed.target, parsed.path, parsed.query) == ("http://x/apis?a=b", "/apis", "a=b")
+
+
+@pytest.mark.parametrize(
+    ("target", "path"),
+    [
+        # the issue's example: origin-form, `://` inside a segment is just part of the path
+        (
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/scratch/pods/a://h/apis/"
+            "custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/trainer-1/samples_per_second",
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/scratch/pods/a://h/apis/"
+            "custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/trainer-1/samples_per_second",
+        ),
+        ("/a/http://h/b", "/a/http://h/b"),
+        ("/https://h/b", "/https://h/b"),
+        ("//h/apis", "//h/apis"),  # origin-form: `//` is an empty segment, not an authority
+        ("/a?x=http://h/b", "/a"),
+        ("/a#http://h/b", "/a"),
+        ("http://h", "/"),
+        ("HTTPS://h/apis/x", "/apis/x"),
+        ("http://h/a://h/b", "/a://h/b"),
+    ],
+)
+def test_the_path_routed_is_the_request_lines_own(target: str, path: str) -> None:
+    parsed = parse_head(head(b"Host: x", request_line=f"GET {target} HTTP/1.1".encode()), LIMITS)
+    assert parsed.path == path
 
 
 def test_bodies_are_announced_by_length_or_chunking() -> None:

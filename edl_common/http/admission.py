@@ -1,0 +1,197 @@
+"""Who may hold a connection: caps, room reserved for privileged peers, and whom to evict.
+
+Why eviction instead of refusing at the cap: a cap that refuses the newcomer lets whoever
+opened connections first keep them, so 1,000 idle sockets took a training pod's exporter off
+Prometheus and 1,020 unauthenticated TLS clients took the metrics API off kube-apiserver. Here
+a newcomer that finds the room full closes the connection that is worth least: one idle
+between requests (longest idle first), then one still handshaking or reading a head (longest
+first). A connection whose request is being served is never evicted, and unprivileged
+newcomers never evict privileged connections. Privileged (a client certificate the TLS
+context verified: the aggregator's front proxy) is only known after the handshake, so every
+connection starts unprivileged; unprivileged ones may hold ``max_connections - reserved``
+at most, and at most ``max_per_peer`` from one address.
+
+The table is pure bookkeeping over a clock the caller passes: no sockets, no tasks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class Phase(enum.Enum):
+    """Where a connection is in its life, as far as eviction cares."""
+
+    HANDSHAKE = "handshake"
+    """TLS handshake in progress."""
+    WAITING = "waiting"
+    """No byte of the next request yet (idle between requests, or a fresh connection)."""
+    READING = "reading"
+    """A request head or body partly received."""
+    SERVING = "serving"
+    """A complete request being answered: never evicted."""
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """How many connections, and how many of them unprivileged."""
+
+    max_connections: int = 1024
+    """Open connections at most (any phase, any privilege)."""
+    reserved: int = 0
+    """Of those, room only privileged connections may use."""
+    max_per_peer: int | None = None
+    """Unprivileged connections from one address at most (None: no per-peer cap)."""
+    idle_grace: float = 1.0
+    """Seconds a fresh or idle connection waits before it counts as idle for eviction
+    (a scrape that just connected is not idle)."""
+
+
+@dataclass(eq=False)
+class Tracked:
+    """One open connection as the admission table sees it."""
+
+    peer: str
+    phase: Phase
+    since: float
+    """When it entered its phase (the clock the table was given)."""
+    close: Callable[[], None]
+    """Closes the connection (eviction)."""
+    privileged: bool | None = None
+    """None until the handshake says (plain connections: False at once)."""
+    evicted: bool = field(default=False)
+
+
+class Admission:
+    """The table of open connections and the admission rule over it."""
+
+    def __init__(self, limits: AdmissionLimits, clock: Callable[[], float]) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._open: set[Tracked] = set()
+        self._unprivileged: dict[str, int] = {}
+        """Open connections known to be unprivileged, by peer (kept, not counted per call)."""
+        self.refused = 0
+        """Connections closed because no room could be made."""
+        self.evicted = 0
+        """Connections closed to make room for a newer one."""
+
+    @property
+    def open(self) -> int:
+        """Connections open now."""
+        return len(self._open)
+
+    def unprivileged(self, peer: str | None = None) -> int:
+        """Open connections known to be unprivileged (from ``peer`` only, when given)."""
+        if peer is None:
+            return sum(self._unprivileged.values())
+        return self._unprivileged.get(peer, 0)
+
+    def accept(self, peer: str, phase: Phase, close: Callable[[], None]) -> Tracked | None:
+        """Register a new connection; None (and nothing registered) when no room was made."""
+        conn = Tracked(peer, phase, self._clock(), close)
+        self._open.add(conn)
+        if len(self._open) > self.limits.max_connections and not self._evict(conn, None, False):
+            self._refuse(conn)
+            return None
+        if phase is not Phase.HANDSHAKE:
+            self._mark_unprivileged(conn)
+            if not self._fits_unprivileged(conn):
+                self._refuse(conn)
+                return None
+        return conn
+
+    def classify(self, conn: Tracked, privileged: bool) -> bool:
+        """Record what the handshake said; False: no room for it (the caller closes it)."""
+        if privileged:
+            conn.privileged = True
+            return True
+        self._mark_unprivileged(conn)
+        if not self._fits_unprivileged(conn):
+            self._refuse(conn)
+            return False
+        return True
+
+    def enter(self, conn: Tracked, phase: Phase) -> None:
+        """The connection moved on to ``phase``."""
+        conn.phase = phase
+        conn.since = self._clock()
+
+    def leave(self, conn: Tracked) -> None:
+        """The connection closed (idempotent)."""
+        if conn in self._open:
+            self._drop(conn)
+
+    def _mark_unprivileged(self, conn: Tracked) -> None:
+        conn.privileged = False
+        self._unprivileged[conn.peer] = self._unprivileged.get(conn.peer, 0) + 1
+
+    def _drop(self, conn: Tracked) -> None:
+        self._open.discard(conn)
+        if conn.privileged is False:
+            left = self._unprivileged[conn.peer] - 1
+            if left:
+                self._unprivileged[conn.peer] = left
+            else:
+                del self._unprivileged[conn.peer]
+
+    def serving(self) -> int:
+        """Connections whose request is being answered."""
+        return sum(1 for c in self._open if c.phase is Phase.SERVING)
+
+    def _fits_unprivileged(self, conn: Tracked) -> bool:
+        cap = self.limits.max_per_peer
+        if cap is not None and self.unprivileged(conn.peer) > cap:
+            if not self._evict(conn, conn.peer, True):
+                return False
+        room = self.limits.max_connections - self.limits.reserved
+        return self.unprivileged() <= room or self._evict(conn, None, True)
+
+    def _evict(self, newcomer: Tracked, peer: str | None, known: bool) -> bool:
+        victim = choose_victim(
+            self._open, newcomer, peer, known, self._clock() - self.limits.idle_grace
+        )
+        if victim is None:
+            return False
+        victim.evicted = True
+        self._drop(victim)
+        self.evicted += 1
+        victim.close()
+        return True
+
+    def _refuse(self, conn: Tracked) -> None:
+        self._drop(conn)
+        self.refused += 1
+
+
+def choose_victim(
+    open_: set[Tracked], newcomer: Tracked, peer: str | None, known: bool, idle_before: float
+) -> Tracked | None:
+    """The connection to close for ``newcomer``, or None.
+
+    Candidates: not privileged (``known``: known to be unprivileged, not still handshaking),
+    not being served, not the newcomer, from ``peer`` when given. First those idle since
+    before ``idle_before`` (longest first), then those handshaking or reading since before it
+    (slow: longest first); only then the young ones, waiting before reading, oldest first (a
+    scrape that just connected and sent its head goes last).
+    """
+    candidates = [
+        c
+        for c in open_
+        if c is not newcomer
+        and (c.privileged is False if known else c.privileged is not True)
+        and c.phase is not Phase.SERVING
+        and (peer is None or c.peer == peer)
+    ]
+    if not candidates:
+        return None
+
+    def worth(c: Tracked) -> tuple[int, float]:
+        waiting = c.phase is Phase.WAITING
+        if c.since <= idle_before:
+            return (0 if waiting else 1, c.since)
+        return (2 if waiting else 3, c.since)
+
+    return min(candidates, key=worth)

@@ -1,0 +1,615 @@
+"""An asyncio HTTP/1.1 server on h11: one event loop owns every connection, each with deadlines.
+
+Why not a thread per connection (gunicorn's gthread, ``http.server``): a handful of idle or
+half-open connections took every thread. Here waiting costs a few KB: the TLS handshake, a
+request head, a body and idle keep-alive each have a deadline, the admission table
+(:mod:`edl_common.http.admission`) decides who may stay when the room is full, and only
+complete, parsed requests reach the handler. h11 frames bodies and responses (and decides
+keep-alive); :mod:`edl_common.http.request_head` refuses what h11 is too lenient about.
+
+The handler is framework-free: it gets a :class:`Request` and returns a :class:`Response`
+(a body of bytes, or an async iterator that is streamed chunked), and renders errors of the
+HTTP layer itself in its own format (the adapter: a Kubernetes ``Status``; the agent: text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import functools
+import logging
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Protocol
+
+import h11
+
+from edl_common.http.admission import Admission, AdmissionLimits, Phase, Tracked
+from edl_common.http.request_head import (
+    HeadLimits,
+    HttpError,
+    RequestHead,
+    bad_request,
+    oversize_error,
+    skip_empty_lines,
+    start_request,
+)
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 65536
+_LINGER_S = 0.5  # after an error, unread input is drained this long before the close
+_LINGER_BYTES = 256 * 1024
+_DRAIN_S = 5.0  # on stop, requests being served get this long to finish
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Deadlines, sizes and caps that keep slow or hostile clients from starving the server."""
+
+    handshake_timeout: float = 10.0
+    """Seconds a TLS handshake may take (from accept)."""
+    header_timeout: float = 10.0
+    """Seconds from a request's first byte (or the handshake) to the end of its head; also
+    the time its body may take."""
+    idle_timeout: float = 90.0
+    """Seconds a privileged keep-alive connection may wait for its next request."""
+    unprivileged_idle_timeout: float | None = None
+    """The same for every other connection (None: ``idle_timeout``)."""
+    write_timeout: float = 30.0
+    """Seconds a response may take to be taken by the client."""
+    max_body: int = 65536
+    """Largest request body read; larger is 413."""
+    backlog: int = 1024
+    """Listen backlog (connects the kernel completes before the loop accepts them)."""
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    head: HeadLimits = field(default_factory=HeadLimits)
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """What is known about the connection a request came on."""
+
+    peer: tuple[str, int]
+    scheme: str
+    peer_cert_der: bytes | None
+    """The client certificate (DER) presented in the TLS handshake, if any."""
+    privileged: bool
+    """The TLS context verified the client's certificate."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """A complete request: its head, its body, its connection."""
+
+    head: RequestHead
+    body: bytes
+    connection: ConnectionInfo
+
+
+@dataclass
+class Response:
+    """What to answer. A bytes body gets a Content-Length; an async iterator goes out chunked."""
+
+    status: int
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | AsyncIterator[bytes] = b""
+    close: bool = False
+    """Close the connection after this answer."""
+    note: dict[str, str] = field(default_factory=dict)
+    """Whatever the handler wants back in :meth:`Handler.finished` (e.g. the user served)."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One answered request, for access logs."""
+
+    connection: ConnectionInfo
+    head: RequestHead | None
+    """None: the head itself was refused."""
+    response: Response
+    sent: int
+    """Bytes written (0 when the client went away first)."""
+    seconds: float
+
+
+class Handler(Protocol):
+    """Answers requests; renders the HTTP layer's own errors in the protocol's format."""
+
+    async def respond(self, request: Request) -> Response:
+        """The answer to a complete request (raise nothing: an exception is a 500)."""
+        ...
+
+    def refuse(self, error: HttpError) -> Response:
+        """The answer to a request the HTTP layer refused (``error.code`` is the status)."""
+        ...
+
+    def finished(self, exchange: Exchange) -> None:
+        """Called after each answer (access logs)."""
+        ...
+
+
+class _Closed(Exception):
+    """The connection ended (or idled out) between requests: close without an answer."""
+
+
+class _StreamProtocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, quiet about a TLS close_notify followed by a half-close.
+
+    After ``start_tls`` the protocol may still believe it is on plain TCP when the client's
+    close_notify arrives, answer "keep open" and make asyncio log ``returning true from
+    eof_received() has no effect when using ssl``: one log line per connection, for any
+    client. A connection that will speak TLS never asks to stay half-open.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        connected: Callable[
+            [asyncio.StreamReader, asyncio.StreamWriter, _StreamProtocol], Awaitable[None]
+        ],
+        tls: bool,
+    ) -> None:
+        super().__init__(reader, lambda r, w: connected(r, w, self))
+        self._tls = tls
+        self._tail = b""
+        self.on_head: Callable[[], None] | None = None
+        """Called when a complete request head has arrived (decrypted, under TLS)."""
+
+    def data_received(self, data: bytes) -> None:
+        """Hand the bytes on; a complete head marks the connection busy before it is read.
+
+        Until its task reads them, a scrape whose head already arrived would look like a
+        fresh idle connection, and a storm of newcomers could close it for room.
+        """
+        super().data_received(data)
+        if self.on_head is not None:
+            if b"\r\n\r\n" in self._tail + data:
+                self.on_head()
+                self._tail = b""
+            else:
+                self._tail = data[-3:]
+
+    def eof_received(self) -> bool:
+        keep_open = bool(super().eof_received())
+        return keep_open and not self._tls
+
+
+def _verified_certificate(ssl_object: ssl.SSLObject | None) -> bool:
+    """Privileged: a client certificate that the TLS context verified against its CAs."""
+    return ssl_object is not None and bool(ssl_object.getpeercert())
+
+
+class HttpServer:
+    """Serves ``handler`` over HTTP/1.1 (optionally TLS) from the running event loop.
+
+    Args:
+        handler: answers requests and renders errors.
+        limits: deadlines, sizes, caps.
+        context: the TLS server context (None: plain HTTP).
+        privileged: decides from the TLS connection whether it may use the reserved room
+            (default: a verified client certificate).
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        limits: ServerLimits,
+        context: ssl.SSLContext | None = None,
+        privileged: Callable[[ssl.SSLObject | None], bool] = _verified_certificate,
+    ) -> None:
+        self._handler = handler
+        self.limits = limits
+        self._context = context
+        self._privileged = privileged
+        self.scheme = "https" if context is not None else "http"
+        self._admission: Admission | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._refusal_logged = -60.0
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now."""
+        return self._admission.open if self._admission is not None else 0
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections closed at once because no room could be made."""
+        return self._admission.refused if self._admission is not None else 0
+
+    @property
+    def evicted_connections(self) -> int:
+        """Idle or slow connections closed to make room for newer ones."""
+        return self._admission.evicted if self._admission is not None else 0
+
+    async def serve(self, sock: socket.socket, stop: asyncio.Event) -> None:
+        """Serve on the bound socket until ``stop`` is set, then drain gracefully."""
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_exception_handler)
+        admission = self._admission = Admission(self.limits.admission, loop.time)
+        tls = self._context is not None
+
+        def protocol() -> _StreamProtocol:
+            return _StreamProtocol(asyncio.StreamReader(limit=_READ_SIZE), self._accepted, tls)
+
+        # create_server listens again: without `backlog` it would be asyncio's 100.
+        server = await loop.create_server(protocol, sock=sock, backlog=self.limits.backlog)
+        try:
+            await stop.wait()
+        finally:
+            server.close()
+            deadline = loop.time() + _DRAIN_S
+            while admission.serving() and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=2.0)
+
+    async def _accepted(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: _StreamProtocol
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None and self._admission is not None
+        admission = self._admission
+        peer = writer.get_extra_info("peername") or ("", 0)
+        phase = Phase.HANDSHAKE if self._context is not None else Phase.WAITING
+        conn = admission.accept(str(peer[0]), phase, functools.partial(_cancel, task))
+        if conn is None:
+            self._log_refusal()
+            writer.transport.abort()
+            return
+        stream.on_head = functools.partial(_head_arrived, admission, conn)
+        self._tasks.add(task)
+        try:
+            info = await self._handshake(writer, conn, peer)
+            if info is None:
+                self._log_refusal()
+                return
+            await self._serve(reader, writer, conn, info)
+            await _close(writer)  # flushes what is still buffered (drain stops at high water)
+        except (OSError, ssl.SSLError, EOFError, asyncio.IncompleteReadError, _Closed):
+            pass
+        except asyncio.CancelledError:  # evicted, or the server stops
+            pass
+        except h11.LocalProtocolError:  # an answer h11 cannot frame: ours, not the client's
+            log.exception("a response could not be framed; the connection is closed")
+        finally:
+            admission.leave(conn)
+            self._tasks.discard(task)
+            writer.transport.abort()  # a no-op after a clean close
+
+    async def _handshake(
+        self, writer: asyncio.StreamWriter, conn: Tracked, peer: Any
+    ) -> ConnectionInfo | None:
+        assert self._admission is not None
+        address = (str(peer[0]), int(peer[1]) if len(peer) > 1 else 0)
+        if self._context is None:
+            return ConnectionInfo(address, "http", None, False)
+        # The first await of this task: nothing has been read from the socket yet.
+        await writer.start_tls(self._context, ssl_handshake_timeout=self.limits.handshake_timeout)
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+        privileged = self._privileged(ssl_object)
+        if not self._admission.classify(conn, privileged):
+            return None
+        self._admission.enter(conn, Phase.WAITING)
+        return ConnectionInfo(address, "https", der, privileged)
+
+    def _log_refusal(self) -> None:
+        now = time.monotonic()
+        if now - self._refusal_logged >= 60.0:
+            self._refusal_logged = now
+            caps = self.limits.admission
+            log.warning(
+                "connections at their cap (%d in all, %d reserved for privileged clients, "
+                "%s per peer) and none idle to close: closing new ones "
+                "(%d so far; logged at most once a minute)",
+                caps.max_connections,
+                caps.reserved,
+                caps.max_per_peer if caps.max_per_peer is not None else "no cap",
+                self.refused_connections,
+            )
+
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        conn: Tracked,
+        info: ConnectionInfo,
+    ) -> None:
+        assert self._admission is not None
+        admission = self._admission
+        buf = bytearray()
+        first = True
+        for _ in range(1_000_000):  # requests per connection, bounded
+            admission.enter(conn, Phase.WAITING)
+            started = time.perf_counter()
+            head: RequestHead | None = None
+            try:
+                head, exchange = await self._read_head(reader, buf, first, conn, info)
+                started = time.perf_counter()  # the access log times the request, not the idle
+                body = await self._read_body(reader, writer, exchange, head)
+            except HttpError as e:
+                response = self._handler.refuse(e)
+                response.close = True
+                sent = await self._send_plain(writer, response, head)
+                self._finished(info, head, response, sent, started)
+                await self._linger(reader)
+                return
+            first = False
+            admission.enter(conn, Phase.SERVING)
+            try:
+                response = await self._handler.respond(Request(head, body, info))
+            except Exception:
+                log.exception("internal error serving %s %s", head.method, head.target)
+                response = self._handler.refuse(
+                    HttpError(500, "InternalError", "an internal error occurred")
+                )
+                response.close = True
+            sent = await self._send(writer, exchange, head, response)
+            self._finished(info, head, response, sent, started)
+            if exchange.our_state is not h11.DONE or exchange.their_state is not h11.DONE:
+                return  # h11 says close (Connection: close, HTTP/1.0, a failed stream)
+            buf = bytearray(exchange.trailing_data[0])
+
+    def _finished(
+        self,
+        info: ConnectionInfo,
+        head: RequestHead | None,
+        response: Response,
+        sent: int,
+        started: float,
+    ) -> None:
+        seconds = time.perf_counter() - started
+        try:
+            self._handler.finished(Exchange(info, head, response, sent, seconds))
+        except Exception:
+            log.exception("the access log failed")
+
+    async def _read_head(
+        self,
+        reader: asyncio.StreamReader,
+        buf: bytearray,
+        first: bool,
+        conn: Tracked,
+        info: ConnectionInfo,
+    ) -> tuple[RequestHead, h11.Connection]:
+        assert self._admission is not None
+        loop = asyncio.get_running_loop()
+        limits = self.limits
+        idle = limits.idle_timeout
+        if not info.privileged and limits.unprivileged_idle_timeout is not None:
+            idle = limits.unprivileged_idle_timeout
+        started = bool(buf)
+        if started:
+            self._admission.enter(conn, Phase.READING)
+        deadline = loop.time() + (limits.header_timeout if (first or started) else idle)
+        scanned = 0
+        for _ in range(limits.head.max_bytes + 2):  # at least one byte per read
+            skip = skip_empty_lines(buf)
+            if skip:
+                del buf[:skip]
+                scanned = 0
+            end = buf.find(b"\r\n\r\n", max(0, scanned - 3))
+            if end >= 0:
+                data = bytes(buf[:end])
+                rest = bytes(buf[end + 4 :])
+                buf.clear()
+                return start_request(data, rest, limits.head)
+            scanned = len(buf)
+            error = oversize_error(buf, limits.head)
+            if error is not None:
+                raise error
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await reader.read(_READ_SIZE)
+            except TimeoutError:
+                if buf:
+                    raise HttpError(
+                        408, "Timeout", "the request head was not received in time"
+                    ) from None
+                raise _Closed() from None
+            if not chunk:
+                if buf:
+                    raise bad_request("the connection ended inside the request head")
+                raise _Closed()
+            if not started:
+                started = True
+                self._admission.enter(conn, Phase.READING)
+                deadline = loop.time() + limits.header_timeout
+            buf += chunk
+        raise HttpError(431, "RequestHeaderFieldsTooLarge", "request head too large")
+
+    async def _read_body(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        exchange: h11.Connection,
+        head: RequestHead,
+    ) -> bytes:
+        limit = self.limits.max_body
+        if head.content_length > limit:
+            raise HttpError(413, "RequestEntityTooLarge", f"request body larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.limits.header_timeout):
+                for _ in range(limit + 2):  # each round takes a byte or ends
+                    try:
+                        event = exchange.next_event()
+                    except h11.RemoteProtocolError as e:
+                        raise bad_request(f"malformed request body: {e}") from e
+                    if isinstance(event, h11.EndOfMessage):
+                        return b"".join(chunks)
+                    if isinstance(event, h11.Data):
+                        size += len(event.data)
+                        if size > limit:
+                            raise HttpError(
+                                413,
+                                "RequestEntityTooLarge",
+                                f"request body larger than {limit} bytes",
+                            )
+                        chunks.append(bytes(event.data))
+                        continue
+                    if event is h11.NEED_DATA:
+                        if exchange.they_are_waiting_for_100_continue:
+                            writer.write(
+                                exchange.send(
+                                    h11.InformationalResponse(status_code=100, headers=[])
+                                )
+                            )
+                        data = await reader.read(_READ_SIZE)
+                        if not data:
+                            raise bad_request("the connection ended inside the request body")
+                        exchange.receive_data(data)
+                        continue
+                    raise bad_request("malformed request body")
+        except TimeoutError:
+            raise HttpError(408, "Timeout", "the request body was not received in time") from None
+        raise HttpError(413, "RequestEntityTooLarge", f"request body larger than {limit} bytes")
+
+    # ------------------------------------------------------------------ writing
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        exchange: h11.Connection,
+        head: RequestHead,
+        response: Response,
+    ) -> int:
+        """Frame ``response`` with h11 and write it; the bytes sent (a failed stream closes)."""
+        headers = _with_date(response.headers)
+        if response.close:
+            headers.append((b"Connection", b"close"))
+        body = response.body
+        if isinstance(body, bytes) and not any(k.lower() == b"content-length" for k, _ in headers):
+            headers.append((b"Content-Length", str(len(body)).encode()))
+        try:
+            data = exchange.send(
+                h11.Response(status_code=response.status, headers=headers, reason=_phrase(response))
+            )
+        except h11.LocalProtocolError:
+            log.exception("an invalid response head for %s %s", head.method, head.target)
+            error = self._handler.refuse(
+                HttpError(500, "InternalError", "an internal error occurred")
+            )
+            error.close = True
+            await _aclose(body)
+            return await self._send_plain(writer, error, head)
+        head_only = head.method == "HEAD"
+        sent = 0
+        if isinstance(body, bytes):
+            if body and not head_only:
+                data += exchange.send(h11.Data(data=body))
+            data += exchange.send(h11.EndOfMessage())
+            await self._write(writer, data)
+            return len(data)
+        try:
+            await self._write(writer, data)
+            sent = len(data)
+            async for chunk in body:
+                if chunk and not head_only:
+                    framed = exchange.send(h11.Data(data=chunk))
+                    await self._write(writer, framed)
+                    sent += len(framed)
+            end = exchange.send(h11.EndOfMessage())
+            await self._write(writer, end)
+            sent += len(end)
+        except Exception as e:  # the client went away or stopped reading, or the app failed
+            log.debug("streamed response aborted: %s", e)
+            exchange.send_failed()
+        finally:
+            await _aclose(body)
+        return sent
+
+    async def _send_plain(
+        self, writer: asyncio.StreamWriter, response: Response, head: RequestHead | None
+    ) -> int:
+        """Write an error answer with ``Connection: close``, framed here.
+
+        The head was refused, so there is no request for h11 to answer.
+        """
+        body = response.body if isinstance(response.body, bytes) else b""
+        await _aclose(response.body)
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in _with_date(response.headers)
+        ]
+        headers += [("Content-Length", str(len(body))), ("Connection", "close")]
+        lines = [f"HTTP/1.1 {response.status} {_phrase(response).decode()}\r\n"]
+        lines += [f"{k}: {v}\r\n" for k, v in headers]
+        data = ("".join(lines) + "\r\n").encode("latin-1")
+        if head is None or head.method != "HEAD":
+            data += body
+        await self._write(writer, data)
+        return len(data)
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        async with asyncio.timeout(self.limits.write_timeout):
+            await writer.drain()
+
+    async def _linger(self, reader: asyncio.StreamReader) -> None:
+        """Drain unread input briefly, so closing does not reset the answer just sent."""
+        taken = 0
+        try:
+            async with asyncio.timeout(_LINGER_S):
+                while taken < _LINGER_BYTES:
+                    chunk = await reader.read(_READ_SIZE)
+                    if not chunk:
+                        return
+                    taken += len(chunk)
+        except (TimeoutError, OSError):
+            return
+
+
+def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+
+
+def _head_arrived(admission: Admission, conn: Tracked) -> None:
+    if conn.phase in (Phase.WAITING, Phase.READING):
+        admission.enter(conn, Phase.SERVING)
+
+
+def _with_date(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    if not any(k.lower() == b"date" for k, _ in out):
+        out.append((b"Date", email.utils.formatdate(usegmt=True).encode()))
+    return out
+
+
+def _phrase(response: Response) -> bytes:
+    try:
+        return HTTPStatus(response.status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+async def _aclose(body: bytes | AsyncIterator[bytes]) -> None:
+    closer = getattr(body, "aclose", None)
+    if closer is not None:
+        with contextlib.suppress(Exception):
+            await closer()
+
+
+async def _close(writer: asyncio.StreamWriter, timeout: float = 2.0) -> None:
+    """Close after the buffered answer is sent (TLS: with close_notify), bounded in time."""
+    writer.close()
+    with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
+        async with asyncio.timeout(timeout):
+            await writer.wait_closed()
+
+
+def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Connection-level failures caused by clients are not the server's errors: debug only."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError | ssl.SSLError | EOFError):
+        log.debug("connection error: %s", context.get("message"))
+        return
+    loop.default_exception_handler(context)

@@ -1,0 +1,105 @@
+"""Who keeps a connection when the room is full: the admission table, on a manual clock."""
+
+from __future__ import annotations
+
+from edl_common.http.admission import Admission, AdmissionLimits, Phase, Tracked
+
+
+class Table:
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self.now = 0.0
+        self.closed: list[str] = []
+        self.admission = Admission(limits, lambda: self.now)
+
+    def open(
+        self, name: str, peer: str = "10.0.0.1", phase: Phase = Phase.WAITING, after: float = 1.0
+    ) -> Tracked | None:
+        self.now += after
+        return self.admission.accept(peer, phase, lambda: self.closed.append(name))
+
+
+def test_a_newcomer_closes_the_connection_idle_longest_never_one_being_served() -> None:
+    t = Table(AdmissionLimits(max_connections=3))
+    busy = t.open("busy")
+    reading = t.open("reading")
+    idle = t.open("idle")
+    assert busy and reading and idle
+    t.admission.enter(busy, Phase.SERVING)
+    t.admission.enter(reading, Phase.READING)
+    t.admission.enter(idle, Phase.WAITING)  # idle since after `reading` started reading
+    assert t.open("new-1", after=2.0) is not None
+    assert t.closed == ["idle"]  # idle (past the grace) before slow, whatever the age
+    assert t.open("new-2", after=0.1) is not None
+    assert t.closed == ["idle", "reading"]  # new-1 just connected: not idle yet
+    new_3 = t.open("new-3", after=0.1)  # now only fresh ones: the oldest; never `busy`
+    assert new_3 is not None and t.closed == ["idle", "reading", "new-1"]
+    assert t.admission.open == 3 and t.admission.evicted == 3
+
+
+def test_with_everyone_being_served_a_newcomer_is_refused() -> None:
+    t = Table(AdmissionLimits(max_connections=2))
+    for name in ("a", "b"):
+        conn = t.open(name)
+        assert conn is not None
+        t.admission.enter(conn, Phase.SERVING)
+    assert t.open("c") is None
+    assert t.closed == [] and t.admission.refused == 1 and t.admission.open == 2
+
+
+def test_unprivileged_connections_never_take_the_reserved_room() -> None:
+    t = Table(AdmissionLimits(max_connections=4, reserved=2))
+    strangers = [t.open(f"stranger-{i}", phase=Phase.HANDSHAKE) for i in range(4)]
+    assert all(strangers)  # handshaking: not known yet, may sit in the whole room
+    for s in strangers[:2]:
+        assert s is not None and t.admission.classify(s, privileged=False)
+        t.admission.enter(s, Phase.SERVING)
+    third = strangers[2]
+    assert third is not None and not t.admission.classify(third, privileged=False)
+    assert t.admission.refused == 1  # no unprivileged room left and nobody idle to close
+    proxy = strangers[3]
+    assert proxy is not None and t.admission.classify(proxy, privileged=True)
+    # a privileged connection arriving at the cap closes a stranger still handshaking
+    another = t.open("stranger-4", phase=Phase.HANDSHAKE)
+    assert another is not None and t.closed == []  # 3 open: room without eviction
+    late_proxy = t.open("proxy-2", phase=Phase.HANDSHAKE)
+    assert late_proxy is not None and t.closed == ["stranger-4"]
+    assert t.admission.classify(late_proxy, privileged=True)
+
+
+def test_privileged_connections_are_never_evicted_by_strangers() -> None:
+    t = Table(AdmissionLimits(max_connections=2, reserved=1))
+    proxy = t.open("proxy", phase=Phase.HANDSHAKE)
+    assert proxy is not None and t.admission.classify(proxy, privileged=True)
+    t.admission.enter(proxy, Phase.WAITING)  # idle keep-alive between HPA syncs
+    first = t.open("stranger-1")
+    assert first is not None
+    second = t.open("stranger-2")  # evicts the idle stranger, not the idle proxy
+    assert second is not None and t.closed == ["stranger-1"]
+
+
+def test_one_peer_may_hold_only_its_share_and_evicts_its_own() -> None:
+    t = Table(AdmissionLimits(max_connections=10, max_per_peer=2))
+    a1, a2 = t.open("a1", "10.0.0.1"), t.open("a2", "10.0.0.1")
+    b1 = t.open("b1", "10.0.0.2")
+    assert a1 and a2 and b1
+    assert t.open("a3", "10.0.0.1") is not None
+    assert t.closed == ["a1"]  # its own oldest, not the other peer's b1
+    assert t.admission.unprivileged("10.0.0.1") == 2
+    assert t.admission.unprivileged("10.0.0.2") == 1
+
+
+def test_a_scrape_that_just_sent_its_head_is_the_last_young_one_to_go() -> None:
+    t = Table(AdmissionLimits(max_connections=3))
+    scrape = t.open("scrape", after=0.1)
+    assert scrape is not None
+    t.admission.enter(scrape, Phase.READING)
+    assert t.open("churn-1", after=0.1) and t.open("churn-2", after=0.1)
+    assert t.open("churn-3", after=0.1) is not None  # everyone young: waiting ones go first
+    assert t.closed == ["churn-1"]
+    t.now += 5.0  # now the scrape has been reading for 5 s: slow, it goes before young ones
+    assert t.open("churn-4", after=0.1) is not None
+    assert t.closed == ["churn-1", "churn-2"]  # churn-2 idle past the grace: idle goes first
+    assert t.open("churn-5", after=0.1) is not None
+    assert t.closed == ["churn-1", "churn-2", "churn-3"]
+    assert t.open("churn-6", after=0.1) is not None
+    assert t.closed[-1] == "scrape"  # slow reader before the young churn-4 and churn-5
