@@ -64,9 +64,10 @@ from edl_sizing.history import (
     HistoryStore,
     MemoryHistoryStore,
     SizeHistory,
+    class_key,
 )
 from edl_sizing.resources import GPU, ResourceError, Resources
-from edl_sizing.scaling import ScalingCurve, ScalingPrior, fit_usl
+from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, fit_usl
 
 __all__ = [
     "GPU",
@@ -88,10 +89,12 @@ __all__ = [
     "ScalingCurve",
     "ScalingPrior",
     "SizeHistory",
+    "SizeModel",
     "SizingPolicy",
     "StaticCapacitySource",
     "Taint",
     "Toleration",
+    "class_key",
     "decide",
     "fit_usl",
     "job_error",

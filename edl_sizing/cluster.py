@@ -128,6 +128,13 @@ class Job:
     rescale_pause_s: float = 0.0
     """Measured mean pause of training at a rescale, seconds (0: not measured)."""
     observed: Mapping[int, float] = field(default_factory=dict)
+    requested: int = 0
+    """The size the job was created with (0: not known). Without a measurement it runs
+    there, and it is never shrunk below it to make room for another job's growth unless a
+    smaller size was measured at least as fast (protected demand still shrinks it)."""
+    recent_rescales: int = 0
+    """Rescales of the job within the last hour (the caller counts them): at the policy's
+    budget it neither grows nor gives workers to another job's growth."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None

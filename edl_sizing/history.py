@@ -45,8 +45,20 @@ class JobHistory:
     updated: float = 0.0
 
 
+CLASS_PREFIX = "class:"
+
+
+def class_key(namespace: str, job_class: str) -> str:
+    """The history key of a job class (``edl.paddlepaddle.org/class``) in a namespace."""
+    return f"{CLASS_PREFIX}{namespace}/{job_class}"
+
+
 class SizeHistory:
-    """The history of every job (not thread-safe: a store serialises access)."""
+    """The history of every job and job class (not thread-safe: a store serialises access).
+
+    A job of a class is recorded twice: under its own key and under its class's
+    (:func:`class_key`), so a new job of the class starts from what its class measured.
+    """
 
     def __init__(
         self,
@@ -61,15 +73,26 @@ class SizeHistory:
         self.max_jobs = max_jobs
         self.max_sizes = max_sizes
 
-    def observed(self, job: str) -> dict[int, float]:
-        """Size -> samples per second for ``job`` (empty when never measured)."""
-        h = self.jobs.get(job)
-        return {n: r.samples_per_second for n, r in h.sizes.items()} if h else {}
+    def observed(self, job: str, job_class: str | None = None) -> dict[int, float]:
+        """Size -> samples per second for ``job`` (empty when never measured).
 
-    def pause(self, job: str) -> float:
-        """The job's mean rescale pause in seconds (0 when never measured)."""
+        With ``job_class`` (a :func:`class_key`), the class's sizes fill those the job has
+        not measured itself.
+        """
         h = self.jobs.get(job)
-        return h.pause_s if h else 0.0
+        own = {n: r.samples_per_second for n, r in h.sizes.items()} if h else {}
+        c = self.jobs.get(job_class) if job_class is not None else None
+        if c is None:
+            return own
+        return {**{n: r.samples_per_second for n, r in c.sizes.items()}, **own}
+
+    def pause(self, job: str, job_class: str | None = None) -> float:
+        """The job's mean rescale pause in seconds (its class's until its own; 0: none)."""
+        h = self.jobs.get(job)
+        if h is not None and h.pauses:
+            return h.pause_s
+        c = self.jobs.get(job_class) if job_class is not None else None
+        return c.pause_s if c is not None else 0.0
 
     def observe(self, job: str, size: int, samples_per_second: float, now: float) -> None:
         """Fold one throughput measurement at ``size`` workers into the mean."""

@@ -61,7 +61,7 @@ def test_one_job_grows_into_free_room_and_says_where() -> None:
     plan = decide(nodes(1, cpu=6), workers(a, ["node-1"] * 2), [a], now=100.0)
     d = plan.jobs["ns/a"]
     assert (d.current, d.desired, d.limited_by.value) == (2, 6, "no_capacity")
-    assert d.message.startswith("grew to 6 (+4): 4 CPUs free on node-1, marginal speed-up 0.9")
+    assert d.message.startswith("grew to 6 (+4): 4 CPUs free on node-1, marginal speed-up 1.00")
     assert plan.free == Resources(cpu=4, memory=62 * GI)
 
 
@@ -245,7 +245,7 @@ def test_hold_off_after_growth_but_shrink_is_at_once() -> None:
 
 
 def test_growth_must_pay_back_the_rescale_pause() -> None:
-    observed = {1: 100.0, 2: 130.0}  # worker 3 would add little
+    observed = {1: 100.0, 2: 180.0}  # worker 3 adds ~0.7 of a worker: pays back a short pause only
     slow = job("a", replicas=2, observed=observed, rescale_pause_s=60.0, min_marginal_speedup=0.0)
     policy = SizingPolicy(payback_s=120.0)
     plan = decide(nodes(1, cpu=3), [], [slow], policy, now=100.0)
