@@ -135,6 +135,10 @@ class Job:
     recent_rescales: int = 0
     """Rescales of the job within the last hour (the caller counts them): at the policy's
     budget it neither grows nor gives workers to another job's growth."""
+    job_class: str | None = None
+    """The ``edl.paddlepaddle.org/class`` label: jobs of one class share a size history (the
+    decision does not read it; the caller merges the class's measurements into
+    ``observed``)."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None

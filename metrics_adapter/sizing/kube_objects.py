@@ -41,7 +41,9 @@ MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
 MAX_WORKERS = "edl.paddlepaddle.org/max-workers"
 WEIGHT = "edl.paddlepaddle.org/weight"
 MIN_MARGINAL_SPEEDUP = "edl.paddlepaddle.org/min-marginal-speedup"
-_ANNOTATIONS = (MIN_WORKERS, MAX_WORKERS, WEIGHT, MIN_MARGINAL_SPEEDUP)
+REQUESTED_WORKERS = "edl.paddlepaddle.org/requested-workers"
+CLASS_LABEL = "edl.paddlepaddle.org/class"
+_ANNOTATIONS = (MIN_WORKERS, MAX_WORKERS, WEIGHT, MIN_MARGINAL_SPEEDUP, REQUESTED_WORKERS)
 _TERMINAL = ("Succeeded", "Failed")
 _OPERATORS = {"In": Operator.IN, "NotIn": Operator.NOT_IN, "Exists": Operator.EXISTS}
 
@@ -85,6 +87,8 @@ class DeploymentRecord:
     """Why the template cannot be read (bad quantities, an unsupported selector)."""
     uid: str = ""
     generation: int = 0
+    job_class: str | None = None
+    """The ``edl.paddlepaddle.org/class`` label (None: history per job only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +250,7 @@ def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
         problem=problem,
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
+        job_class=str((meta.get("labels") or {}).get(CLASS_LABEL) or "") or None,
     )
 
 
@@ -282,7 +287,10 @@ def job_from(
     high, e2 = _annotation(a, MAX_WORKERS, defaults.max_workers, True)
     weight, e3 = _annotation(a, WEIGHT, defaults.weight, False)
     threshold, e4 = _annotation(a, MIN_MARGINAL_SPEEDUP, defaults.min_marginal_speedup, False)
-    errors = [e for e in (d.problem, e1, e2, e3, e4) if e]
+    requested, e5 = _annotation(a, REQUESTED_WORKERS, 0, True)
+    errors = [e for e in (d.problem, e1, e2, e3, e4, e5) if e]
+    if not errors and requested < 0:
+        errors.append(f"annotation {REQUESTED_WORKERS}: {int(requested)} must be at least 0")
     if not errors and low < 1:
         errors.append(f"annotation {MIN_WORKERS}: {int(low)} must be at least 1")
     priority = 0
@@ -305,6 +313,8 @@ def job_from(
         min_marginal_speedup=threshold,
         priority=priority,
         arrival=d.created,
+        requested=int(requested),
+        job_class=d.job_class,
         tolerations=d.tolerations,
         node_selector=d.node_selector,
         error="; ".join(errors) or None,

@@ -104,8 +104,9 @@ class EdlPolicy(HpaPolicy):
             seen_sum, seen_count = self._pauses_seen.get(key, (0.0, 0))
             if job.pause_count > seen_count:
                 mean = (job.pause_sum - seen_sum) / (job.pause_count - seen_count)
+                count = job.pause_count - seen_count
                 for k in keys:
-                    self.history.observe_pause(k, mean, now)
+                    self.history.observe_pause(k, mean, now, count if k == key else 0)
                 self._pauses_seen[key] = (job.pause_sum, job.pause_count)
 
     def _pods(self) -> list[Pod]:
