@@ -49,7 +49,7 @@ from edl_sizing.capacity import (
     StaticCapacitySource,
     snapshot_from_dict,
 )
-from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.decision import (
     Demand,
     JobDecision,
@@ -83,6 +83,7 @@ __all__ = [
     "Node",
     "Plan",
     "Pod",
+    "Quota",
     "Reason",
     "ResourceError",
     "Resources",

@@ -147,3 +147,33 @@ class Job:
     def key(self) -> str:
         """``namespace/name``: how pods and decisions refer to the job."""
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What a namespace's ResourceQuota still admits: ``left`` by resource.
+
+    Keys are ``cpu``, ``memory``, ``gpu`` (requests) and ``pods``; a resource the quota does
+    not limit is absent. A new worker pod is admitted only if it fits every quota of its
+    namespace (the API server refuses it otherwise: ``FailedCreate`` on the ReplicaSet).
+    """
+
+    namespace: str
+    name: str
+    left: Mapping[str, float] = field(default_factory=dict)
+
+    def admits(self, worker: Resources, pods: int = 1) -> bool:
+        """Whether ``pods`` more pods of ``worker`` fit what is left."""
+        need = {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu}
+        for key, have in self.left.items():
+            want = pods if key == "pods" else need.get(key, 0.0) * pods
+            if want > have + 1e-9 * max(1.0, abs(have)):
+                return False
+        return True
+
+    def take(self, worker: Resources) -> Quota:
+        """What is left after one more pod of ``worker``."""
+        need = {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu, "pods": 1.0}
+        return Quota(
+            self.namespace, self.name, {k: v - need.get(k, 0.0) for k, v in self.left.items()}
+        )

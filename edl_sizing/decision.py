@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edl_sizing.cluster import Job, Node, Pod
+from edl_sizing.cluster import Job, Node, Pod, Quota
 from edl_sizing.packing import Packing
 from edl_sizing.resources import Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel
@@ -206,6 +206,8 @@ class _State:
     """Free room of each node this round's growth used, before the round's first worker."""
     granted: int = 0
     """Created-but-unbound workers kept this round (the job grows: it is no one's donor)."""
+    quota: str | None = None
+    """The ResourceQuota that admits no more of its workers (its growth stopped there)."""
     took: list[tuple[_State, str]] = field(default_factory=list)
     """(donor, node) of each worker this job's growth took from another job this round."""
     gave: list[tuple[str, float, float]] = field(default_factory=list)
@@ -260,8 +262,13 @@ def decide(
     jobs: Sequence[Job],
     policy: SizingPolicy = SizingPolicy(),
     now: float = 0.0,
+    quotas: Sequence[Quota] = (),
 ) -> Plan:
-    """One sizing round (see the module docstring); pure and deterministic."""
+    """One sizing round (see the module docstring); pure and deterministic.
+
+    ``quotas``: what each namespace's ResourceQuotas still admit; growth never plans a new
+    worker pod that one of them would refuse.
+    """
     eligible = [n for n in sorted(nodes, key=lambda n: n.name) if n.ready and n.schedulable]
     allocatable = sum((n.allocatable for n in eligible), Resources())
     states: dict[str, _State] = {}
@@ -290,7 +297,7 @@ def decide(
         _trim_to_max(packing, s)
     demands = _serve_claims(packing, states, valid, pods)
     _keep_granted(packing, valid, policy)
-    _grow(packing, valid, policy, now)
+    _grow(packing, valid, policy, now, _Quotas(quotas))
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
 
@@ -496,14 +503,58 @@ def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPo
     return node
 
 
-def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: float) -> None:
+class _Quotas:
+    """What the namespaces' quotas admit, consumed by the round's new worker pods."""
+
+    def __init__(self, quotas: Sequence[Quota]) -> None:
+        self.by_namespace: dict[str, list[Quota]] = {}
+        for q in sorted(quotas, key=lambda q: (q.namespace, q.name)):
+            self.by_namespace.setdefault(q.namespace, []).append(q)
+
+    def refusing(self, s: _State) -> str | None:
+        """The quota that would refuse one more new worker pod of ``s`` (None: none)."""
+        if s.count + 1 <= s.job.replicas:
+            return None  # the pod exists already: the quota counted it
+        for q in self.by_namespace.get(s.job.namespace, ()):
+            if not q.admits(s.job.worker):
+                return q.name
+        return None
+
+    def placed(self, s: _State) -> None:
+        """A worker was planned for ``s`` (a new pod once beyond its replicas)."""
+        if s.count <= s.job.replicas:
+            return
+        ns = s.job.namespace
+        if ns in self.by_namespace:
+            self.by_namespace[ns] = [q.take(s.job.worker) for q in self.by_namespace[ns]]
+
+    def released(self, s: _State) -> None:
+        """A planned worker of ``s`` was given back (before ``s.count`` drops)."""
+        if s.count <= s.job.replicas:
+            return
+        ns = s.job.namespace
+        if ns in self.by_namespace:
+            back = Resources(-s.job.worker.cpu, -s.job.worker.memory, -s.job.worker.gpu)
+            self.by_namespace[ns] = [
+                Quota(q.namespace, q.name, {**q.take(back).left, **_pods_back(q)})
+                for q in self.by_namespace[ns]
+            ]
+
+
+def _pods_back(q: Quota) -> dict[str, float]:
+    return {"pods": q.left["pods"] + 1.0} if "pods" in q.left else {}
+
+
+def _grow(
+    packing: Packing, valid: list[_State], policy: SizingPolicy, now: float, quotas: _Quotas
+) -> None:
     start = {s.job.key: s.count for s in valid}
     excluded: set[str] = {
         s.job.key for s in valid if s.waiting or s.shrunk_for or s.reason is Reason.NO_CAPACITY
     }
     for _ in range(len(valid) + 1):
         growing = [s for s in valid if s.job.key not in excluded]
-        _grow_greedily(packing, growing, policy, now, valid)
+        _grow_greedily(packing, growing, policy, now, valid, quotas)
         unpaid = []
         trimmed = False
         for s in valid:
@@ -517,14 +568,17 @@ def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: floa
                 continue
             while s.count > end:  # stop at the fastest size: give back what lies beyond
                 packing.release(s.grown.pop(), s.job.worker, s.job.key)
+                quotas.released(s)
                 s.count -= 1
             excluded.add(s.job.key)
             trimmed = True
         if not unpaid and not trimmed:
             return
         for s in unpaid:
-            for node in s.grown:
+            for node in reversed(s.grown):
                 packing.release(node, s.job.worker, s.job.key)
+                quotas.released(s)
+                s.count -= 1
             for donor, node in s.took:
                 packing.place(node, donor.job.worker, donor.job.key)
                 donor.count += 1
@@ -543,6 +597,7 @@ def _grow_greedily(
     policy: SizingPolicy,
     now: float,
     valid: list[_State],
+    quotas: _Quotas,
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
@@ -564,6 +619,8 @@ def _grow_greedily(
             s.reason = Reason.LOW_MARGINAL_GAIN  # its workers are worth more elsewhere
             continue
         blocked = _growth_block(s, policy, now)
+        if blocked is None and (refusing := quotas.refusing(s)) is not None:
+            s.quota, blocked = refusing, Reason.NO_CAPACITY
         node = None
         if blocked is None:
             node = packing.local_fit(
@@ -578,6 +635,7 @@ def _grow_greedily(
             continue
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
+        quotas.placed(s)
         s.grown.append(node)
         heapq.heappush(heap, entry(s))
 
@@ -707,7 +765,12 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
     verb = "shrank to" if desired < job.replicas else "stays at"
     why = {
         Reason.AT_MAX: f"at its maximum of {job.max_replicas} workers",
-        Reason.NO_CAPACITY: f"no node has room for one more worker ({job.worker.describe()})",
+        Reason.NO_CAPACITY: (
+            f"the namespace's ResourceQuota {s.quota} admits no more workers "
+            f"({job.worker.describe()} each)"
+            if s.quota is not None
+            else f"no node has room for one more worker ({job.worker.describe()})"
+        ),
         Reason.LOW_MARGINAL_GAIN: (
             f"one more worker would add {s.model.marginal(desired):.2f} "
             f"(threshold {job.min_marginal_speedup:.2f}) or not pay back its rescale pause"

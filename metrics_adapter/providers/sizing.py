@@ -125,7 +125,9 @@ class Sizer:
             history = self._refresh_history(snapshot, now)
             jobs = [_with_history(j, history, now) for j in snapshot.jobs]
             try:
-                plan = decide(snapshot.nodes, snapshot.pods, jobs, self._policy, now)
+                plan = decide(
+                    snapshot.nodes, snapshot.pods, jobs, self._policy, now, snapshot.quotas
+                )
             except Exception:
                 log.exception("sizing decision failed: serving every job its current replicas")
                 plan = _fallback_plan(jobs, self._policy, now)

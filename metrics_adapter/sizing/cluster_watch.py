@@ -1,12 +1,13 @@
-"""The Kubernetes capacity source: watches of Nodes, Pods, PriorityClasses, trainer Deployments.
+"""The Kubernetes capacity source: watches of the objects a sizing round reads.
 
+Nodes, Pods, PriorityClasses, trainer Deployments and ResourceQuotas.
 Each kind has a :class:`Reflector` (one thread): a paged list, then a watch from its
 resourceVersion, relisting on ``410 Gone`` and after errors (bounded backoff). Objects are
 read as plain JSON and kept only as the compact records of
 :mod:`metrics_adapter.sizing.kube_objects`, so memory grows with what the sizer reads,
 not with the objects' size. Deployments are watched with the job label as selector; pods
 and nodes cluster-wide (RBAC: get/list/watch on nodes, pods, priorityclasses,
-deployments).
+deployments, resourcequotas).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes import client as k8s
 
 from edl_sizing.capacity import ClusterSnapshot
-from edl_sizing.cluster import Node
+from edl_sizing.cluster import Node, Quota
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
     DeploymentRecord,
@@ -32,6 +33,7 @@ from metrics_adapter.sizing.kube_objects import (
     node_from,
     pod_from,
     priority_class_from,
+    quota_from,
 )
 
 log = logging.getLogger(__name__)
@@ -197,7 +199,7 @@ class Reflector(Generic[T]):
 
 
 class KubernetesCapacitySource:
-    """The cluster as the sizer sees it, from four watches."""
+    """The cluster as the sizer sees it, from five watches."""
 
     def __init__(
         self,
@@ -225,7 +227,11 @@ class KubernetesCapacitySource:
             "priorityclasses", scheduling.list_priority_class, priority_class_from, on_error, None,
             500, t,
         )  # fmt: skip
-        self._all = (self.nodes, self.pods, self.deployments, self.classes)
+        self.quotas: Reflector[Quota] = Reflector(
+            "resourcequotas", core.list_resource_quota_for_all_namespaces, quota_from, on_error,
+            None, 500, t,
+        )  # fmt: skip
+        self._all = (self.nodes, self.pods, self.deployments, self.classes, self.quotas)
 
     @property
     def synced(self) -> bool:
@@ -242,6 +248,7 @@ class KubernetesCapacitySource:
             self.deployments.records(),
             self.classes.records(),
             self._defaults,
+            self.quotas.records(),
         )
 
     def deployment(self, job_key: str) -> DeploymentRecord | None:
@@ -253,7 +260,7 @@ class KubernetesCapacitySource:
         return None
 
     def start(self) -> None:
-        """Start the four watches."""
+        """Start the watches."""
         for r in self._all:
             r.start()
 

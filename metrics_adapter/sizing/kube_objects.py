@@ -31,8 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
-from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.api.selectors import LabelSelector, Operator, Requirement
 
@@ -276,6 +277,46 @@ def _annotation(
     return value, None
 
 
+_QUOTA_KEYS = {
+    "requests.cpu": "cpu",
+    "cpu": "cpu",
+    "requests.memory": "memory",
+    "memory": "memory",
+    "requests.nvidia.com/gpu": "gpu",
+    "pods": "pods",
+    "count/pods": "pods",
+}
+"""ResourceQuota names -> what they limit of a new worker pod (requests; ``pods``)."""
+
+
+def quota_from(obj: Mapping[str, Any]) -> Quota | None:
+    """What a ResourceQuota still admits: ``status.hard - status.used``.
+
+    None when it limits nothing a worker asks for or its status is not filled in yet. A
+    quota with a scope (``spec.scopes``, ``scopeSelector``) is taken as applying to the
+    workers too: the sizer then plans fewer, never a pod the API server refuses. An amount
+    that is not a quantity is skipped (the API server validates them).
+    """
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    hard = status.get("hard") or {}
+    used = status.get("used") or {}
+    left: dict[str, float] = {}
+    for name, key in _QUOTA_KEYS.items():
+        if name not in hard:
+            continue
+        try:
+            value = float(
+                parse_quantity(str(hard[name])) - parse_quantity(str(used.get(name, "0")))
+            )
+        except QuantityError:
+            continue
+        left[key] = min(left.get(key, value), value)
+    if not left:
+        return None
+    return Quota(str(meta.get("namespace", "")), str(meta.get("name", "")), left)
+
+
 def job_from(
     d: DeploymentRecord,
     classes: Mapping[str, PriorityClassRecord],
@@ -327,6 +368,7 @@ def assemble(
     deployments: Iterable[DeploymentRecord],
     classes: Iterable[PriorityClassRecord],
     defaults: JobDefaults | None = None,
+    quotas: Iterable[Quota] = (),
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth."""
     by_class = {c.name: c for c in classes}
@@ -369,6 +411,7 @@ def assemble(
         tuple(out_pods),
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
+        quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
     )
 
 

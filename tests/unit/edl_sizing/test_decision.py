@@ -13,6 +13,7 @@ from edl_sizing import (
     Node,
     Plan,
     Pod,
+    Quota,
     Resources,
     ScalingCurve,
     ScalingPrior,
@@ -553,3 +554,23 @@ def test_a_growth_within_the_hysteresis_is_not_made() -> None:
     assert desired(decide(nodes(1, cpu=4), workers(a, ["node-1"] * 2), [a], loose, 100.0)) == {
         "a": 3
     }
+
+
+def test_growth_stops_at_what_the_namespaces_resource_quota_admits() -> None:
+    a = job("a", replicas=2)
+    # the quota counts the 2 workers already created: 1.5 CPUs left admit one more of 1 CPU
+    quota = Quota("ns", "compute", {"cpu": 1.5, "pods": 10})
+    plan = decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0, quotas=[quota])
+    d = plan.jobs["ns/a"]
+    assert (d.desired, d.limited_by.value) == (3, "no_capacity")
+    pods_only = Quota("ns", "pods", {"pods": 0})
+    plan = decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0, quotas=[pods_only])
+    d = plan.jobs["ns/a"]
+    assert d.desired == 2
+    assert d.message == (
+        "stays at 2: the namespace's ResourceQuota pods admits no more workers (1 CPU, 1 GiB each)"
+    )
+    # another namespace's quota does not limit it
+    other = Quota("elsewhere", "compute", {"cpu": 0})
+    assert desired(decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0,
+                          quotas=[other])) == {"a": 8}  # fmt: skip
