@@ -130,8 +130,9 @@ class Job:
     observed: Mapping[int, float] = field(default_factory=dict)
     requested: int = 0
     """The size the job was created with (0: not known). Without a measurement it runs
-    there, and it is never shrunk below it to make room for another job's growth unless a
-    smaller size was measured at least as fast (protected demand still shrinks it)."""
+    there, and another job's growth beyond that job's own request never shrinks it below it,
+    unless a smaller size was measured at least as fast (protected demand still does, and so
+    may a job still below its own request)."""
     recent_rescales: int = 0
     """Rescales of the job within the last hour (the caller counts them): at the policy's
     budget it neither grows nor gives workers to another job's growth."""

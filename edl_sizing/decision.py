@@ -80,7 +80,7 @@ class SizingPolicy:
     hysteresis: float = 0.05
     """A round's growth must raise the job's predicted speed by at least this share, or it
     is not made (a size is not left for a predicted gain within the model's noise)."""
-    rescale_budget_per_hour: int = 4
+    rescale_budget_per_hour: int = 8
     """A job that rescaled this many times in the last hour (``Job.recent_rescales``) neither
     grows nor gives workers to another job's growth; only protected demand shrinks it."""
 
@@ -398,14 +398,16 @@ def _make_room(
     counts: Mapping[str, int] | None = None,
     cost_limit: float = math.inf,
     consolidate: bool = False,
+    requests_held: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
     With ``cost_limit``, what is removed must be worth less than that in all. With
     ``consolidate`` (room for growth), workers of jobs that already give some up this round
-    go first (fewer jobs rescale), then the lowest marginal value, and no job goes below its
-    :meth:`_State.floor`; otherwise (protected demand) the lowest marginal value, down to
-    the minimum.
+    go first (fewer jobs rescale), then the lowest marginal value; otherwise (protected
+    demand) the lowest marginal value. No job goes below its minimum, nor below its
+    :meth:`_State.floor` with ``requests_held`` (the worker gained is beyond the grower's
+    own request: an extra never costs another job its request).
     """
     best: tuple[int, float, int, str, list[tuple[str, str]]] | None = None
     for node in packing.candidates(who.tolerations, who.node_selector):
@@ -426,7 +428,7 @@ def _make_room(
                 left = (counts[job_key] if counts is not None else s.count) - gone
                 if packing.workers_on(job_key, node.name) - gone <= 0:
                     continue
-                if left <= (s.floor() if consolidate else s.job.min_replicas):
+                if left <= (s.floor() if requests_held else s.job.min_replicas):
                     continue
                 value = s.value(left)
                 if cost + value >= cost_limit:
@@ -488,9 +490,11 @@ def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPo
         and not (o.grown or o.granted or o.waiting or o.shrunk_for or o.over_budget(policy))
     }
     job = s.job
+    beyond_request = s.count + 1 > max(job.requested, job.min_replicas)
     found = _make_room(
-        packing, donors, job.worker, job, job.priority, job.key, cost_limit=limit, consolidate=True
-    )
+        packing, donors, job.worker, job, job.priority, job.key,
+        cost_limit=limit, consolidate=True, requests_held=beyond_request,
+    )  # fmt: skip
     if found is None:
         return None
     node, removals = found

@@ -151,7 +151,10 @@ class SizeModel:
     * elsewhere the USL fit of the sizes that fit on one node (``per_node`` workers), times
       a *span factor* for sizes that need more nodes: the geometric mean of measured/fitted
       over the measured multi-node sizes (1 until one is measured: optimistic, as the
-      prior; the first multi-node measurement corrects it).
+      prior; the first multi-node measurement corrects it); that curve is then corrected
+      by the measured/predicted ratio of the neighbouring measured sizes (interpolated
+      between two, the nearest one's outside them), so the prediction meets every
+      measurement without jumps and keeps the fit's shape between them.
 
     Speed-ups are relative to the predicted one-worker throughput; a job never measured has
     the prior's USL shape (no span cost assumed).
@@ -179,6 +182,8 @@ class SizeModel:
         ]
         if spanning:
             self.span_factor = math.exp(sum(math.log(r) for r in spanning) / len(spanning))
+        self._sizes = sorted(points)
+        self._residual = {n: x / r for n, x in points.items() if (r := self._raw(n)) > 0}
         self._one = self._predict(1)
         self._cache: dict[int, float] = {}
 
@@ -187,13 +192,26 @@ class SizeModel:
         """Largest size measured (0: none)."""
         return max(self.points, default=0)
 
+    def _raw(self, n: int) -> float:
+        lam = self._base.lam if self._base.lam is not None else 1.0
+        value = lam * self._base.speedup(n)
+        return value * self.span_factor if n > self.per_node else value
+
     def _predict(self, n: int) -> float:
         measured = self.points.get(n)
         if measured is not None:
             return measured
-        lam = self._base.lam if self._base.lam is not None else 1.0
-        value = lam * self._base.speedup(n)
-        return value * self.span_factor if n > self.per_node else value
+        raw = self._raw(n)
+        sizes = [m for m in self._sizes if m in self._residual]
+        if not sizes:
+            return raw
+        below = [m for m in sizes if m < n]
+        above = [m for m in sizes if m > n]
+        if below and above:
+            low, high = below[-1], above[0]
+            r0, r1 = self._residual[low], self._residual[high]
+            return raw * (r0 + (r1 - r0) * (n - low) / (high - low))
+        return raw * self._residual[below[-1] if below else above[0]]
 
     def speedup(self, n: int) -> float:
         """Predicted X(n) / X(1); 0 for n <= 0."""

@@ -268,7 +268,7 @@ FLAT = {1: 100.0, 2: 150.0, 4: 200.0, 8: 230.0}
 
 
 def test_growth_takes_a_worker_worth_less_than_half_as_much_elsewhere() -> None:
-    # One node of 8 CPUs, full: flat runs 7 (its 7th worker adds 0.04), linear runs 1.
+    # One node of 8 CPUs, full: flat runs 7 (its 7th worker adds 0.05), linear runs 1.
     flat = job("flat", replicas=7, observed=FLAT)
     linear = job("linear", replicas=1, observed={1: 100.0})
     pods = workers(flat, ["node-1"] * 7) + workers(linear, ["node-1"])
@@ -276,12 +276,12 @@ def test_growth_takes_a_worker_worth_less_than_half_as_much_elsewhere() -> None:
     assert desired(plan) == {"flat": 6, "linear": 2}  # linear: capped at 2 x measured
     assert reasons(plan) == {"flat": "low_marginal_gain", "linear": "hold_off"}
     assert plan.jobs["ns/linear"].message == (
-        "grew to 2: the room of 1 worker of ns/flat (marginal speed-up 0.04 there), "
+        "grew to 2: the room of 1 worker of ns/flat (marginal speed-up 0.05 there), "
         "marginal speed-up 0.90"
     )
     assert plan.jobs["ns/flat"].message == (
         "shrank to 6: its workers are worth more to ns/linear "
-        "(marginal speed-up 0.90 there, 0.04 here)"
+        "(marginal speed-up 0.90 there, 0.05 here)"
     )
     # Worth more, but not twice as much (the rescale margin): nothing moves.
     close = job("close", replicas=7, observed={1: 100.0, 2: 195.0, 4: 370.0, 8: 650.0})
@@ -536,10 +536,10 @@ def test_a_job_is_not_shrunk_below_its_request_for_another_jobs_growth() -> None
 
 
 def test_a_job_that_used_its_rescale_budget_does_not_grow() -> None:
-    a = job("a", replicas=2, recent_rescales=4)
+    a = job("a", replicas=2, recent_rescales=SizingPolicy().rescale_budget_per_hour)
     plan = decide(nodes(1, cpu=6), workers(a, ["node-1"] * 2), [a], now=100.0)
     assert desired(plan) == {"a": 2} and reasons(plan) == {"a": "hold_off"}
-    fresh = replace(a, recent_rescales=3)
+    fresh = replace(a, recent_rescales=a.recent_rescales - 1)
     assert desired(decide(nodes(1, cpu=6), workers(a, ["node-1"] * 2), [fresh], now=100.0)) == {
         "a": 6
     }
