@@ -7,7 +7,14 @@ inputs and seed; the bench prints each scenario's table (every figure, and its r
 Extra arguments after ``--`` are ``edl-sim run`` options (e.g. ``-- --prior-kappa 0``), so a
 proposed sizer setting can be measured the same way. Figures are printed, never asserted.
 
-    python bench/bench_cluster.py [--plots docs/img] [--json FILE] [-- EDL-SIM-OPTIONS]
+With ``--dev-set DIR`` (e.g. ``../shared/reference/philly-dev``) it also runs every
+``workload-*.csv`` there with the folder's ``curves.csv`` and ``cluster.csv`` (and its
+``placements.csv`` with ``--placements``) under ``static``, ``edl`` and ``edl-2018``, one at a
+time, and prints one row per workload: mean and p99 JCT, makespan and utilisation of each
+policy against ``static``, rescales per job, and whether the issue's acceptance holds.
+
+    python bench/bench_cluster.py [--plots docs/img] [--json FILE] [--dev-set DIR
+                                  [--placements] [--no-scenarios]] [-- EDL-SIM-OPTIONS]
 """
 
 from __future__ import annotations
@@ -72,6 +79,65 @@ GOALS = {
 }  # fmt: skip
 
 
+DEV_POLICIES = ("static", "edl", "edl-2018")
+
+
+def dev_set(folder: Path, placements: bool, extra: list[str]) -> dict[str, object]:
+    """Every workload of the dev set under static, edl and edl-2018: one row each."""
+    shared = ["--curves", str(folder / "curves.csv"), "--cluster", str(folder / "cluster.csv")]
+    if placements:
+        shared += ["--placements", str(folder / "placements.csv")]
+    print(f"== dev set {folder}{' (placements)' if placements else ''}", flush=True)
+    print("edl-sim run --workload W " + " ".join(shared) + " --policy " + ",".join(DEV_POLICIES)
+          + (" " + " ".join(extra) if extra else ""))  # fmt: skip
+    header = (
+        f"{'workload':<12} {'policy':<9} {'JCT mean':>9} {'x':>6} {'JCT p99':>9} {'x':>6} "
+        f"{'makespan':>9} {'x':>6} {'util':>6} {'x':>6} {'resc/job':>8}  acceptance"
+    )
+    print(header)
+    print("-" * len(header))
+    out: dict[str, object] = {}
+    for path in sorted(folder.glob("workload-*.csv")):
+        options = parse_run_args(["--workload", str(path), *shared, *extra])
+        workload = load_workload(
+            options.workload, options.curves, options.cluster, None, options.placements
+        )
+        sim, policy = settings_from(options)
+        results = compare(workload, list(DEV_POLICIES), sim, policy)
+        by = {f.policy: f for f in (figures(r, None) for r in results)}
+        base = by["static"]
+        for name in DEV_POLICIES:
+            f = by[name]
+            x = {
+                k: ratio(getattr(f, k), getattr(base, k)) or 0.0
+                for k in ("jct_mean_s", "jct_p99_s", "makespan_s", "utilisation_mean")
+            }
+            verdict = _acceptance(by) if name == "edl" else ""
+            print(
+                f"{path.stem:<12} {name:<9} {f.jct_mean_s or 0:>9.0f} {x['jct_mean_s']:>6.2f} "
+                f"{f.jct_p99_s or 0:>9.0f} {x['jct_p99_s']:>6.2f} {f.makespan_s:>9.0f} "
+                f"{x['makespan_s']:>6.2f} {f.utilisation_mean:>6.1%} {x['utilisation_mean']:>6.2f} "
+                f"{f.rescales_per_job:>8.1f}  {verdict}",
+                flush=True,
+            )
+        out[path.stem] = to_json(list(by.values()))
+    return out
+
+
+def _acceptance(by: dict[str, Figures]) -> str:
+    """The issue's acceptance on one workload: met, or what misses."""
+    s, e, o = by["static"], by["edl"], by["edl-2018"]
+    checks = (
+        ("JCT", (ratio(e.jct_mean_s, s.jct_mean_s) or 9.0) <= 0.60),
+        ("makespan", (ratio(e.makespan_s, s.makespan_s) or 9.0) <= 1.0),
+        ("util", e.utilisation_mean >= s.utilisation_mean),
+        ("rescales", e.rescales_per_job <= 4),
+        ("edl-2018 rescales", o.rescales_per_job <= 20),
+    )
+    missed = [name for name, ok in checks if not ok]
+    return "met" if not missed else "MISSED: " + ", ".join(missed)
+
+
 def main() -> int:
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -80,8 +146,11 @@ def main() -> int:
     parser.add_argument("--plots", type=Path, help="write cluster-<scenario>.png here")
     parser.add_argument("--json", type=Path, help="write every scenario's figures here")
     parser.add_argument("--only", choices=sorted(scenarios.SCENARIOS), action="append")
+    parser.add_argument("--dev-set", type=Path, help="a folder of workload-*.csv to run too")
+    parser.add_argument("--placements", action="store_true", help="with the dev set's placements")
+    parser.add_argument("--no-scenarios", action="store_true", help="only the dev set")
     args = parser.parse_args(own)
-    names = args.only or list(scenarios.SCENARIOS)
+    names = [] if args.no_scenarios else (args.only or list(scenarios.SCENARIOS))
     everything = {}
     started = time.monotonic()
     for name in names:
@@ -112,6 +181,8 @@ def main() -> int:
         if args.plots is not None:
             write_plot(results, args.plots / f"cluster-{name}.png", scenario.title, options.window)
         everything[name] = to_json(all_figures)
+    if args.dev_set is not None:
+        everything["dev-set"] = dev_set(args.dev_set, args.placements, extra)
     print(f"total wall time: {time.monotonic() - started:.1f} s")
     if extra:
         print(f"edl-sim options: {' '.join(extra)}")

@@ -49,7 +49,7 @@ from edl_sizing.capacity import (
     StaticCapacitySource,
     snapshot_from_dict,
 )
-from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.decision import (
     Demand,
     JobDecision,
@@ -64,9 +64,10 @@ from edl_sizing.history import (
     HistoryStore,
     MemoryHistoryStore,
     SizeHistory,
+    class_key,
 )
 from edl_sizing.resources import GPU, ResourceError, Resources
-from edl_sizing.scaling import ScalingCurve, ScalingPrior, fit_usl
+from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, fit_usl
 
 __all__ = [
     "GPU",
@@ -82,16 +83,19 @@ __all__ = [
     "Node",
     "Plan",
     "Pod",
+    "Quota",
     "Reason",
     "ResourceError",
     "Resources",
     "ScalingCurve",
     "ScalingPrior",
     "SizeHistory",
+    "SizeModel",
     "SizingPolicy",
     "StaticCapacitySource",
     "Taint",
     "Toleration",
+    "class_key",
     "decide",
     "fit_usl",
     "job_error",

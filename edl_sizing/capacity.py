@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.resources import ResourceError, Resources
 
 
@@ -52,6 +52,8 @@ class ClusterSnapshot:
     job_names: Mapping[str, str] = field(default_factory=dict)
     """Job key -> the name a metric selector uses for it (``edl.paddlepaddle.org/job``);
     a job missing here goes by ``Job.name``."""
+    quotas: tuple[Quota, ...] = ()
+    """What each namespace's ResourceQuotas still admit."""
 
 
 class CapacitySource(Protocol):

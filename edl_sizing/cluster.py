@@ -128,6 +128,18 @@ class Job:
     rescale_pause_s: float = 0.0
     """Measured mean pause of training at a rescale, seconds (0: not measured)."""
     observed: Mapping[int, float] = field(default_factory=dict)
+    requested: int = 0
+    """The size the job was created with (0: not known). Without a measurement it runs
+    there, and another job's growth beyond that job's own request never shrinks it below it,
+    unless a smaller size was measured at least as fast (protected demand still does, and so
+    may a job still below its own request)."""
+    recent_rescales: int = 0
+    """Rescales of the job within the last hour (the caller counts them): at the policy's
+    budget it neither grows nor gives workers to another job's growth."""
+    job_class: str | None = None
+    """The ``edl.paddlepaddle.org/class`` label: jobs of one class share a size history (the
+    decision does not read it; the caller merges the class's measurements into
+    ``observed``)."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
@@ -136,3 +148,33 @@ class Job:
     def key(self) -> str:
         """``namespace/name``: how pods and decisions refer to the job."""
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What a namespace's ResourceQuota still admits: ``left`` by resource.
+
+    Keys are ``cpu``, ``memory``, ``gpu`` (requests) and ``pods``; a resource the quota does
+    not limit is absent. A new worker pod is admitted only if it fits every quota of its
+    namespace (the API server refuses it otherwise: ``FailedCreate`` on the ReplicaSet).
+    """
+
+    namespace: str
+    name: str
+    left: Mapping[str, float] = field(default_factory=dict)
+
+    def admits(self, worker: Resources, pods: int = 1) -> bool:
+        """Whether ``pods`` more pods of ``worker`` fit what is left."""
+        need = {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu}
+        for key, have in self.left.items():
+            want = pods if key == "pods" else need.get(key, 0.0) * pods
+            if want > have + 1e-9 * max(1.0, abs(have)):
+                return False
+        return True
+
+    def take(self, worker: Resources) -> Quota:
+        """What is left after one more pod of ``worker``."""
+        need = {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu, "pods": 1.0}
+        return Quota(
+            self.namespace, self.name, {k: v - need.get(k, 0.0) for k, v in self.left.items()}
+        )

@@ -42,10 +42,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edl_sizing.cluster import Job, Node, Pod
+from edl_sizing.cluster import Job, Node, Pod, Quota
 from edl_sizing.packing import Packing
 from edl_sizing.resources import Resources
-from edl_sizing.scaling import ScalingCurve, ScalingPrior, fit_usl
+from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel
 
 
 class Reason(enum.Enum):
@@ -77,6 +77,12 @@ class SizingPolicy:
     round (>= 1): free room goes to a job already growing while its next worker is worth
     at least 1/margin of the best other's, so it is given in fewer, larger steps."""
     prior: ScalingPrior = field(default_factory=ScalingPrior)
+    hysteresis: float = 0.05
+    """A round's growth must raise the job's predicted speed by at least this share, or it
+    is not made (a size is not left for a predicted gain within the model's noise)."""
+    rescale_budget_per_hour: int = 8
+    """A job that rescaled this many times in the last hour (``Job.recent_rescales``) neither
+    grows nor gives workers to another job's growth; only protected demand shrinks it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +192,7 @@ class _State:
     """A job during the round (mutable)."""
 
     job: Job
-    curve: ScalingCurve
+    model: SizeModel
     share: float
     count: int
     error: str | None = None
@@ -200,15 +206,54 @@ class _State:
     """Free room of each node this round's growth used, before the round's first worker."""
     granted: int = 0
     """Created-but-unbound workers kept this round (the job grows: it is no one's donor)."""
+    quota: str | None = None
+    """The ResourceQuota that admits no more of its workers (its growth stopped there)."""
     took: list[tuple[_State, str]] = field(default_factory=list)
     """(donor, node) of each worker this job's growth took from another job this round."""
     gave: list[tuple[str, float, float]] = field(default_factory=list)
     """(job key, marginal speed-up there, marginal speed-up here) of each worker this job
     gave up to a job where it is worth more."""
 
+    @property
+    def curve(self) -> ScalingCurve:
+        """The USL fit of the job's measurements (what the decision reports)."""
+        return self.model.curve
+
     def value(self, n: int) -> float:
         """Marginal value of the job's n-th worker: what removing it costs."""
-        return self.job.weight * self.curve.marginal(n - 1) / max(self.share, 1e-12)
+        return self.job.weight * self.model.marginal(n - 1) / max(self.share, 1e-12)
+
+    def growth_value(self, policy: SizingPolicy) -> float:
+        """What the next worker is worth to growth: the best mean gain over the next node."""
+        gain, _ = self.model.ahead(self.count, self.growth_limit(policy))
+        return self.job.weight * gain / max(self.share, 1e-12)
+
+    def growth_limit(self, policy: SizingPolicy) -> int:
+        """The largest size growth may plan: max, exploration cap, one node ahead."""
+        job = self.job
+        base = max(self.model.largest, job.requested, 1)
+        cap = math.floor(policy.exploration * base + 1e-9)
+        return min(job.max_replicas, cap, self.count + self.model.per_node)
+
+    def floor(self) -> int:
+        """Fewest workers another job's growth may leave it.
+
+        Its request, unless a smaller size was measured at least as fast as the request.
+        """
+        job = self.job
+        requested = min(job.requested, job.max_replicas)
+        if requested <= job.min_replicas:
+            return job.min_replicas
+        at_request = self.model.points.get(requested)
+        if at_request is not None and any(
+            x >= at_request for n, x in self.model.points.items() if n < requested
+        ):
+            return job.min_replicas
+        return requested
+
+    def over_budget(self, policy: SizingPolicy) -> bool:
+        """Whether it has used its rescales for this hour."""
+        return self.job.recent_rescales >= policy.rescale_budget_per_hour
 
 
 def decide(
@@ -217,17 +262,24 @@ def decide(
     jobs: Sequence[Job],
     policy: SizingPolicy = SizingPolicy(),
     now: float = 0.0,
+    quotas: Sequence[Quota] = (),
 ) -> Plan:
-    """One sizing round (see the module docstring); pure and deterministic."""
+    """One sizing round (see the module docstring); pure and deterministic.
+
+    ``quotas``: what each namespace's ResourceQuotas still admit; growth never plans a new
+    worker pod that one of them would refuse.
+    """
     eligible = [n for n in sorted(nodes, key=lambda n: n.name) if n.ready and n.schedulable]
     allocatable = sum((n.allocatable for n in eligible), Resources())
-    packing = Packing(eligible, {n.name: n.allocatable - policy.headroom for n in eligible})
     states: dict[str, _State] = {}
+    room = {n.name: n.allocatable - policy.headroom for n in eligible}
     for job in sorted(jobs, key=lambda j: j.key):
         if job.key not in states:
-            curve = fit_usl(job.observed, policy.prior)
-            states[job.key] = _State(job, curve, job.worker.dominant_share(allocatable), 0)
+            per_node = max((_how_many(job.worker, r) for r in room.values()), default=1)
+            model = SizeModel(job.observed, per_node, policy.prior)
+            states[job.key] = _State(job, model, job.worker.dominant_share(allocatable), 0)
             states[job.key].error = job_error(job)
+    packing = Packing(eligible, room)
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.node is None:
             continue
@@ -245,9 +297,16 @@ def decide(
         _trim_to_max(packing, s)
     demands = _serve_claims(packing, states, valid, pods)
     _keep_granted(packing, valid, policy)
-    _grow(packing, valid, policy, now)
+    _grow(packing, valid, policy, now, _Quotas(quotas))
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
+
+
+def _how_many(worker: Resources, room: Resources) -> int:
+    """Workers of this size that fit in ``room``."""
+    pairs = ((worker.cpu, room.cpu), (worker.memory, room.memory), (worker.gpu, room.gpu))
+    counts = [math.floor(have / need + 1e-9) for need, have in pairs if need > 0]
+    return max(1, min(counts)) if counts else 1
 
 
 def _trim_to_max(packing: Packing, s: _State) -> None:
@@ -339,12 +398,16 @@ def _make_room(
     counts: Mapping[str, int] | None = None,
     cost_limit: float = math.inf,
     consolidate: bool = False,
+    requests_held: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
     With ``cost_limit``, what is removed must be worth less than that in all. With
-    ``consolidate``, workers of jobs that already give some up this round go first (fewer
-    jobs rescale), then the lowest marginal value; otherwise the lowest marginal value.
+    ``consolidate`` (room for growth), workers of jobs that already give some up this round
+    go first (fewer jobs rescale), then the lowest marginal value; otherwise (protected
+    demand) the lowest marginal value. No job goes below its minimum, nor below its
+    :meth:`_State.floor` with ``requests_held`` (the worker gained is beyond the grower's
+    own request: an extra never costs another job its request).
     """
     best: tuple[int, float, int, str, list[tuple[str, str]]] | None = None
     for node in packing.candidates(who.tolerations, who.node_selector):
@@ -365,7 +428,7 @@ def _make_room(
                 left = (counts[job_key] if counts is not None else s.count) - gone
                 if packing.workers_on(job_key, node.name) - gone <= 0:
                     continue
-                if left <= s.job.min_replicas:
+                if left <= (s.floor() if requests_held else s.job.min_replicas):
                     continue
                 value = s.value(left)
                 if cost + value >= cost_limit:
@@ -419,16 +482,19 @@ def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPo
     less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
     this round is preferred (it rescales anyway). Returns the node (its room is freed).
     """
-    limit = s.value(s.count + 1) / max(1.0, policy.rescale_margin)
+    limit = s.growth_value(policy) / max(1.0, policy.rescale_margin)
     donors = {
         o.job.key: o
         for o in valid
-        if o is not s and not (o.grown or o.granted or o.waiting or o.shrunk_for)
+        if o is not s
+        and not (o.grown or o.granted or o.waiting or o.shrunk_for or o.over_budget(policy))
     }
     job = s.job
+    beyond_request = s.count + 1 > max(job.requested, job.min_replicas)
     found = _make_room(
-        packing, donors, job.worker, job, job.priority, job.key, cost_limit=limit, consolidate=True
-    )
+        packing, donors, job.worker, job, job.priority, job.key,
+        cost_limit=limit, consolidate=True, requests_held=beyond_request,
+    )  # fmt: skip
     if found is None:
         return None
     node, removals = found
@@ -436,25 +502,87 @@ def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPo
         o = donors[donor_key]
         packing.release(on, o.job.worker, donor_key)
         o.count -= 1
-        o.gave.append((job.key, s.curve.marginal(s.count), o.curve.marginal(o.count)))
+        o.gave.append((job.key, s.model.marginal(s.count), o.model.marginal(o.count)))
         s.took.append((o, on))
     return node
 
 
-def _grow(packing: Packing, valid: list[_State], policy: SizingPolicy, now: float) -> None:
+class _Quotas:
+    """What the namespaces' quotas admit, consumed by the round's new worker pods."""
+
+    def __init__(self, quotas: Sequence[Quota]) -> None:
+        self.by_namespace: dict[str, list[Quota]] = {}
+        for q in sorted(quotas, key=lambda q: (q.namespace, q.name)):
+            self.by_namespace.setdefault(q.namespace, []).append(q)
+
+    def refusing(self, s: _State) -> str | None:
+        """The quota that would refuse one more new worker pod of ``s`` (None: none)."""
+        if s.count + 1 <= s.job.replicas:
+            return None  # the pod exists already: the quota counted it
+        for q in self.by_namespace.get(s.job.namespace, ()):
+            if not q.admits(s.job.worker):
+                return q.name
+        return None
+
+    def placed(self, s: _State) -> None:
+        """A worker was planned for ``s`` (a new pod once beyond its replicas)."""
+        if s.count <= s.job.replicas:
+            return
+        ns = s.job.namespace
+        if ns in self.by_namespace:
+            self.by_namespace[ns] = [q.take(s.job.worker) for q in self.by_namespace[ns]]
+
+    def released(self, s: _State) -> None:
+        """A planned worker of ``s`` was given back (before ``s.count`` drops)."""
+        if s.count <= s.job.replicas:
+            return
+        ns = s.job.namespace
+        if ns in self.by_namespace:
+            back = Resources(-s.job.worker.cpu, -s.job.worker.memory, -s.job.worker.gpu)
+            self.by_namespace[ns] = [
+                Quota(q.namespace, q.name, {**q.take(back).left, **_pods_back(q)})
+                for q in self.by_namespace[ns]
+            ]
+
+
+def _pods_back(q: Quota) -> dict[str, float]:
+    return {"pods": q.left["pods"] + 1.0} if "pods" in q.left else {}
+
+
+def _grow(
+    packing: Packing, valid: list[_State], policy: SizingPolicy, now: float, quotas: _Quotas
+) -> None:
     start = {s.job.key: s.count for s in valid}
     excluded: set[str] = {
         s.job.key for s in valid if s.waiting or s.shrunk_for or s.reason is Reason.NO_CAPACITY
     }
     for _ in range(len(valid) + 1):
         growing = [s for s in valid if s.job.key not in excluded]
-        _grow_greedily(packing, growing, policy, now, valid)
-        unpaid = [s for s in valid if s.grown and not _pays_back(s, start[s.job.key], policy)]
-        if not unpaid:
+        _grow_greedily(packing, growing, policy, now, valid, quotas)
+        unpaid = []
+        trimmed = False
+        for s in valid:
+            if not s.grown:
+                continue
+            end = _best_end(s, start[s.job.key], policy)
+            if end == s.count:
+                continue
+            if end == start[s.job.key] or s.took:
+                unpaid.append(s)
+                continue
+            while s.count > end:  # stop at the fastest size: give back what lies beyond
+                packing.release(s.grown.pop(), s.job.worker, s.job.key)
+                quotas.released(s)
+                s.count -= 1
+            excluded.add(s.job.key)
+            trimmed = True
+        if not unpaid and not trimmed:
             return
         for s in unpaid:
-            for node in s.grown:
+            for node in reversed(s.grown):
                 packing.release(node, s.job.worker, s.job.key)
+                quotas.released(s)
+                s.count -= 1
             for donor, node in s.took:
                 packing.place(node, donor.job.worker, donor.job.key)
                 donor.count += 1
@@ -473,6 +601,7 @@ def _grow_greedily(
     policy: SizingPolicy,
     now: float,
     valid: list[_State],
+    quotas: _Quotas,
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
@@ -483,7 +612,7 @@ def _grow_greedily(
     margin = max(1.0, policy.rescale_margin)
 
     def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
-        score = s.value(s.count + 1) * (margin if s.grown else 1.0)
+        score = s.growth_value(policy) * (margin if s.grown else 1.0)
         return (-score, -s.job.priority, s.job.arrival, s.job.key), s
 
     heap = [entry(s) for s in candidates]
@@ -494,9 +623,13 @@ def _grow_greedily(
             s.reason = Reason.LOW_MARGINAL_GAIN  # its workers are worth more elsewhere
             continue
         blocked = _growth_block(s, policy, now)
+        if blocked is None and (refusing := quotas.refusing(s)) is not None:
+            s.quota, blocked = refusing, Reason.NO_CAPACITY
         node = None
         if blocked is None:
-            node = packing.first_fit(s.job.worker, s.job.tolerations, s.job.node_selector)
+            node = packing.local_fit(
+                s.job.key, s.job.worker, s.job.tolerations, s.job.node_selector
+            )
             if node is not None:
                 s.room_before.setdefault(node, packing.free[node])
             else:
@@ -506,6 +639,7 @@ def _grow_greedily(
             continue
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
+        quotas.placed(s)
         s.grown.append(node)
         heapq.heappush(heap, entry(s))
 
@@ -514,22 +648,46 @@ def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
     job = s.job
     if s.count >= job.max_replicas:
         return Reason.AT_MAX
-    if s.curve.marginal(s.count) < job.min_marginal_speedup:
+    limit = s.growth_limit(policy)
+    if s.count + 1 > limit:
+        return Reason.HOLD_OFF
+    if s.model.ahead(s.count, limit)[0] < job.min_marginal_speedup:
         return Reason.LOW_MARGINAL_GAIN
     if not s.grown and job.last_rescale is not None and now - job.last_rescale < policy.hold_off_s:
         return Reason.HOLD_OFF
-    if s.count + 1 > policy.exploration * max(s.curve.largest, 1):
+    if not s.grown and s.over_budget(policy):
         return Reason.HOLD_OFF
     return None
 
 
-def _pays_back(s: _State, start: int, policy: SizingPolicy) -> bool:
-    """Whether growing from ``start`` to ``s.count`` gains more samples than the pause costs."""
-    pause = s.job.rescale_pause_s
-    if pause <= 0 or start <= 0:
+def _pays_back(s: _State, start: int, policy: SizingPolicy, end: int | None = None) -> bool:
+    """Whether growing from ``start`` to ``end`` (default: the planned size) is worth a rescale.
+
+    The predicted speed must rise by the hysteresis share, and the samples gained within
+    the pay-back time must make up for the measured pause.
+    """
+    end = s.count if end is None else end
+    if start <= 0:
         return True
-    before, after = s.curve.speedup(start), s.curve.speedup(s.count)
+    before, after = s.model.speedup(start), s.model.speedup(end)
+    if after < before * (1.0 + policy.hysteresis):
+        return False
+    pause = s.job.rescale_pause_s
+    if pause <= 0:
+        return True
     return (after - before) * max(0.0, policy.payback_s - pause) > before * pause
+
+
+def _best_end(s: _State, start: int, policy: SizingPolicy) -> int:
+    """Where the round's growth should end: the fastest predicted size worth its rescale.
+
+    Between ``start`` and the planned size; ``start`` when none is worth it.
+    """
+    best = start
+    for n in range(start + 1, s.count + 1):
+        if s.model.speedup(n) > s.model.speedup(best) + 1e-12 and _pays_back(s, start, policy, n):
+            best = n
+    return best
 
 
 def _decision(s: _State, placed: Mapping[str, int]) -> JobDecision:
@@ -551,7 +709,7 @@ def _decision(s: _State, placed: Mapping[str, int]) -> JobDecision:
         elif s.gave:
             reason = Reason.LOW_MARGINAL_GAIN
         message = _message(s, desired, reason)
-    marginal = s.curve.marginal(desired) if desired < job.max_replicas else 0.0
+    marginal = s.model.marginal(desired) if desired < job.max_replicas else 0.0
     nodes = dict(sorted((n, c) for n, c in placed.items() if c > 0))
     return JobDecision(
         job.key, job.replicas, desired, reason, message, marginal,
@@ -598,7 +756,7 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
             parts.append(f"{room.describe()} free on {node}{more}")
         if s.took:
             donors = sorted({d.job.key for d, _ in s.took})
-            worth = max(d.curve.marginal(d.count) for d, _ in s.took)
+            worth = max(d.model.marginal(d.count) for d, _ in s.took)
             n = len(s.took)
             parts.append(
                 f"the room of {n} worker{'s' if n > 1 else ''} of {', '.join(donors[:3])}"
@@ -606,14 +764,19 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
             )
         return (
             f"grew to {desired}{step}: {' and '.join(parts)}, "
-            f"marginal speed-up {s.curve.marginal(desired - 1):.2f}"
+            f"marginal speed-up {s.model.marginal(desired - 1):.2f}"
         )
     verb = "shrank to" if desired < job.replicas else "stays at"
     why = {
         Reason.AT_MAX: f"at its maximum of {job.max_replicas} workers",
-        Reason.NO_CAPACITY: f"no node has room for one more worker ({job.worker.describe()})",
+        Reason.NO_CAPACITY: (
+            f"the namespace's ResourceQuota {s.quota} admits no more workers "
+            f"({job.worker.describe()} each)"
+            if s.quota is not None
+            else f"no node has room for one more worker ({job.worker.describe()})"
+        ),
         Reason.LOW_MARGINAL_GAIN: (
-            f"one more worker would add {s.curve.marginal(desired):.2f} "
+            f"one more worker would add {s.model.marginal(desired):.2f} "
             f"(threshold {job.min_marginal_speedup:.2f}) or not pay back its rescale pause"
         ),
         Reason.HOLD_OFF: "held off: grew recently, or the new size is not measured yet",

@@ -43,10 +43,29 @@ class JobHistory:
     """Mean training pause at a rescale, seconds (0: none measured)."""
     pauses: int = 0
     updated: float = 0.0
+    first_size: int = 0
+    """The size of its first measurement: the size it was created with (0: none yet)."""
+    rescaled: list[float] = field(default_factory=list)
+    """When its recent rescales were seen (the newest ``MAX_RESCALES_KEPT``)."""
+
+
+MAX_RESCALES_KEPT = 32
+
+
+CLASS_PREFIX = "class:"
+
+
+def class_key(namespace: str, job_class: str) -> str:
+    """The history key of a job class (``edl.paddlepaddle.org/class``) in a namespace."""
+    return f"{CLASS_PREFIX}{namespace}/{job_class}"
 
 
 class SizeHistory:
-    """The history of every job (not thread-safe: a store serialises access)."""
+    """The history of every job and job class (not thread-safe: a store serialises access).
+
+    A job of a class is recorded twice: under its own key and under its class's
+    (:func:`class_key`), so a new job of the class starts from what its class measured.
+    """
 
     def __init__(
         self,
@@ -61,21 +80,34 @@ class SizeHistory:
         self.max_jobs = max_jobs
         self.max_sizes = max_sizes
 
-    def observed(self, job: str) -> dict[int, float]:
-        """Size -> samples per second for ``job`` (empty when never measured)."""
-        h = self.jobs.get(job)
-        return {n: r.samples_per_second for n, r in h.sizes.items()} if h else {}
+    def observed(self, job: str, job_class: str | None = None) -> dict[int, float]:
+        """Size -> samples per second for ``job`` (empty when never measured).
 
-    def pause(self, job: str) -> float:
-        """The job's mean rescale pause in seconds (0 when never measured)."""
+        With ``job_class`` (a :func:`class_key`), the class's sizes fill those the job has
+        not measured itself.
+        """
         h = self.jobs.get(job)
-        return h.pause_s if h else 0.0
+        own = {n: r.samples_per_second for n, r in h.sizes.items()} if h else {}
+        c = self.jobs.get(job_class) if job_class is not None else None
+        if c is None:
+            return own
+        return {**{n: r.samples_per_second for n, r in c.sizes.items()}, **own}
+
+    def pause(self, job: str, job_class: str | None = None) -> float:
+        """The job's mean rescale pause in seconds (its class's until its own; 0: none)."""
+        h = self.jobs.get(job)
+        if h is not None and h.pauses:
+            return h.pause_s
+        c = self.jobs.get(job_class) if job_class is not None else None
+        return c.pause_s if c is not None else 0.0
 
     def observe(self, job: str, size: int, samples_per_second: float, now: float) -> None:
         """Fold one throughput measurement at ``size`` workers into the mean."""
         if size < 1 or not (math.isfinite(samples_per_second) and samples_per_second > 0):
             return
         h = self._job(job, now)
+        if not h.first_size:
+            h.first_size = size
         old = h.sizes.get(size)
         if old is None:
             h.sizes[size] = SizeRecord(samples_per_second, 1, now)
@@ -87,13 +119,25 @@ class SizeHistory:
             )
             h.sizes[size] = SizeRecord(mean, old.observations + 1, now)
 
-    def observe_pause(self, job: str, pause_s: float, now: float) -> None:
-        """Fold one measured rescale pause (seconds) into the mean."""
+    def observe_pause(self, job: str, pause_s: float, now: float, rescales: int = 1) -> None:
+        """Fold a measured rescale pause (seconds) into the mean; ``rescales`` happened."""
         if not (math.isfinite(pause_s) and pause_s >= 0):
             return
         h = self._job(job, now)
         h.pause_s = pause_s if not h.pauses else h.pause_s + self.alpha * (pause_s - h.pause_s)
         h.pauses += 1
+        h.rescaled.extend([now] * max(0, min(rescales, MAX_RESCALES_KEPT)))
+        del h.rescaled[:-MAX_RESCALES_KEPT]
+
+    def first_size(self, job: str) -> int:
+        """The size of the job's first measurement (0: never measured)."""
+        h = self.jobs.get(job)
+        return h.first_size if h else 0
+
+    def rescales_since(self, job: str, since: float) -> int:
+        """Rescales of the job seen after ``since``."""
+        h = self.jobs.get(job)
+        return sum(1 for t in h.rescaled if t > since) if h else 0
 
     def forget_older_than(self, horizon: float) -> int:
         """Drop jobs not updated since ``horizon``; returns how many."""
@@ -113,7 +157,10 @@ class SizeHistory:
 
     def copy(self) -> SizeHistory:
         """An independent copy."""
-        jobs = {k: replace(h, sizes=dict(h.sizes)) for k, h in self.jobs.items()}
+        jobs = {
+            k: replace(h, sizes=dict(h.sizes), rescaled=list(h.rescaled))
+            for k, h in self.jobs.items()
+        }
         return SizeHistory(jobs, alpha=self.alpha, max_jobs=self.max_jobs, max_sizes=self.max_sizes)
 
     def to_json(self) -> str:
@@ -128,6 +175,10 @@ class SizeHistory:
                 "pause": [round(h.pause_s, 6), h.pauses],
                 "updated": round(h.updated, 3),
             }
+            if h.first_size:
+                doc[key]["first"] = h.first_size
+            if h.rescaled:
+                doc[key]["rescaled"] = [round(t, 3) for t in h.rescaled]
         return json.dumps({"version": 1, "jobs": doc}, separators=(",", ":"), sort_keys=True)
 
     def load_json(self, text: str) -> None:
@@ -148,7 +199,12 @@ class SizeHistory:
                 }
                 pause, pauses = entry["pause"]
                 jobs[str(key)] = JobHistory(
-                    sizes, float(pause), int(pauses), float(entry["updated"])
+                    sizes,
+                    float(pause),
+                    int(pauses),
+                    float(entry["updated"]),
+                    int(entry.get("first", 0)),
+                    [float(t) for t in entry.get("rescaled", [])][-MAX_RESCALES_KEPT:],
                 )
         except HistoryError:
             raise

@@ -75,6 +75,26 @@ class Packing:
         self._hints[hint_key] = len(nodes)
         return None
 
+    def local_fit(
+        self,
+        job: str,
+        requests: Resources,
+        tolerations: tuple[Toleration, ...] = (),
+        node_selector: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """A node for one more worker of ``job``: where most of its workers are, else first fit.
+
+        Growth stays node-local first (fewer nodes spanned: a job's speed depends on it).
+        """
+        selector = node_selector or {}
+        mine = self.workers.get(job, {})
+        if mine:
+            allowed = {n.name for n in self.candidates(tolerations, selector)}
+            for node in sorted(mine, key=lambda n: (-mine[n], n)):
+                if node in allowed and requests.fits_in(self.free[node]):
+                    return node
+        return self.first_fit(requests, tolerations, selector)
+
     def place(self, node: str, requests: Resources, job: str | None = None) -> None:
         """Take room on ``node`` (for a worker of ``job`` when given)."""
         self.free[node] = self.free[node] - requests

@@ -139,3 +139,104 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
     for r in range(n - 1, -1, -1):
         x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
     return x
+
+
+class SizeModel:
+    """What the sizer predicts for a job at each size: measured where measured, else a fit.
+
+    Real curves are not smooth: a job near-linear on one node can *lose* speed when it first
+    spans two (bert 38.7 -> 14.3 samples/s from 4 to 5 GPUs). So the model is
+
+    * the measured throughput at a measured size (the truth beats any fit);
+    * elsewhere the USL fit of the sizes that fit on one node (``per_node`` workers), times
+      a *span factor* for sizes that need more nodes: the geometric mean of measured/fitted
+      over the measured multi-node sizes (1 until one is measured: optimistic, as the
+      prior; the first multi-node measurement corrects it); that curve is then corrected
+      by the measured/predicted ratio of the neighbouring measured sizes (interpolated
+      between two, the nearest one's outside them), so the prediction meets every
+      measurement without jumps and keeps the fit's shape between them.
+
+    Speed-ups are relative to the predicted one-worker throughput; a job never measured has
+    the prior's USL shape (no span cost assumed).
+    """
+
+    def __init__(
+        self,
+        observed: Mapping[int, float],
+        per_node: int,
+        prior: ScalingPrior = ScalingPrior(),
+    ) -> None:
+        points = {n: x for n, x in observed.items() if n >= 1 and x > 0 and math.isfinite(x)}
+        self.points = points
+        self.per_node = max(1, per_node)
+        local = {n: x for n, x in points.items() if n <= self.per_node}
+        self.curve = fit_usl(points, prior)
+        """The USL fit of every measured size (what the debug view and metrics show)."""
+        self._base = fit_usl(local, prior) if local else self.curve
+        self.span_factor = 1.0
+        """Measured over fitted at sizes spanning more than one node (1: none measured)."""
+        spanning = [
+            x / t
+            for n, x in points.items()
+            if n > self.per_node and local and (t := self._base.throughput(n) or 0.0) > 0
+        ]
+        if spanning:
+            self.span_factor = math.exp(sum(math.log(r) for r in spanning) / len(spanning))
+        self._sizes = sorted(points)
+        self._residual = {n: x / r for n, x in points.items() if (r := self._raw(n)) > 0}
+        self._one = self._predict(1)
+        self._cache: dict[int, float] = {}
+
+    @property
+    def largest(self) -> int:
+        """Largest size measured (0: none)."""
+        return max(self.points, default=0)
+
+    def _raw(self, n: int) -> float:
+        lam = self._base.lam if self._base.lam is not None else 1.0
+        value = lam * self._base.speedup(n)
+        return value * self.span_factor if n > self.per_node else value
+
+    def _predict(self, n: int) -> float:
+        measured = self.points.get(n)
+        if measured is not None:
+            return measured
+        raw = self._raw(n)
+        sizes = [m for m in self._sizes if m in self._residual]
+        if not sizes:
+            return raw
+        below = [m for m in sizes if m < n]
+        above = [m for m in sizes if m > n]
+        if below and above:
+            low, high = below[-1], above[0]
+            r0, r1 = self._residual[low], self._residual[high]
+            return raw * (r0 + (r1 - r0) * (n - low) / (high - low))
+        return raw * self._residual[below[-1] if below else above[0]]
+
+    def speedup(self, n: int) -> float:
+        """Predicted X(n) / X(1); 0 for n <= 0."""
+        if n <= 0:
+            return 0.0
+        cached = self._cache.get(n)
+        if cached is None:
+            cached = self._cache[n] = self._predict(n) / self._one if self._one > 0 else 0.0
+        return cached
+
+    def marginal(self, n: int) -> float:
+        """What worker n + 1 adds, relative to one worker: S(n + 1) - S(n)."""
+        return self.speedup(n + 1) - self.speedup(n)
+
+    def ahead(self, n: int, limit: int) -> tuple[float, int]:
+        """The best mean gain per added worker from ``n`` and the size that gives it.
+
+        Over sizes n+1 .. ``limit``: a dip (a node boundary crossed at a loss) is looked
+        across, so growth jumps to a size that pays instead of stopping in front of it.
+        Ties go to the smaller size.
+        """
+        best, at = -math.inf, n
+        here = self.speedup(n)
+        for m in range(n + 1, limit + 1):
+            gain = (self.speedup(m) - here) / (m - n)
+            if gain > best + 1e-12:
+                best, at = gain, m
+        return (best if at > n else 0.0), at

@@ -1,6 +1,7 @@
 """``edl-sim``: run a workload on a simulated cluster under sizing policies and compare them.
 
     edl-sim run --workload W.csv --curves C.csv --cluster N.csv [--background B.csv]
+                [--placements P.csv]
                 [--policy static,hpa-throughput,edl-2018,edl] [--seed N] [--json] [--plot P.png]
     edl-sim scenario NAME --out DIR      # write a shipped scenario's input files
 
@@ -85,6 +86,13 @@ RUN: tuple[Option, ...] = (
     _opt("curves", PATH, None, "each job kind's throughput by size (required)", INPUTS),
     _opt("cluster", PATH, None, "the nodes (required)", INPUTS),
     _opt("background", PATH, None, "other pods that hold capacity", INPUTS),
+    _opt(
+        "placements",
+        PATH,
+        None,
+        "step times by workers per node: a job's speed then depends on its placement",
+        INPUTS,
+    ),
     _opt("policy", POLICY_NAMES, "all", "the policies to compare"),
     _opt("seed", integer(), "0", "seeds the rescale pauses"),
     _opt("json", SWITCH, None, "print one JSON object instead"),
@@ -192,6 +200,27 @@ RUN: tuple[Option, ...] = (
         "the sizer starts with each job's curve points (default: it measures them)",
         SIZER,
     ),
+    _opt(
+        "no_class_history",
+        SWITCH,
+        None,
+        "history per job only (default: per job class too, a job's curve being its class)",
+        SIZER,
+    ),
+    _opt(
+        "hysteresis",
+        number(0),
+        f"{_SIZING.hysteresis:g}",
+        "a growth must raise the job's predicted speed by at least this share",
+        SIZER,
+    ),
+    _opt(
+        "rescale_budget",
+        integer(0),
+        str(_SIZING.rescale_budget_per_hour),
+        "rescales per job per hour after which it neither grows nor gives workers",
+        SIZER,
+    ),
     _opt("max_load_desired", SHARE, "0.97", "the 2018 rule's load ceiling", SIZER),
 )
 """The options of ``edl-sim run`` (`edl_common.options`)."""
@@ -251,6 +280,8 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         payback_s=args.payback,
         exploration=args.exploration,
         rescale_margin=args.rescale_margin,
+        hysteresis=args.hysteresis,
+        rescale_budget_per_hour=args.rescale_budget,
         prior=replace(adapter.prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
     )
     policy = PolicySettings(
@@ -263,6 +294,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         history_interval=args.history_interval,
         observe_window=args.observe_window,
         prime_history=args.prime_history,
+        class_history=not args.no_class_history,
         sizing=sizing,
         max_load_desired=args.max_load_desired,
     )
@@ -291,7 +323,9 @@ def compare(
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    workload = load_workload(args.workload, args.curves, args.cluster, args.background)
+    workload = load_workload(
+        args.workload, args.curves, args.cluster, args.background, args.placements
+    )
     sim, policy = settings_from(args)
 
     def progress(message: str) -> None:

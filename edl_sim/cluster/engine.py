@@ -166,7 +166,7 @@ class Simulation:
 
     def admit(self, job: JobRun, workers: int) -> bool:
         """Gang admission: all ``workers`` pods bound now, or none created."""
-        nodes = self._cluster.plan_gang(job.spec.worker, workers)
+        nodes = self._cluster.plan_gang(job.spec.worker, workers, job)
         if nodes is None:
             return False
         job.replicas = workers

@@ -8,8 +8,14 @@ starting with ``#`` are skipped). Amounts are Kubernetes quantities (``5``, ``50
   work_samples,curve,priority`` -- one training job a row; ``cpu``/``memory``/``gpu`` are the
   requests of ONE worker pod, ``work_samples`` what the job trains before it is done.
 * curves: ``curve,workers,samples_per_second`` -- measured throughput of a job class at a
-  world size. Between and beyond the measured sizes the throughput is the sizer's own USL
-  fit of these points alone (:func:`edl_sizing.fit_usl`, no prior pull).
+  world size. Between two measured sizes the throughput is the straight line between them;
+  below the smallest it is proportional to the workers (from the origin), above the largest
+  it stays at the largest's (more workers never add what was not measured). This is not
+  the sizer's model (a USL fit), so the world does not agree with the sizer by construction.
+* placements (optional): ``curve,placement,local_bsz,step_time_s`` -- step time of a job
+  class by how its workers sit on nodes (``placement``: workers per node, e.g. ``22`` is two
+  nodes with two workers each). With it, a job's speed depends on its placement
+  (:class:`PlacementTable`); without it, on its worker count only.
 * cluster: ``name,count,cpu,memory,gpu`` -- node groups (``count`` identical nodes, named
   ``<name>-<i>``) with their allocatable amounts.
 * background (optional): ``time_seconds,pods,cpu,memory,gpu,priority`` -- a higher-priority
@@ -28,14 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edl_sizing import (
-    GPU,
-    ResourceError,
-    Resources,
-    ScalingCurve,
-    ScalingPrior,
-    fit_usl,
-)
+from edl_sizing import GPU, ResourceError, Resources
 
 WORKLOAD_COLUMNS = (
     "name",
@@ -53,6 +52,7 @@ WORKLOAD_COLUMNS = (
 CURVE_COLUMNS = ("curve", "workers", "samples_per_second")
 CLUSTER_COLUMNS = ("name", "count", "cpu", "memory", "gpu")
 BACKGROUND_COLUMNS = ("time_seconds", "pods", "cpu", "memory", "gpu", "priority")
+PLACEMENT_COLUMNS = ("curve", "placement", "local_bsz", "step_time_s")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,50}[a-z0-9])?$")
 
 
@@ -105,40 +105,76 @@ class BackgroundStep:
         return f"svc-p{self.priority}-{r.cpu:g}c-{r.memory / 2**20:g}mi-{r.gpu:g}g"
 
 
-WORLD_PRIOR = ScalingPrior(sigma=0.05, kappa=0.0, weight=0.0)
-"""How the simulated world interpolates a curve: the sizer's fit on the points alone.
+Placement = tuple[int, ...]
+"""Workers per node of one job, largest first (``(4, 1)``: four on one node, one on another)."""
 
-No prior pull (weight 0), so the world does not change when the sizer's prior does; the
-shape only decides a curve of one measured point."""
+
+def packed(workers: int, per_node: int) -> Placement:
+    """The placement of ``workers`` packed onto nodes of ``per_node`` workers each."""
+    full, rest = divmod(workers, max(1, per_node))
+    return (max(1, per_node),) * full + ((rest,) if rest else ())
+
+
+class PlacementTable:
+    """How much a job class's speed depends on where its workers are.
+
+    From the measured step times: at the local batch size whose one-worker throughput is
+    closest to the curve's one-worker point, throughput(p) = workers x batch / step time,
+    averaged over the measured orders of the same placement. A job of n workers on
+    placement p runs at curve(n) x throughput(p) / throughput(packed(n)): the curve is
+    taken as measured packed (sizes up to a node on one node, as the dev set's README says).
+    A placement (or its packed reference) that was not measured leaves curve(n) unchanged.
+    """
+
+    def __init__(self, throughput: Mapping[Placement, float], per_node: int) -> None:
+        self.throughput = dict(throughput)
+        self.per_node = per_node
+
+    def factor(self, placement: Placement) -> float:
+        """Speed on ``placement`` relative to the same workers packed (1.0: unknown)."""
+        here = self.throughput.get(placement)
+        there = self.throughput.get(packed(sum(placement), self.per_node))
+        if here is None or there is None or there <= 0:
+            return 1.0
+        return here / there
 
 
 class Curve:
-    """A job class's throughput per world size: measured points, the sizer's fit elsewhere."""
+    """A job class's throughput per world size: measured points, straight lines between."""
 
-    def __init__(self, name: str, points: Mapping[int, float]) -> None:
+    def __init__(
+        self, name: str, points: Mapping[int, float], placements: PlacementTable | None = None
+    ) -> None:
         self.name = name
         self.points = dict(points)
-        self.fit: ScalingCurve = fit_usl(self.points, WORLD_PRIOR)
+        self.placements = placements
+        self._sizes = sorted(self.points)
         self._cache: dict[int, float] = {}
 
-    @property
-    def fittable(self) -> bool:
-        """Whether the fit gives a throughput (a USL with a positive one-worker rate)."""
-        return self.fit.lam is not None
-
-    def throughput(self, workers: int) -> float:
-        """Samples per second at ``workers`` (0 for none)."""
+    def throughput(self, workers: int, placement: Placement | None = None) -> float:
+        """Samples per second at ``workers`` (0 for none), on ``placement`` when given."""
         if workers <= 0:
             return 0.0
         cached = self._cache.get(workers)
         if cached is None:
-            measured = self.points.get(workers)
-            if measured is not None:
-                cached = measured
-            else:
-                cached = max(0.0, self.fit.throughput(workers) or 0.0)
-            self._cache[workers] = cached
-        return cached
+            cached = self._cache[workers] = self._interpolate(workers)
+        if placement is None or self.placements is None or sum(placement) != workers:
+            return cached
+        return cached * self.placements.factor(placement)
+
+    def _interpolate(self, n: int) -> float:
+        measured = self.points.get(n)
+        if measured is not None:
+            return measured
+        sizes = self._sizes
+        if n < sizes[0]:
+            return self.points[sizes[0]] * n / sizes[0]
+        if n > sizes[-1]:
+            return self.points[sizes[-1]]
+        high = next(s for s in sizes if s > n)
+        low = max(s for s in sizes if s < n)
+        x0, x1 = self.points[low], self.points[high]
+        return x0 + (x1 - x0) * (n - low) / (high - low)
 
 
 @dataclass(frozen=True)
@@ -243,32 +279,72 @@ def _unique(row: Mapping[str, str], seen: set[str], what: str, where: str) -> st
     return name
 
 
-def read_curves(path: Path) -> dict[str, Curve]:
-    """The curves file: measured points per class, each fittable."""
+def read_curves(
+    path: Path, placements: Mapping[str, PlacementTable] | None = None
+) -> dict[str, Curve]:
+    """The curves file: measured points per class (with their placement tables, if any)."""
     points: dict[str, dict[int, float]] = {}
-    first_line: dict[str, int] = {}
     for line, row in _rows(path, CURVE_COLUMNS):
         where = _where(path, line)
         name = _name(row, "curve", where)
         workers = _int(row, "workers", where, low=1)
         rate = _float(row, "samples_per_second", where, positive=True)
         per = points.setdefault(name, {})
-        first_line.setdefault(name, line)
         if workers in per:
             raise InputError(f"{where}: curve {name!r} has {workers} workers twice")
         per[workers] = rate
     if not points:
         raise InputError(f"{path}: no curve points")
-    curves = {}
-    for name, per in points.items():
-        curve = Curve(name, per)
-        if not curve.fittable:
+    tables = placements or {}
+    return {name: Curve(name, per, tables.get(name)) for name, per in points.items()}
+
+
+def read_placements(path: Path) -> dict[str, PlacementTable]:
+    """The placements file: one :class:`PlacementTable` per curve.
+
+    The table's batch size is the one whose one-worker throughput is closest (by ratio) to
+    the curve's one-worker point; the curves must be read first for that, so this returns
+    raw tables keyed by curve and :func:`load_workload` calibrates them.
+    """
+    steps: dict[str, dict[int, dict[Placement, list[float]]]] = {}
+    for line, row in _rows(path, PLACEMENT_COLUMNS):
+        where = _where(path, line)
+        name = _name(row, "curve", where)
+        text = row["placement"]
+        if not text.isdigit() or "0" in text:
             raise InputError(
-                f"{_where(path, first_line[name])}: curve {name!r} cannot be fitted "
-                "(throughput falls faster than any scalability law allows)"
+                f"{where}: placement {text!r} must be workers per node as digits 1-9 (e.g. 22)"
             )
-        curves[name] = curve
-    return curves
+        placement = tuple(sorted((int(c) for c in text), reverse=True))
+        bsz = _int(row, "local_bsz", where, low=1)
+        step = _float(row, "step_time_s", where, positive=True)
+        per_bsz = steps.setdefault(name, {}).setdefault(bsz, {})
+        per_bsz.setdefault(placement, []).append(sum(placement) * bsz / step)
+    if not steps:
+        raise InputError(f"{path}: no placements")
+    return {name: _raw_table(by_bsz) for name, by_bsz in steps.items()}
+
+
+class _RawPlacements(PlacementTable):
+    """Throughput by batch size, before :meth:`calibrated` picks the curve's batch size."""
+
+    def __init__(self, by_bsz: Mapping[int, Mapping[Placement, float]], per_node: int) -> None:
+        super().__init__({}, per_node)
+        self.by_bsz = by_bsz
+
+    def calibrated(self, one_worker: float) -> PlacementTable:
+        """The table at the batch size that matches the curve's one-worker throughput."""
+        usable = {b: t for b, t in self.by_bsz.items() if t.get((1,), 0) > 0}
+        if not usable:
+            return PlacementTable({}, self.per_node)
+        bsz = min(usable, key=lambda b: (abs(math.log(usable[b][(1,)] / one_worker)), b))
+        return PlacementTable(usable[bsz], self.per_node)
+
+
+def _raw_table(by_bsz: Mapping[int, Mapping[Placement, list[float]]]) -> _RawPlacements:
+    means = {b: {p: sum(v) / len(v) for p, v in per.items()} for b, per in by_bsz.items()}
+    per_node = max(max(p) for per in means.values() for p in per)
+    return _RawPlacements(means, per_node)
 
 
 def read_cluster(path: Path) -> tuple[NodeGroup, ...]:
@@ -350,6 +426,10 @@ def read_background(path: Path) -> tuple[BackgroundStep, ...]:
     return tuple(steps)
 
 
+def _calibrate(table: PlacementTable, one_worker: float) -> PlacementTable:
+    return table.calibrated(one_worker) if isinstance(table, _RawPlacements) else table
+
+
 def workers_that_fit(nodes: Sequence[NodeGroup], worker: Resources) -> int:
     """How many workers of this size an empty cluster holds."""
     total = 0
@@ -367,7 +447,11 @@ def workers_that_fit(nodes: Sequence[NodeGroup], worker: Resources) -> int:
 
 
 def load_workload(
-    workload: Path, curves: Path, cluster: Path, background: Path | None = None
+    workload: Path,
+    curves: Path,
+    cluster: Path,
+    background: Path | None = None,
+    placements: Path | None = None,
 ) -> Workload:
     """Read and cross-check all the files.
 
@@ -375,6 +459,14 @@ def load_workload(
         InputError: the first problem found, as one line.
     """
     curve_map = read_curves(curves)
+    if placements is not None:
+        raw = read_placements(placements)
+        for name, table in raw.items():
+            curve = curve_map.get(name)
+            if curve is None:
+                raise InputError(f"{placements}: curve {name!r} is not in the curves file")
+            one = curve.throughput(1)
+            curve_map[name] = Curve(name, curve.points, _calibrate(table, one))
     nodes = read_cluster(cluster)
     jobs = read_workload(workload, curve_map)
     for job in jobs:

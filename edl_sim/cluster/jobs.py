@@ -3,15 +3,18 @@
 The world is the job's Running worker pods, clipped to its maximum; below its minimum the job
 waits (trains nothing). A change of the world after the job first started is a **rescale**:
 the job stands still for the pause the agent measures (up: a joiner, down: a leaver; changes
-landing during a pause extend it). Throughput at a world of n is the job's curve at n.
+landing during a pause extend it). Throughput at a world of n is the job's curve at n, on
+the world's placement (workers per node) when the curve has a placement table; a change of
+placement at the same size is a rescale too (the world re-forms).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 
-from edl_sim.cluster.inputs import Curve, JobSpec
+from edl_sim.cluster.inputs import Curve, JobSpec, Placement
 from edl_sim.cluster.sim_cluster import SimPod
 
 NAMESPACE = "default"
@@ -65,6 +68,8 @@ class JobRun:
         """Worker pods created so far (names them)."""
         self.running = 0
         self.world = 0
+        self.placement: Placement = ()
+        """Running workers per node, largest first."""
         self.training = False
         self.world_since = spec.submit
         self.samples = 0.0
@@ -88,7 +93,9 @@ class JobRun:
     @property
     def rate(self) -> float:
         """Samples per second while training."""
-        return self.curve.throughput(self.world) if self.training else 0.0
+        if not self.training:
+            return 0.0
+        return self.curve.throughput(self.world, self.placement)
 
     @property
     def remaining(self) -> float:
@@ -118,10 +125,11 @@ class JobRun:
         self.advance(now)
         world = min(self.running, self.max_workers)
         training = world >= self.min_workers
-        if world == self.world and training == self.training:
+        placement = self.running_placement() if self.curve.placements is not None else ()
+        if world == self.world and training == self.training and placement == self.placement:
             return None
         before, was_training = self.world, self.training
-        self.world, self.training = world, training
+        self.world, self.training, self.placement = world, training, placement
         self.world_since = now
         self.worlds.append((now, world if training else 0))
         self.version += 1
@@ -139,6 +147,11 @@ class JobRun:
         self.pause_sum += pause
         self.pause_count += 1
         return pause
+
+    def running_placement(self) -> Placement:
+        """Running workers per node, largest first."""
+        nodes = Counter(p.node.name for p in self.pods.values() if p.running and p.node)
+        return tuple(sorted(nodes.values(), reverse=True))
 
     def completion_time(self, now: float) -> float | None:
         """When the job finishes at its current rate (None: it is not training)."""

@@ -103,6 +103,9 @@ class PolicySettings:
     prime_history: bool = False
     """edl: the sizer's history starts with each job's curve points (a job class measured
     before); off: it knows nothing of a job until it measures it running."""
+    class_history: bool = True
+    """edl: each job's curve is its class (as if it carried the ``edl.paddlepaddle.org/class``
+    label): the history is kept per class too, and a new job starts from its class's sizes."""
     sizing: SizingPolicy = field(default_factory=SizingPolicy)
     """edl: the sizer's policy (headroom, hold-off, pay-back, exploration, prior)."""
     edl2018_interval: float = 5.0

@@ -183,18 +183,31 @@ class SimCluster(Generic[J]):
 
     # -- scheduling -----------------------------------------------------------------------
 
-    def best_node(self, requests: Resources) -> SimNode | None:
-        """The node the scheduler would pick for a pod of ``requests`` (None: none fits)."""
+    def best_node(
+        self, requests: Resources, job: JobRun | None = None, planned: dict[str, int] | None = None
+    ) -> SimNode | None:
+        """The node the scheduler would pick for a pod of ``requests`` (None: none fits).
+
+        A worker of ``job`` prefers the nodes with the most pods of its job (bound ones, plus
+        ``planned`` ones by node name during a gang's dry run).
+        """
         best: SimNode | None = None
-        best_score = 0.0
+        best_score = (0, 0.0)
         pack = self.placement == "pack"
         for node in self.nodes:
             if not node.fits(requests):
                 continue
-            score = node.free_share_after(requests)
-            if pack:
-                score = -score
-            if best is None or score > best_score + 1e-12:
+            share = node.free_share_after(requests)
+            affinity = 0
+            if job is not None:
+                affinity = sum(1 for p in node.pods.values() if p.job is job)
+                affinity += (planned or {}).get(node.name, 0)
+            score = (affinity, -share if pack else share)
+            if (
+                best is None
+                or score[0] > best_score[0]
+                or (score[0] == best_score[0] and score[1] > best_score[1] + 1e-12)
+            ):
                 best, best_score = node, score
         return best
 
@@ -212,7 +225,7 @@ class SimCluster(Generic[J]):
             signature = (r.cpu, r.memory, r.gpu, pod.priority if self.preemption else 0)
             if signature in failed:
                 continue
-            node = self.best_node(r)
+            node = self.best_node(r, pod.job)
             if node is None and self.preemption:
                 found = self._preemption(pod)
                 if found is not None:
@@ -249,18 +262,22 @@ class SimCluster(Generic[J]):
                 best = (cost, node, victims)
         return None if best is None else (best[1], best[2])
 
-    def plan_gang(self, requests: Resources, count: int) -> list[SimNode] | None:
+    def plan_gang(
+        self, requests: Resources, count: int, job: JobRun | None = None
+    ) -> list[SimNode] | None:
         """Nodes for ``count`` pods of ``requests`` placed one by one, or None if not all fit.
 
         Nothing changes: the room is taken on trial and given back.
         """
         chosen: list[SimNode] = []
+        planned: dict[str, int] = {}
         for _ in range(count):
-            node = self.best_node(requests)
+            node = self.best_node(requests, job, planned)
             if node is None:
                 break
             node.take(requests)
             chosen.append(node)
+            planned[node.name] = planned.get(node.name, 0) + 1
         for node in chosen:
             node.take(requests, -1.0)
         return chosen if len(chosen) == count else None

@@ -27,7 +27,7 @@ from edl_sizing.capacity import CapacitySource, ClusterSnapshot
 from edl_sizing.cluster import Job
 from edl_sizing.decision import JobDecision, Plan, Reason, SizingPolicy, decide
 from edl_sizing.events import EventRecorder, JobEvent
-from edl_sizing.history import HistoryStore, SizeHistory
+from edl_sizing.history import HistoryStore, SizeHistory, class_key
 from edl_sizing.resources import Resources
 from edl_sizing.scaling import fit_usl
 from metrics_adapter.api.selectors import LabelSelector
@@ -123,9 +123,11 @@ class Sizer:
             if snapshot is None:
                 return None
             history = self._refresh_history(snapshot, now)
-            jobs = [_with_history(j, history) for j in snapshot.jobs]
+            jobs = [_with_history(j, history, now) for j in snapshot.jobs]
             try:
-                plan = decide(snapshot.nodes, snapshot.pods, jobs, self._policy, now)
+                plan = decide(
+                    snapshot.nodes, snapshot.pods, jobs, self._policy, now, snapshot.quotas
+                )
             except Exception:
                 log.exception("sizing decision failed: serving every job its current replicas")
                 plan = _fallback_plan(jobs, self._policy, now)
@@ -192,11 +194,26 @@ class Sizer:
         self._task.stop()
 
 
-def _with_history(job: Job, history: SizeHistory) -> Job:
-    """The job with the shared history's measurements (over what its source said)."""
-    observed = {**job.observed, **history.observed(job.key)}
-    pause = history.pause(job.key) or job.rescale_pause_s
-    return replace(job, observed=observed, rescale_pause_s=pause)
+def _with_history(job: Job, history: SizeHistory, now: float) -> Job:
+    """The job with the shared history's measurements (over what its source said).
+
+    A job with a class label gets its class's sizes where it measured none itself; its
+    request is the annotation, else the size it was first measured at (the size it was
+    created with), else its replicas now (not measured yet); its rescales of the last hour
+    count against the rescale budget.
+    """
+    klass = class_key(job.namespace, job.job_class) if job.job_class else None
+    observed = {**job.observed, **history.observed(job.key, klass)}
+    pause = history.pause(job.key, klass) or job.rescale_pause_s
+    requested = job.requested or history.first_size(job.key) or job.replicas
+    recent = history.rescales_since(job.key, now - 3600.0)
+    return replace(
+        job,
+        observed=observed,
+        rescale_pause_s=pause,
+        requested=requested,
+        recent_rescales=max(job.recent_rescales, recent),
+    )
 
 
 def _publish(plan: Plan, snapshot: ClusterSnapshot, now: float) -> PublishedPlan:

@@ -1,11 +1,12 @@
-"""The Kubernetes capacity source: watches of Nodes, Pods, PriorityClasses, trainer Deployments.
+"""The Kubernetes capacity source: watches of the objects a sizing round reads.
 
 Each kind has a `metrics_adapter.kube_reflector.Reflector` (one thread: list, watch, resync,
 backoff) filling a `RecordStore` of the compact records of
 :mod:`metrics_adapter.sizing.kube_objects`, so memory grows with what the sizer reads, not
 with the objects' size. `WATCHED` is the table of kinds: a new kind is one row there and one
 argument of `assemble`. Deployments are watched with the job label as selector; the rest
-cluster-wide (RBAC: get/list/watch on nodes, pods, priorityclasses, deployments).
+cluster-wide (RBAC: get/list/watch on nodes, pods, priorityclasses, deployments,
+resourcequotas).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from edl_sizing.capacity import ClusterSnapshot
-from edl_sizing.cluster import Node
+from edl_sizing.cluster import Node, Quota
 from metrics_adapter.kube_reflector import RecordStore, Reflector
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
@@ -30,6 +31,7 @@ from metrics_adapter.sizing.kube_objects import (
     node_from,
     pod_from,
     priority_class_from,
+    quota_from,
 )
 
 
@@ -59,12 +61,17 @@ WATCHED: tuple[WatchedKind, ...] = (
         lambda api: k8s.SchedulingV1Api(api).list_priority_class,
         priority_class_from,
     ),
+    WatchedKind(
+        "resourcequotas",
+        lambda api: k8s.CoreV1Api(api).list_resource_quota_for_all_namespaces,
+        quota_from,
+    ),
 )
 """Every kind the sizer reads, by the name `KubernetesCapacitySource.records` takes."""
 
 
 class KubernetesCapacitySource:
-    """The cluster as the sizer sees it, from four watches."""
+    """The cluster as the sizer sees it, from five watches."""
 
     def __init__(
         self,
@@ -108,7 +115,8 @@ class KubernetesCapacitySource:
         pods: list[PodRecord] = self.records("pods")
         deployments: list[DeploymentRecord] = self.records("deployments")
         classes: list[PriorityClassRecord] = self.records("priorityclasses")
-        return assemble(nodes, pods, deployments, classes, self._defaults)
+        quotas: list[Quota] = self.records("resourcequotas")
+        return assemble(nodes, pods, deployments, classes, self._defaults, quotas)
 
     def deployment(self, job_key: str) -> DeploymentRecord | None:
         """The trainer Deployment behind a job key (for Events)."""
@@ -120,7 +128,7 @@ class KubernetesCapacitySource:
         return None
 
     def start(self) -> None:
-        """Start the four watches."""
+        """Start the watches."""
         for r in self._reflectors:
             r.start()
 

@@ -31,8 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
-from edl_sizing.cluster import Job, Node, Pod, Taint, Toleration
+from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.api.selectors import LabelSelector, Operator, Requirement
 
@@ -41,7 +42,9 @@ MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
 MAX_WORKERS = "edl.paddlepaddle.org/max-workers"
 WEIGHT = "edl.paddlepaddle.org/weight"
 MIN_MARGINAL_SPEEDUP = "edl.paddlepaddle.org/min-marginal-speedup"
-_ANNOTATIONS = (MIN_WORKERS, MAX_WORKERS, WEIGHT, MIN_MARGINAL_SPEEDUP)
+REQUESTED_WORKERS = "edl.paddlepaddle.org/requested-workers"
+CLASS_LABEL = "edl.paddlepaddle.org/class"
+_ANNOTATIONS = (MIN_WORKERS, MAX_WORKERS, WEIGHT, MIN_MARGINAL_SPEEDUP, REQUESTED_WORKERS)
 _TERMINAL = ("Succeeded", "Failed")
 _OPERATORS = {"In": Operator.IN, "NotIn": Operator.NOT_IN, "Exists": Operator.EXISTS}
 
@@ -85,6 +88,8 @@ class DeploymentRecord:
     """Why the template cannot be read (bad quantities, an unsupported selector)."""
     uid: str = ""
     generation: int = 0
+    job_class: str | None = None
+    """The ``edl.paddlepaddle.org/class`` label (None: history per job only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +251,7 @@ def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
         problem=problem,
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
+        job_class=str((meta.get("labels") or {}).get(CLASS_LABEL) or "") or None,
     )
 
 
@@ -271,6 +277,46 @@ def _annotation(
     return value, None
 
 
+_QUOTA_KEYS = {
+    "requests.cpu": "cpu",
+    "cpu": "cpu",
+    "requests.memory": "memory",
+    "memory": "memory",
+    "requests.nvidia.com/gpu": "gpu",
+    "pods": "pods",
+    "count/pods": "pods",
+}
+"""ResourceQuota names -> what they limit of a new worker pod (requests; ``pods``)."""
+
+
+def quota_from(obj: Mapping[str, Any]) -> Quota | None:
+    """What a ResourceQuota still admits: ``status.hard - status.used``.
+
+    None when it limits nothing a worker asks for or its status is not filled in yet. A
+    quota with a scope (``spec.scopes``, ``scopeSelector``) is taken as applying to the
+    workers too: the sizer then plans fewer, never a pod the API server refuses. An amount
+    that is not a quantity is skipped (the API server validates them).
+    """
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    hard = status.get("hard") or {}
+    used = status.get("used") or {}
+    left: dict[str, float] = {}
+    for name, key in _QUOTA_KEYS.items():
+        if name not in hard:
+            continue
+        try:
+            value = float(
+                parse_quantity(str(hard[name])) - parse_quantity(str(used.get(name, "0")))
+            )
+        except QuantityError:
+            continue
+        left[key] = min(left.get(key, value), value)
+    if not left:
+        return None
+    return Quota(str(meta.get("namespace", "")), str(meta.get("name", "")), left)
+
+
 def job_from(
     d: DeploymentRecord,
     classes: Mapping[str, PriorityClassRecord],
@@ -282,7 +328,10 @@ def job_from(
     high, e2 = _annotation(a, MAX_WORKERS, defaults.max_workers, True)
     weight, e3 = _annotation(a, WEIGHT, defaults.weight, False)
     threshold, e4 = _annotation(a, MIN_MARGINAL_SPEEDUP, defaults.min_marginal_speedup, False)
-    errors = [e for e in (d.problem, e1, e2, e3, e4) if e]
+    requested, e5 = _annotation(a, REQUESTED_WORKERS, 0, True)
+    errors = [e for e in (d.problem, e1, e2, e3, e4, e5) if e]
+    if not errors and requested < 0:
+        errors.append(f"annotation {REQUESTED_WORKERS}: {int(requested)} must be at least 0")
     if not errors and low < 1:
         errors.append(f"annotation {MIN_WORKERS}: {int(low)} must be at least 1")
     priority = 0
@@ -305,6 +354,8 @@ def job_from(
         min_marginal_speedup=threshold,
         priority=priority,
         arrival=d.created,
+        requested=int(requested),
+        job_class=d.job_class,
         tolerations=d.tolerations,
         node_selector=d.node_selector,
         error="; ".join(errors) or None,
@@ -317,6 +368,7 @@ def assemble(
     deployments: Iterable[DeploymentRecord],
     classes: Iterable[PriorityClassRecord],
     defaults: JobDefaults | None = None,
+    quotas: Iterable[Quota] = (),
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth."""
     by_class = {c.name: c for c in classes}
@@ -359,6 +411,7 @@ def assemble(
         tuple(out_pods),
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
+        quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from edl_sizing.capacity import ClusterSnapshot
-from edl_sizing.history import SizeHistory
+from edl_sizing.history import SizeHistory, class_key
 from metrics_adapter.scraping.pod_registry import PodKey
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.scraping.window import MetricWindow
@@ -40,15 +40,23 @@ class Observation:
     size: int | None = None
     samples_per_second: float | None = None
     pause_s: float | None = None
+    rescales: int = 0
+    """New rescale pauses counted since the last round."""
+    job_class: str | None = None
+    """The class's history key (:func:`edl_sizing.class_key`): recorded there too."""
 
     def apply(self, history: SizeHistory, now: float) -> bool:
         """Fold into ``history``; returns whether anything was added."""
         changed = False
         if self.size is not None and self.samples_per_second is not None:
             history.observe(self.job, self.size, self.samples_per_second, now)
+            if self.job_class is not None:
+                history.observe(self.job_class, self.size, self.samples_per_second, now)
             changed = True
         if self.pause_s is not None:
-            history.observe_pause(self.job, self.pause_s, now)
+            history.observe_pause(self.job, self.pause_s, now, max(1, self.rescales))
+            if self.job_class is not None:
+                history.observe_pause(self.job_class, self.pause_s, now, 0)
             changed = True
         return changed
 
@@ -71,15 +79,16 @@ class ThroughputObserver:
         for pod in snapshot.pods:
             if pod.job is not None and pod.node is not None:
                 members.setdefault(pod.job, []).append(PodKey(pod.namespace, pod.name))
+        classes = {j.key: class_key(j.namespace, j.job_class) for j in snapshot.jobs if j.job_class}
         out = []
         seen: set[PodKey] = set()
         for job in sorted(members):
             keys = members[job]
             seen.update(keys)
             size, rate = self._throughput(keys)
-            pause = self._pause(keys)
+            pause, rescales = self._pause(keys)
             if rate is not None or pause is not None:
-                out.append(Observation(job, size, rate, pause))
+                out.append(Observation(job, size, rate, pause, rescales, classes.get(job)))
         for gone in set(self._pauses) - seen:
             del self._pauses[gone]
         return out
@@ -122,8 +131,10 @@ class ThroughputObserver:
                 break
         return value if covered else None
 
-    def _pause(self, pods: Iterable[PodKey]) -> float | None:
+    def _pause(self, pods: Iterable[PodKey]) -> tuple[float | None, int]:
+        """The newest mean pause over the job's pods, and how many rescales that counts."""
         newest: float | None = None
+        rescales = 0
         for key in pods:
             total_w = _one(self._store.windows(key, PAUSE_SUM))
             count_w = _one(self._store.windows(key, PAUSE_COUNT))
@@ -137,4 +148,5 @@ class ThroughputObserver:
             if before is not None and count.value > before[0]:
                 pause = (total.value - before[1]) / (count.value - before[0])
                 newest = pause if newest is None else max(newest, pause)
-        return newest
+                rescales = max(rescales, int(count.value - before[0]))
+        return newest, rescales

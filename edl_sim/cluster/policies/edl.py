@@ -10,6 +10,11 @@ What the adapter does, on the simulated cluster:
 * every ``history_interval`` the jobs' measurements are folded into that history, as the
   adapter's observer does: a throughput at size n only over a world unchanged (and not
   paused) for ``observe_window``; the new rescale pauses' mean from the agent's histogram;
+  with ``class_history`` each job carries its curve's name as its class label
+  (``edl.paddlepaddle.org/class``), so it is also recorded under its class and a new job of
+  a class measured before starts from the class's sizes;
+* each job's request (``requested_workers``, the Deployment's replicas at creation) and its
+  rescales in the last hour go to the sizer as the adapter gives them;
 * each job's HPA (``manifests/examples/digits-trainer/hpa-sizing.yaml``, packaged as
   ``hpa-sizing.yaml``, a test keeps the two equal: External ``desired_replicas``,
   AverageValue 1, tolerance 0, no stabilisation windows) reads the latest plan's value for
@@ -24,7 +29,7 @@ from edl_sim.cluster.policies.hpa_loop import HpaPolicy, one_metric, read_manife
 from edl_sim.cluster.policy import PolicySettings, SimulationView
 from edl_sim.hpa import MetricValues
 from edl_sim.hpa.spec import ExternalMetricSource
-from edl_sizing import Job, Node, Plan, Pod, SizeHistory, decide
+from edl_sizing import Job, Node, Plan, Pod, SizeHistory, class_key, decide
 
 SERVICE_NAMESPACE = "services"
 
@@ -43,6 +48,7 @@ class EdlPolicy(HpaPolicy):
         self._nodes: list[Node] = []
         self._pauses_seen: dict[str, tuple[float, int]] = {}
         self._last_history = float("-inf")
+        self._class: dict[str, str | None] = {}
 
     def start(self, sim: SimulationView) -> None:
         """Build the sizer's node list and start its loop."""
@@ -55,11 +61,15 @@ class EdlPolicy(HpaPolicy):
         if self.settings.prime_history:
             for size, rate in sorted(job.curve.points.items()):
                 self.history.observe(job.key, size, rate, self.sim.now)
+        self._class[job.key] = (
+            class_key(NAMESPACE, job.spec.curve) if self.settings.class_history else None
+        )
         super().submitted(job)
 
     def finished(self, job: JobRun) -> None:
         """Its history stays (the adapter forgets it only after a horizon)."""
         self._pauses_seen.pop(job.key, None)
+        self._class.pop(job.key, None)
         super().finished(job)
 
     def metric_values(self, job: JobRun) -> MetricValues:
@@ -87,12 +97,16 @@ class EdlPolicy(HpaPolicy):
     def _observe(self, now: float) -> None:
         window = self.settings.observe_window
         for key, job in self.sim.active.items():
+            keys = [k for k in (key, self._class.get(key)) if k is not None]
             if job.stable_for(now) >= window:
-                self.history.observe(key, job.world, job.curve.throughput(job.world), now)
+                for k in keys:
+                    self.history.observe(k, job.world, job.rate, now)
             seen_sum, seen_count = self._pauses_seen.get(key, (0.0, 0))
             if job.pause_count > seen_count:
                 mean = (job.pause_sum - seen_sum) / (job.pause_count - seen_count)
-                self.history.observe_pause(key, mean, now)
+                count = job.pause_count - seen_count
+                for k in keys:
+                    self.history.observe_pause(k, mean, now, count if k == key else 0)
                 self._pauses_seen[key] = (job.pause_sum, job.pause_count)
 
     def _pods(self) -> list[Pod]:
@@ -116,6 +130,9 @@ class EdlPolicy(HpaPolicy):
         for key, run in self.sim.active.items():
             spec = run.spec
             newest = max((p.created for p in run.pods.values()), default=None)
+            klass = self._class.get(key)
+            hour_ago = self.sim.now - 3600.0
+            recent = sum(1 for t, _ in run.worlds[1:] if t > hour_ago)
             jobs.append(
                 Job(
                     NAMESPACE,
@@ -127,8 +144,10 @@ class EdlPolicy(HpaPolicy):
                     priority=spec.priority,
                     arrival=spec.submit,
                     last_rescale=newest,
-                    rescale_pause_s=self.history.pause(key),
-                    observed=self.history.observed(key),
+                    rescale_pause_s=self.history.pause(key, klass),
+                    observed=self.history.observed(key, klass),
+                    requested=spec.requested,
+                    recent_rescales=recent,
                 )
             )
         return jobs

@@ -36,6 +36,7 @@ KCM_CONTROLLERS = (
     "replicaset-controller",
     "garbage-collector-controller",
     "namespace-controller",
+    "resourcequota-controller",  # fills in ResourceQuota status (the sizing e2e reads it)
 )
 
 

@@ -630,3 +630,74 @@ def test_tolerance_zero_lets_the_hpa_apply_10_to_11(
     )
     autoscaling.delete_namespaced_horizontal_pod_autoscaler("wide", ns)
     assert not e2e_ns.runner.errors, e2e_ns.runner.errors
+
+
+@pytest.mark.parametrize("kubelet_nodes", [(NodeSpec("roomy", cpu="8", memory="16Gi"),)],
+                         ids=["1x8cpu"])  # fmt: skip
+def test_the_plan_stops_at_the_namespaces_resource_quota(
+    sizing: SizingAdapters, e2e_ns: E2ENamespace
+) -> None:
+    """A node with room for 8 workers, a job that scales linearly to 8, a quota for 3 CPUs:
+    the sizer serves 3 (a 4th worker would end in FailedCreate), then 5 once the quota is 5."""
+    ns, api = e2e_ns.name, e2e_ns.api
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "compute"},
+        "spec": {"hard": {"requests.cpu": "3"}},
+    }
+    core.create_namespaced_resource_quota(ns, as_body(quota))
+    wait_for(
+        lambda: (
+            (core.read_namespaced_resource_quota("compute", ns).status.hard or {}).get(
+                "requests.cpu"
+            )
+            == "3"
+        ),
+        timeout_s=60,
+        what="the quota controller filling in the quota's status",
+    )
+    container = {
+        "name": "worker",
+        "image": "edl-e2e.invalid/sleeper:local",
+        "command": ["python", "-c", "import time; time.sleep(3600)"],
+    }
+    apps.create_namespaced_deployment(
+        ns, as_body(trainer_deployment("quota", "quota", 2, container, 1, 8))
+    )
+    wait_for(
+        lambda: int(apps.read_namespaced_deployment("quota", ns).status.ready_replicas or 0) == 2,
+        timeout_s=90,
+        what="2 workers running",
+        describe=e2e_ns.runner.log_tails,
+    )
+    store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
+
+    def linear(h: SizeHistory) -> bool:  # as if it had trained at every size up to 8
+        for size in range(1, 9):
+            h.observe(f"{ns}/quota", size, 100.0 * size, time.time())
+        return True
+
+    store.update(linear)
+    wait_for(
+        lambda: sizing.served(sizing.a, ns, "quota") == 3,
+        timeout_s=90,
+        what="the sizer serving 3: what the quota admits beside the 2 workers",
+        describe=lambda: f"served {sizing.both(ns, 'quota')}",
+    )
+    page = sizing.debug_page(sizing.a)
+    (decision,) = [j for j in page["plan"]["jobs"] if j["job"] == f"{ns}/quota"]
+    print(f"under a quota of 3 CPUs: {json.dumps(decision)}")
+    assert decision["desired"] == 3 and decision["limitedBy"] == "no_capacity"
+    for _ in range(5):  # it stays there: the 1 s rounds never plan past the quota
+        time.sleep(1)
+        assert sizing.served(sizing.a, ns, "quota") == 3
+    core.patch_namespaced_resource_quota("compute", ns, {"spec": {"hard": {"requests.cpu": "5"}}})
+    wait_for(
+        lambda: sizing.served(sizing.a, ns, "quota") == 5,
+        timeout_s=90,
+        what="the sizer serving 5 once the quota admits 5 CPUs",
+        describe=lambda: f"served {sizing.both(ns, 'quota')}",
+    )
+    assert not e2e_ns.runner.errors, e2e_ns.runner.errors

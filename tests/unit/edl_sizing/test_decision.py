@@ -13,6 +13,7 @@ from edl_sizing import (
     Node,
     Plan,
     Pod,
+    Quota,
     Resources,
     ScalingCurve,
     ScalingPrior,
@@ -61,7 +62,7 @@ def test_one_job_grows_into_free_room_and_says_where() -> None:
     plan = decide(nodes(1, cpu=6), workers(a, ["node-1"] * 2), [a], now=100.0)
     d = plan.jobs["ns/a"]
     assert (d.current, d.desired, d.limited_by.value) == (2, 6, "no_capacity")
-    assert d.message.startswith("grew to 6 (+4): 4 CPUs free on node-1, marginal speed-up 0.9")
+    assert d.message.startswith("grew to 6 (+4): 4 CPUs free on node-1, marginal speed-up 1.00")
     assert plan.free == Resources(cpu=4, memory=62 * GI)
 
 
@@ -245,7 +246,7 @@ def test_hold_off_after_growth_but_shrink_is_at_once() -> None:
 
 
 def test_growth_must_pay_back_the_rescale_pause() -> None:
-    observed = {1: 100.0, 2: 130.0}  # worker 3 would add little
+    observed = {1: 100.0, 2: 180.0}  # worker 3 adds ~0.7 of a worker: pays back a short pause only
     slow = job("a", replicas=2, observed=observed, rescale_pause_s=60.0, min_marginal_speedup=0.0)
     policy = SizingPolicy(payback_s=120.0)
     plan = decide(nodes(1, cpu=3), [], [slow], policy, now=100.0)
@@ -267,7 +268,7 @@ FLAT = {1: 100.0, 2: 150.0, 4: 200.0, 8: 230.0}
 
 
 def test_growth_takes_a_worker_worth_less_than_half_as_much_elsewhere() -> None:
-    # One node of 8 CPUs, full: flat runs 7 (its 7th worker adds 0.04), linear runs 1.
+    # One node of 8 CPUs, full: flat runs 7 (its 7th worker adds 0.05), linear runs 1.
     flat = job("flat", replicas=7, observed=FLAT)
     linear = job("linear", replicas=1, observed={1: 100.0})
     pods = workers(flat, ["node-1"] * 7) + workers(linear, ["node-1"])
@@ -275,12 +276,12 @@ def test_growth_takes_a_worker_worth_less_than_half_as_much_elsewhere() -> None:
     assert desired(plan) == {"flat": 6, "linear": 2}  # linear: capped at 2 x measured
     assert reasons(plan) == {"flat": "low_marginal_gain", "linear": "hold_off"}
     assert plan.jobs["ns/linear"].message == (
-        "grew to 2: the room of 1 worker of ns/flat (marginal speed-up 0.04 there), "
+        "grew to 2: the room of 1 worker of ns/flat (marginal speed-up 0.05 there), "
         "marginal speed-up 0.90"
     )
     assert plan.jobs["ns/flat"].message == (
         "shrank to 6: its workers are worth more to ns/linear "
-        "(marginal speed-up 0.90 there, 0.04 here)"
+        "(marginal speed-up 0.90 there, 0.05 here)"
     )
     # Worth more, but not twice as much (the rescale margin): nothing moves.
     close = job("close", replicas=7, observed={1: 100.0, 2: 195.0, 4: 370.0, 8: 650.0})
@@ -471,3 +472,105 @@ def test_marginal_speedup_reported_at_the_decided_size() -> None:
     assert d.desired == 2
     assert d.marginal_speedup == pytest.approx(ScalingCurve(0.05, 0.0).marginal(2))
     assert d.curve.lam is None
+
+
+GPU_NODE = Resources(cpu=48, memory=192 * GI, gpu=4)
+GPU_WORKER = Resources(cpu=8, memory=32 * GI, gpu=1)
+BERT = {1: 10.5, 2: 20.5, 3: 29.4, 4: 38.7, 5: 14.3, 8: 32.2}
+"""Measured on 4-GPU nodes: near-linear on one node, a loss on first spanning two."""
+
+
+def gpu_nodes(count: int) -> list[Node]:
+    return [Node(f"gpu-{i + 1}", GPU_NODE) for i in range(count)]
+
+
+def gpu_job(name: str, **kw: Any) -> Job:
+    base: dict[str, Any] = {"worker": GPU_WORKER, "min_replicas": 1, "max_replicas": 16}
+    base.update(kw)
+    return Job("ns", name, **base)
+
+
+def test_a_job_does_not_cross_a_node_boundary_for_a_measured_loss() -> None:
+    a = gpu_job("a", replicas=4, observed=BERT)
+    plan = decide(gpu_nodes(4), workers(a, ["gpu-1"] * 4), [a], now=100.0)
+    assert desired(plan) == {"a": 4}
+    assert reasons(plan) == {"a": "low_marginal_gain"}
+
+
+def test_growth_jumps_across_a_dip_to_the_size_that_pays() -> None:
+    dip = {1: 100.0, 2: 200.0, 3: 300.0, 4: 400.0, 5: 250.0, 8: 700.0}
+    a = gpu_job("a", replicas=4, observed=dip)
+    plan = decide(gpu_nodes(2), workers(a, ["gpu-1"] * 4), [a], now=100.0)
+    d = plan.jobs["ns/a"]
+    assert d.desired == 8  # not 5, where it would run slower than at 4
+    assert d.nodes == {"gpu-1": 4, "gpu-2": 4}
+
+
+def test_growth_stops_at_the_fastest_size_it_can_reach() -> None:
+    dip = {1: 100.0, 2: 200.0, 3: 300.0, 4: 400.0, 5: 250.0, 6: 300.0, 8: 700.0}
+    a = gpu_job("a", replicas=4, observed=dip)
+    # 2 GPUs free beside the job's node: 6 would be slower than 4, so it stays
+    other = [Pod("ns", f"x-{i}", Resources(gpu=1), 0, "gpu-2") for i in range(2)]
+    plan = decide(gpu_nodes(2), [*workers(a, ["gpu-1"] * 4), *other], [a], now=100.0)
+    assert desired(plan) == {"a": 4}
+
+
+def test_growth_stays_on_the_jobs_node_first() -> None:
+    a = gpu_job("a", replicas=1, observed={1: 100.0, 2: 200.0})
+    plan = decide(gpu_nodes(3), workers(a, ["gpu-3"]), [a], now=100.0)
+    assert plan.jobs["ns/a"].nodes == {"gpu-3": 4}
+
+
+def test_a_job_is_not_shrunk_below_its_request_for_another_jobs_growth() -> None:
+    flat = {1: 100.0, 2: 150.0, 4: 200.0}
+    big = job("big", replicas=4, requested=4, observed=flat)
+    small = job("small", replicas=1)
+    pods = [*workers(big, ["node-1"] * 4), *workers(small, ["node-2"])]
+    full = [*nodes(1, cpu=4), Node("node-2", Resources(cpu=1, memory=64 * GI))]
+    plan = decide(full, pods, [big, small], now=100.0)
+    assert desired(plan) == {"big": 4, "small": 1}
+    # without a request the flat job's workers are worth more to the linear one
+    unasked = replace(big, requested=0)
+    plan = decide(full, pods, [unasked, small], now=100.0)
+    assert desired(plan)["big"] < 4 and desired(plan)["small"] > 1
+
+
+def test_a_job_that_used_its_rescale_budget_does_not_grow() -> None:
+    a = job("a", replicas=2, recent_rescales=SizingPolicy().rescale_budget_per_hour)
+    plan = decide(nodes(1, cpu=6), workers(a, ["node-1"] * 2), [a], now=100.0)
+    assert desired(plan) == {"a": 2} and reasons(plan) == {"a": "hold_off"}
+    fresh = replace(a, recent_rescales=a.recent_rescales - 1)
+    assert desired(decide(nodes(1, cpu=6), workers(a, ["node-1"] * 2), [fresh], now=100.0)) == {
+        "a": 6
+    }
+
+
+def test_a_growth_within_the_hysteresis_is_not_made() -> None:
+    almost_flat = {1: 100.0, 2: 200.0, 3: 204.0}  # a third worker: +2 %
+    a = job("a", replicas=2, observed=almost_flat, max_replicas=3, min_marginal_speedup=0.0)
+    plan = decide(nodes(1, cpu=4), workers(a, ["node-1"] * 2), [a], now=100.0)
+    assert desired(plan) == {"a": 2}
+    loose = SizingPolicy(hysteresis=0.0)
+    assert desired(decide(nodes(1, cpu=4), workers(a, ["node-1"] * 2), [a], loose, 100.0)) == {
+        "a": 3
+    }
+
+
+def test_growth_stops_at_what_the_namespaces_resource_quota_admits() -> None:
+    a = job("a", replicas=2)
+    # the quota counts the 2 workers already created: 1.5 CPUs left admit one more of 1 CPU
+    quota = Quota("ns", "compute", {"cpu": 1.5, "pods": 10})
+    plan = decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0, quotas=[quota])
+    d = plan.jobs["ns/a"]
+    assert (d.desired, d.limited_by.value) == (3, "no_capacity")
+    pods_only = Quota("ns", "pods", {"pods": 0})
+    plan = decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0, quotas=[pods_only])
+    d = plan.jobs["ns/a"]
+    assert d.desired == 2
+    assert d.message == (
+        "stays at 2: the namespace's ResourceQuota pods admits no more workers (1 CPU, 1 GiB each)"
+    )
+    # another namespace's quota does not limit it
+    other = Quota("elsewhere", "compute", {"cpu": 0})
+    assert desired(decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0,
+                          quotas=[other])) == {"a": 8}  # fmt: skip

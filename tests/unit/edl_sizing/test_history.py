@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edl_sizing import HistoryError, MemoryHistoryStore, SizeHistory
+from edl_sizing import HistoryError, MemoryHistoryStore, SizeHistory, class_key
 
 
 def test_observations_fold_into_a_weighted_mean_per_size() -> None:
@@ -80,3 +80,29 @@ def test_memory_store_hands_out_copies() -> None:
     after = store.update(change)
     after.observe("ns/a", 2, 20.0, now=2.0)
     assert store.load().observed("ns/a") == {1: 10.0}
+
+
+def test_a_new_job_of_a_known_class_starts_from_its_classs_sizes() -> None:
+    h = SizeHistory()
+    klass = class_key("ns", "bert")
+    for size, rate in ((1, 10.0), (4, 38.0)):
+        h.observe("ns/old", size, rate, 1.0)
+        h.observe(klass, size, rate, 1.0)
+    assert h.observed("ns/new") == {}
+    assert h.observed("ns/new", klass) == {1: 10.0, 4: 38.0}
+    h.observe("ns/new", 4, 40.0, 2.0)  # its own measurement wins at its size
+    assert h.observed("ns/new", klass) == {1: 10.0, 4: 40.0}
+    assert h.observed("ns/new", class_key("other", "bert")) == {4: 40.0}
+
+
+def test_first_size_and_recent_rescales_survive_a_round_trip() -> None:
+    h = SizeHistory()
+    h.observe("ns/a", 8, 100.0, 10.0)
+    h.observe("ns/a", 4, 60.0, 20.0)
+    h.observe_pause("ns/a", 0.5, 30.0, rescales=2)
+    h.observe_pause("ns/a", 0.5, 4000.0)
+    again = SizeHistory()
+    again.load_json(h.to_json())
+    assert again.first_size("ns/a") == 8
+    assert again.rescales_since("ns/a", 0.0) == 3
+    assert again.rescales_since("ns/a", 4000.0 - 3600.0) == 1

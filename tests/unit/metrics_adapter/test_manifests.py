@@ -107,6 +107,8 @@ def test_adapter_rbac_is_exactly_what_it_calls() -> None:
         ("scheduling.k8s.io", "priorityclasses", "watch", "*"),
         ("apps", "deployments", "list", "*"),
         ("apps", "deployments", "watch", "*"),
+        ("", "resourcequotas", "list", "*"),  # the plan stops at a namespace's quota
+        ("", "resourcequotas", "watch", "*"),
         ("", "events", "create", "*"),  # an Event per decision
     }
     (role,) = [d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("sizing-history")]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from edl_sim.cluster.cli import main
-from tests.unit.edl_sim.cluster.helpers import inputs
+from edl_sim.cluster.inputs import PLACEMENT_COLUMNS, Curve, load_workload
+from tests.unit.edl_sim.cluster.helpers import inputs, write_csv
 
 JOB = ("a", 0, 1, 4, 2, 1, "1Gi", 0, 1000, "lin", 0)
 
@@ -74,9 +75,53 @@ def test_bad_curves(tmp_path: Path) -> None:
     assert "workers 0 must be at least 1" in _fails(inputs(tmp_path, [JOB], curves=zero))
     negative = [("lin", 1, -3.0)]
     assert "samples_per_second '-3.0'" in _fails(inputs(tmp_path, [JOB], curves=negative))
-    collapsing = [("lin", 1, 100.0), ("lin", 2, 20.0), ("lin", 4, 1.0)]
-    line = _fails(inputs(tmp_path, [JOB], curves=collapsing))
-    assert "curve 'lin' cannot be fitted" in line
+
+
+def test_the_world_runs_on_the_measured_points_and_straight_lines_between() -> None:
+    # not the sizer's USL: a dip at 5 and a fall at 8 stay what was measured
+    curve = Curve("c", {2: 180.0, 4: 360.0, 5: 120.0, 8: 90.0})
+    assert [curve.throughput(n) for n in (1, 2, 3, 4, 5, 8)] == [90.0, 180.0, 270.0, 360, 120, 90]
+    assert curve.throughput(6) == pytest.approx(110.0)  # a third of the way from 5 to 8
+    assert curve.throughput(12) == 90.0  # beyond the largest measured: no invented gain
+    assert curve.throughput(0) == 0.0
+
+
+PLACEMENTS = [
+    ("c", "1", 32, 0.1),  # one worker: 320 samples/s, the curve's one-worker point
+    ("c", "1", 64, 0.1),
+    ("c", "4", 32, 0.2),  # four on one node: 640
+    ("c", "41", 32, 0.5),  # four plus one: 320
+    ("c", "14", 32, 0.4),  # the same placement, measured in the other order: 400
+    ("c", "32", 32, 0.25),  # three plus two: 640
+]
+
+
+def test_a_placements_file_makes_speed_depend_on_workers_per_node(tmp_path: Path) -> None:
+    curves = [("c", 1, 320.0), ("c", 4, 1000.0), ("c", 5, 900.0)]
+    job = ("a", 0, 1, 4, 2, 1, "1Gi", 0, 1000, "c", 0)
+    args = inputs(tmp_path, [job], curves=curves)
+    place = write_csv(tmp_path / "placements.csv", PLACEMENT_COLUMNS, PLACEMENTS)
+    files = dict(zip(args[::2], args[1::2], strict=True))
+    workload = load_workload(
+        Path(files["--workload"]), Path(files["--curves"]), Path(files["--cluster"]),
+        placements=place,
+    )  # fmt: skip
+    c = workload.curves["c"]
+    assert c.throughput(5) == 900.0  # the count alone: the curve (taken as packed, 4+1)
+    assert c.throughput(5, (4, 1)) == 900.0
+    # 3+2 ran at 640 where 4+1 (both orders averaged) ran at 360: 900 x 640 / 360
+    assert c.throughput(5, (3, 2)) == pytest.approx(1600.0)
+    assert c.throughput(4, (1, 1, 1, 1)) == 1000.0  # not measured: the curve
+
+
+def test_bad_placements(tmp_path: Path) -> None:
+    args = inputs(tmp_path, [JOB])
+    bad = write_csv(tmp_path / "p.csv", PLACEMENT_COLUMNS, [("lin", "2x", 32, 0.1)])
+    line = _fails([*args, "--placements", str(bad)])
+    assert "p.csv line 2: placement '2x' must be workers per node" in line
+    other = write_csv(tmp_path / "q.csv", PLACEMENT_COLUMNS, [("nope", "2", 32, 0.1)])
+    line = _fails([*args, "--placements", str(other)])
+    assert "curve 'nope' is not in the curves file" in line
 
 
 def test_bad_cluster(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from metrics_adapter.sizing.kube_objects import (
     node_from,
     pod_from,
     priority_class_from,
+    quota_from,
     timestamp,
 )
 
@@ -244,3 +245,23 @@ def test_pods_go_to_the_first_deployment_by_name_whose_selector_matches() -> Non
     records = [r for r in (pod_from(pod(n, labels, "n1")) for n, (labels, _) in cases.items()) if r]
     snap = assemble([], records, [d for d in deps if d is not None], [])
     assert {p.name: p.job for p in snap.pods} == {n: want for n, (_, want) in cases.items()}
+
+
+def test_a_resource_quota_is_what_it_still_admits() -> None:
+    quota = quota_from(
+        {
+            "metadata": {"namespace": "ml", "name": "compute"},
+            "status": {
+                "hard": {"requests.cpu": "4", "requests.nvidia.com/gpu": "8", "pods": "10",
+                         "limits.memory": "64Gi", "services": "2"},
+                "used": {"requests.cpu": "2500m", "requests.nvidia.com/gpu": "8", "pods": "3"},
+            },
+        }
+    )  # fmt: skip
+    assert quota is not None and (quota.namespace, quota.name) == ("ml", "compute")
+    assert quota.left == {"cpu": 1.5, "gpu": 0.0, "pods": 7.0}
+    assert not quota.admits(Resources(cpu=1, gpu=1))
+    assert quota.admits(Resources(cpu=1))
+    # a quota on nothing a worker requests (or with no status yet) limits nothing
+    assert quota_from({"metadata": {}, "status": {"hard": {"services": "2"}}}) is None
+    assert quota_from({"metadata": {}, "spec": {"hard": {"pods": "2"}}}) is None
