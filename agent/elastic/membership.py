@@ -138,13 +138,44 @@ class Membership:
         self._left = False
         self._renew(force=True)
 
-    def leave(self) -> None:
-        """Withdraw cleanly: the others drop this member at their next debounce."""
+    def leave(self, attempts: int = 3) -> None:
+        """Withdraw cleanly, and write the world without us at once (no debounce).
+
+        A planned leave (SIGTERM, an HPA scale-down) is known for certain by the one agent
+        that leaves: waiting for the others to notice the missing heartbeat and let it settle
+        would only keep every rank standing still. The heartbeat goes first, so nobody reads
+        the new world with us still live (and re-adds us as a joiner); the world is the same
+        deterministic rule over the same records (a stand-by fills the slot), written by
+        compare-and-swap, so a racing leave or proposal is re-read, never overwritten.
+        """
         self._left = True
         try:
             self._store.remove(self._me)
         except StoreUnavailable as e:
             log.warning("leave: membership store unreachable (%s); the member will expire", e)
+            return
+        for _ in range(attempts):
+            if self._write_without_me():
+                return
+
+    def _write_without_me(self) -> bool:
+        """One try at the next world without this member; True when nothing is left to do."""
+        try:
+            heartbeats = self._store.heartbeats()
+            record = self._store.read_world()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return True  # the others expire us in time
+        current, broken = self._parse(record.text)
+        if broken:
+            return True  # the next tick of anyone repairs it, without us
+        self._adopt(current)
+        known = self._known
+        if known is None or known.finished or known.rank_of(self._me.key) is None:
+            return True
+        live = self._observe(heartbeats, self._clock())
+        target = next_members(known, live, self._settings.min_size, self._settings.max_size)
+        return self._propose(target, record.version, reason=f"{self._me.id} leaves")
 
     def tick(self) -> World | None:
         """One round: renew, read, repair or propose when due. Returns the current world."""
@@ -347,8 +378,11 @@ class Membership:
 
     def _propose(
         self, members: tuple[Member, ...], version: str, reason: str, after: int = 0
-    ) -> None:
-        """Writes the next generation (above `after` too: a repaired record's generation)."""
+    ) -> bool:
+        """Writes the next generation (above `after` too: a repaired record's generation).
+
+        True when it was written, or the store could not be reached (nothing to retry now).
+        """
         known = self._known
         generation = max(known.generation if known else 0, after) + 1
         world = World(generation=generation, members=members)
@@ -358,9 +392,9 @@ class Membership:
             won = self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:
             self._note_unreachable(e)
-            return
+            return True
         if not won:
-            return  # someone else wrote first; the next tick reads their world
+            return False  # someone else wrote first; the next tick reads their world
         level = logging.WARNING if reason.startswith("world record invalid") else logging.INFO
         log.log(
             level,
@@ -372,6 +406,7 @@ class Membership:
         )
         self._known = world
         self._pending = None
+        return True
 
 
 def _generation_in(text: str | None) -> int:

@@ -77,7 +77,9 @@ class OpenRescale:
         if reason and reason not in self.reasons:
             self.reasons.append(reason)
 
-    def split(self, generation: int, t: Timings) -> tuple[RescaleRecord, OpenRescale]:
+    def split(
+        self, generation: int, t: Timings, stopped: float | None = None
+    ) -> tuple[RescaleRecord, OpenRescale]:
         """The trainer stepped in `generation` after all, on its way to a newer world.
 
         It had formed that world before the newer one reached it (or stepped in it between
@@ -91,7 +93,7 @@ class OpenRescale:
         first = t.first_step or 0.0
         drained = self.drained if self.drained <= first else 0.0  # a later drain: the rest's
         before = replace(self, reasons=self.reasons[:known], heads={}, drained=drained)
-        record = before.close(generation, t)
+        record = before.close(generation, t, stopped)
         start = max(decided, first)
         rest = OpenRescale(
             from_generation=generation,
@@ -105,11 +107,18 @@ class OpenRescale:
         )
         return record, rest
 
-    def close(self, generation: int, t: Timings) -> RescaleRecord:
-        """The record, once `t` (of `generation`, where it ends) reached the first step."""
+    def close(self, generation: int, t: Timings, stopped: float | None = None) -> RescaleRecord:
+        """The record, once `t` (of `generation`, where it ends) reached the first step.
+
+        `stopped` is the trainer's own report of when it stood still in the world it left
+        (`Timings.stopped`, the end of its last step there): the pause starts there, before
+        or after the decision (a peer's planned leave stops every rank before the survivors'
+        agents decide; a join stops them at the first boundary after it). Without it the
+        pause starts at the decision, or earlier when the watchdog saw the steps stop first.
+        """
         started, imported, master = t.started or 0.0, t.imported or 0.0, t.master or 0.0
         initialised, first_step = t.initialised or 0.0, t.first_step or 0.0
-        start = min(self.decided, self.stalled)
+        start = min(self.decided, self.stalled) if stopped is None else stopped
         noticed = min(self.noticed, start)
         drained, spawned = self.drained, self.spawned
         if not self.restarted:  # no new process: the trainer stopped and re-formed at "started"
@@ -202,15 +211,31 @@ class RescaleTracker:
             stepped = [(g, t) for g in between if (t := timings_of(g)) and t.first_step]
             if not stepped:
                 break
-            record, self.open = rescale.split(*stepped[0])
+            generation, t = stepped[0]
+            record, self.open = rescale.split(generation, t, _stopped(rescale, timings_of))
             records.append(record)
         return records
 
-    def stepped(self, generation: int, timings: Timings) -> RescaleRecord | None:
-        """The trainer stepped in `generation`: the finished record, when the rescale ends."""
+    def stepped(
+        self,
+        generation: int,
+        timings: Timings,
+        timings_of: Callable[[int], Timings | None] = lambda g: None,
+    ) -> RescaleRecord | None:
+        """The trainer stepped in `generation`: the finished record, when the rescale ends.
+
+        `timings_of` reads the trainer's report of any generation: where it stood still in
+        the world the rescale left.
+        """
         self.trained = True
         rescale = self.open
         if rescale is None or generation < rescale.generation:
             return None
         self.open = None
-        return rescale.close(generation, timings)
+        return rescale.close(generation, timings, _stopped(rescale, timings_of))
+
+
+def _stopped(rescale: OpenRescale, timings_of: Callable[[int], Timings | None]) -> float | None:
+    """When the trainer reported standing still in the world `rescale` left (None: not said)."""
+    left = timings_of(rescale.from_generation)
+    return None if left is None else left.stopped

@@ -259,6 +259,7 @@ class ElasticSupervisor:
             pending_for=self._membership.pending_for(),
             rescale_target=self._rescale.target,
             stood_still=self._watchdog.stood_still_since(wall),
+            finished_step=self._channel.finished_step() if ended is not None else None,
         )
 
     def _cannot_drain(self, s: State, timings: Timings | None, now: float) -> bool:
@@ -325,7 +326,7 @@ class ElasticSupervisor:
             case MarkDrained(at):
                 self._rescale.drained(at)
             case Stepped(generation, timings):
-                record = self._rescale.stepped(generation, timings)
+                record = self._rescale.stepped(generation, timings, self._channel.timings)
                 self._record([] if record is None else [record])
             case RequestGeneration(reason):
                 self._membership.request_generation(reason)

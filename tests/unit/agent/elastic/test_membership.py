@@ -238,3 +238,41 @@ def test_finishing_over_a_broken_record_repairs_it_as_finished(tmp_path: Path) -
     stored = World.from_json((tmp_path / "world.json").read_text())
     assert (stored.generation, stored.finished, stored.finished_at_step) == (8, True, 5)
     assert [m.id for m in stored.members] == ["a"]
+
+
+def test_a_planned_leave_is_the_next_world_at_once(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abc":
+        job.add(name)
+    job.run(2)
+    job.agents.pop("b").leave()  # no clock moves: no debounce, no poll of the others
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert world.generation == 2 and [m.id for m in world.members] == ["a", "c"]
+    job.run(0.2)
+    assert job.ids("a") == ["a", "c"] and job.agents["a"].world == world
+    job.run(3)  # and nobody writes another generation for the same change
+    assert World.from_json((tmp_path / "world.json").read_text()) == world
+
+
+def test_two_leaves_at_once_never_bring_a_leaver_back(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abcd":
+        job.add(name)
+    job.run(2)
+    b, c = job.agents.pop("b"), job.agents.pop("c")
+    b.leave()
+    c.leave()  # reads b's world, writes the next one without itself
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert [m.id for m in world.members] == ["a", "d"] and world.generation == 3
+    job.run(3)
+    assert job.ids("a") == ["a", "d"] and job.ids("d") == ["a", "d"]
+
+
+def test_a_member_outside_the_world_leaves_without_writing_one(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abcd":
+        job.add(name)
+    job.run(2)
+    assert job.ids("d") == ["a", "b", "c"]  # max 3: d is a stand-by
+    job.agents.pop("d").leave()
+    assert World.from_json((tmp_path / "world.json").read_text()).generation == 1
