@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
-from agent.elastic.store import Heartbeat, VersionedRecord
+from agent.elastic.store import Heartbeat, PollingWatch, StoreWatch, VersionedRecord
 from agent.elastic.world import Member
 
 LABEL_JOB = "edl.paddlepaddle.org/job"
@@ -93,6 +93,10 @@ class KubernetesStore:
             except OSError:
                 namespace = "default"
         return cls(ClientApi.connect(namespace), job)
+
+    def watch(self) -> StoreWatch:
+        """No notification yet on this backend: the agent polls (`EDL_POLL_INTERVAL`)."""
+        return PollingWatch()
 
     def _lease_name(self, member: Member) -> str:
         return dns_name("edl", self._job, member.id)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
-from agent.elastic.store import Heartbeat, MembershipStore
+from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch
 from agent.elastic.world import Member, World, next_members
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class Membership:
         self._last_beat_ok = clock()
         self._unreachable_since: float | None = None
         self._left = False
+        self._watch: StoreWatch | None = None
 
     @property
     def me(self) -> Member:
@@ -106,6 +107,22 @@ class Membership:
     def settings(self) -> MembershipSettings:
         """The agreement settings."""
         return self._settings
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Blocks up to `timeout` s; True as soon as the store says something changed.
+
+        A member came or went, or the world record was replaced: read it now. The watch is
+        opened on first use and kept.
+        """
+        if self._watch is None:
+            self._watch = self._store.watch()
+        return self._watch.wait(timeout)
+
+    def close(self) -> None:
+        """Releases the store watch."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
     def pending_for(self) -> float:
         """Seconds since this agent first saw a membership change not yet written (0: none)."""
