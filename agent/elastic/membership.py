@@ -41,7 +41,10 @@ class MembershipSettings:
     ttl: float = 10.0
     """EDL_MEMBER_TTL: a member whose heartbeat has not changed for this long is gone."""
     debounce: float = 1.0
-    """EDL_DEBOUNCE: the live set must be still this long before a new generation is written."""
+    """EDL_DEBOUNCE: the longest the live set must be still before a new generation is
+    written. Adaptive: a lone change waits `JOIN_QUIET_SHARE` of it, each further change of
+    the pending set widens the window by as much, so a burst is batched while a single
+    joiner is not held the full debounce. A planned leave does not wait (`leave`)."""
     max_debounce: float = 5.0
     """EDL_MAX_DEBOUNCE: a pending change is written after this long even if joins keep coming."""
     poll_interval: float = 0.2
@@ -61,11 +64,17 @@ class _Seen:
     member: Member
 
 
+JOIN_QUIET_SHARE = 0.25
+"""The quiet a lone membership change waits, as a share of the debounce (per change seen)."""
+
+
 @dataclass
 class _Pending:
     since: float
     last_change: float
     live: frozenset[str] = field(default_factory=frozenset)
+    changes: int = 1
+    """How often the pending live set changed: the burst so far."""
 
 
 class Membership:
@@ -389,7 +398,10 @@ class Membership:
             self._pending = _Pending(since=now, last_change=now, live=keys)
         elif keys != self._pending.live:
             self._pending.live, self._pending.last_change = keys, now
-        quiet = now - self._pending.last_change >= self._settings.debounce
+            self._pending.changes += 1
+        debounce = self._settings.debounce
+        needed = min(debounce, debounce * JOIN_QUIET_SHARE * self._pending.changes)
+        quiet = now - self._pending.last_change >= needed
         overdue = now - self._pending.since >= self._settings.max_debounce
         return quiet or overdue
 

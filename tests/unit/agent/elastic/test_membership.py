@@ -276,3 +276,22 @@ def test_a_member_outside_the_world_leaves_without_writing_one(tmp_path: Path) -
     assert job.ids("d") == ["a", "b", "c"]  # max 3: d is a stand-by
     job.agents.pop("d").leave()
     assert World.from_json((tmp_path / "world.json").read_text()).generation == 1
+
+
+def test_a_lone_joiner_waits_a_quarter_of_the_debounce_a_burst_is_batched(tmp_path: Path) -> None:
+    settings = MembershipSettings(max_size=8, ttl=5.0, debounce=1.0, max_debounce=4.0)
+    job = Job(tmp_path, settings)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    job.add("c")
+    job.run(0.6)  # seen at +0.2, quiet 0.25 s later: written at +0.6, not after a full second
+    assert job.ids("a") == ["a", "b", "c"]
+    before = job.agents["a"].world.generation  # type: ignore[union-attr]
+    for name in "def":  # a burst: each joiner comes inside the window the previous one opened
+        job.add(name)
+        job.run(0.2)
+    job.run(2)
+    world = job.agents["a"].world
+    assert world is not None and [m.id for m in world.members] == list("abcdef")
+    assert world.generation == before + 1  # the burst became one generation
