@@ -13,12 +13,17 @@ __all__ = [
     "RendezvousTimeout",
     "StateTransferError",
     "StoreUnavailable",
+    "WatchForbidden",
     "WorldRecordInvalid",
 ]
 
 
 class StoreUnavailable(ElasticError):
     """The membership store could not be reached or answered with an error."""
+
+
+class WatchForbidden(StoreUnavailable):
+    """The store may be read but not watched (RBAC without ``watch``): the agent polls."""
 
 
 class WorldRecordInvalid(ElasticError):

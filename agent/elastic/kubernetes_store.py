@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
+from agent.elastic.errors import StoreUnavailable, WatchForbidden, WorldRecordInvalid
 from agent.elastic.kubernetes_watch import KubernetesWatch
 from agent.elastic.store import Heartbeat, StoreWatch, VersionedRecord
 from agent.elastic.world import Member
@@ -305,7 +305,8 @@ class ClientApi:
             raise
         except self._exc as e:
             status = int(getattr(e, "status", 0) or 0)
-            raise StoreUnavailable(f"{what}: HTTP {status} {getattr(e, 'reason', '')}") from e
+            error = WatchForbidden if status == 403 else StoreUnavailable
+            raise error(f"{what}: HTTP {status} {getattr(e, 'reason', '')}") from e
         except Exception as e:  # urllib3 connection errors and the like
             raise StoreUnavailable(f"{what}: {e}") from e
         finally:

@@ -6,7 +6,8 @@ that re-opens it when the server ends it (every `timeout_seconds`) or it fails (
 pause). A change is a Lease that appears, vanishes or gets a new holder (a new incarnation
 of the member), or a new resourceVersion of the ConfigMap; a renewal (same holder) is none.
 A re-opened stream starts with ADDED for every existing object: those already known are no
-change. Only a hint, like every `StoreWatch`: the agent reads the records themselves.
+change. A Role without ``watch`` (403) ends the stream for good: the agent polls. Only a
+hint, like every `StoreWatch`: the agent reads the records themselves.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from agent.elastic.errors import StoreUnavailable
+from agent.elastic.errors import StoreUnavailable, WatchForbidden
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class KubernetesWatch:
                         return
                     if changed:
                         self._changed.set()
+            except WatchForbidden as e:
+                log.warning("membership watch not allowed (%s): polling only", e)
+                return
             except StoreUnavailable as e:
                 if not self._warned:
                     log.warning("membership watch interrupted (%s); polling meanwhile", e)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.elastic.errors import StoreUnavailable
+from agent.elastic.errors import StoreUnavailable, WatchForbidden
 from agent.elastic.kubernetes_watch import KubernetesWatch
 
 pytestmark = [pytest.mark.unit]
@@ -114,3 +114,22 @@ class _Playing:
 
     def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
         yield from self.world
+
+
+def test_a_role_without_watch_leaves_the_agent_polling() -> None:
+    class Forbidden(ScriptedStreams):
+        def watch_leases(
+            self, label_selector: str, timeout_seconds: int
+        ) -> Iterator[tuple[str, str, str]]:
+            self.opened["leases"] += 1
+            raise WatchForbidden("watch leases: HTTP 403 Forbidden")
+
+    streams = Forbidden(leases=[], world=[])
+    watch = KubernetesWatch(streams, "job=x", "edl-x-world")
+    try:
+        lease_thread = next(t for t in watch._threads if t.name == "edl-watch-leases")
+        lease_thread.join(WAIT)
+        assert not lease_thread.is_alive() and streams.opened["leases"] == 1  # never re-tried
+    finally:
+        watch.close()
+        streams.release.set()
