@@ -133,6 +133,24 @@ class Membership:
             self._watch.close()
             self._watch = None
 
+    def due_in(self) -> float | None:
+        """Seconds until a pending change is due to be written (None: none pending).
+
+        The agent's loop waits no longer than this, so a lone joiner's short debounce is not
+        rounded up to the next poll.
+        """
+        pending = self._pending
+        if pending is None:
+            return None
+        quiet = pending.last_change + self._quiet_needed(pending)
+        overdue = pending.since + self._settings.max_debounce
+        return max(0.0, min(quiet, overdue) - self._clock())
+
+    def _quiet_needed(self, pending: _Pending) -> float:
+        """The adaptive debounce: a share of `debounce` per change seen, at most all of it."""
+        debounce = self._settings.debounce
+        return min(debounce, debounce * JOIN_QUIET_SHARE * pending.changes)
+
     def pending_for(self) -> float:
         """Seconds since this agent first saw a membership change not yet written (0: none)."""
         return 0.0 if self._pending is None else self._clock() - self._pending.since
@@ -399,9 +417,7 @@ class Membership:
         elif keys != self._pending.live:
             self._pending.live, self._pending.last_change = keys, now
             self._pending.changes += 1
-        debounce = self._settings.debounce
-        needed = min(debounce, debounce * JOIN_QUIET_SHARE * self._pending.changes)
-        quiet = now - self._pending.last_change >= needed
+        quiet = now - self._pending.last_change >= self._quiet_needed(self._pending)
         overdue = now - self._pending.since >= self._settings.max_debounce
         return quiet or overdue
 

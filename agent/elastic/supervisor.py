@@ -231,6 +231,9 @@ class ElasticSupervisor:
     def _observe(self, s: State) -> Observation:
         """One round's look: waits a poll interval (on the trainer, when one may run)."""
         poll = self._membership.settings.poll_interval
+        due = self._membership.due_in()
+        if due is not None:
+            poll = min(poll, due + WAKE_SLICE)  # just past it: the tick then finds it due
         if s.phase.ticks_membership:
             ended = self._wait(poll, s.phase.has_trainer)
         elif s.phase.has_trainer:
@@ -278,14 +281,16 @@ class ElasticSupervisor:
         """
         deadline = time.monotonic() + poll
         while True:
+            left = max(0.0, deadline - time.monotonic())
             if trainer:
-                ended = self._trainer.wait(0)
+                ended = self._trainer.wait(min(left, WAKE_SLICE))
                 if ended is not None:
                     return ended
-            left = deadline - time.monotonic()
-            if left <= 0:
+                if self._membership.wait_for_change(0):
+                    return None
+            elif self._membership.wait_for_change(left):
                 return None
-            if self._membership.wait_for_change(min(left, WAKE_SLICE if trainer else left)):
+            if time.monotonic() >= deadline:
                 return None
 
     def _cannot_drain(self, s: State, timings: Timings | None, now: float) -> bool:

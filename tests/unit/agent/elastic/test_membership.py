@@ -295,3 +295,17 @@ def test_a_lone_joiner_waits_a_quarter_of_the_debounce_a_burst_is_batched(tmp_pa
     world = job.agents["a"].world
     assert world is not None and [m.id for m in world.members] == list("abcdef")
     assert world.generation == before + 1  # the burst became one generation
+
+
+def test_a_pending_change_says_when_it_is_due(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    assert job.agents["a"].due_in() is None  # nothing pending
+    job.add("c")
+    job.run(0.2)  # a saw c: pending, due a quarter of the 1 s debounce later
+    assert job.agents["a"].due_in() == pytest.approx(0.25)
+    job.clock.now += 0.25
+    job.agents["a"].tick()
+    assert job.ids("a") == ["a", "b", "c"] and job.agents["a"].due_in() is None
