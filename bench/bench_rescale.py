@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 from tests.support.pause_monitor import ledger_pause, step_starts  # noqa: E402
-from tests.support.waiting import wait_for  # noqa: E402
+from tests.support.waiting import WaitTimeout, wait_for  # noqa: E402
 
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
@@ -514,6 +514,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--debounce", type=float, default=1.0)
     parser.add_argument("--frameworks", default="paddle,torch", help="EDL runs, comma separated")
+    parser.add_argument("--modes", default="auto,process", help="EDL_REINIT modes, comma separated")
     parser.add_argument("--no-torchrun", action="store_true", help="skip torchrun's own elastic")
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
     parser.add_argument("--paddle-rounds", type=int, default=2)
@@ -525,7 +526,9 @@ def main() -> int:
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
         for framework in filter(None, args.frameworks.split(",")):  # "": launchers only
-            for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
+            titles = {"auto": "in-process if possible", "process": "restarts"}
+            for reinit in filter(None, args.modes.split(",")):
+                title = titles[reinit]
                 rows = bench_edl(
                     tmp / f"edl-{framework}-{reinit}",
                     args.debounce,
@@ -553,7 +556,8 @@ def main() -> int:
                 show("Paddle launcher --elastic_level 1", rows)
                 results["Paddle launcher"] = rows
         summary(results)
-    except TimeoutError as e:
+    except (TimeoutError, WaitTimeout) as e:
+        summary(results)  # what was measured before the wait that ran out
         print(f"bench: {e}; logs kept in {tmp}")
         return 1
     shutil.rmtree(tmp, ignore_errors=True)
