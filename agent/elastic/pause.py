@@ -153,6 +153,10 @@ class RescaleTracker:
         self.open: OpenRescale | None = None
         self.trained = False
         """Our trainer has stepped in some world: from then on, world changes are rescales."""
+        self._unproven = False
+        """The open record was opened before we saw our trainer step anywhere: it is a
+        rescale only if the trainer stepped in the world it left after all (its first step
+        there ended while the decision was being taken), else a joiner's first world."""
 
     @property
     def target(self) -> int | None:
@@ -168,12 +172,16 @@ class RescaleTracker:
         stalled: float,
         noticed: float | None,
     ) -> None:
-        """Opens a record (or extends the open one); a joiner's first world is no rescale."""
-        if not self.trained:
-            return
+        """Opens a record (or extends the open one); a joiner's first world is no rescale.
+
+        Before our trainer was seen stepping the record is opened all the same, unproven:
+        a first step that ends just as the next world is decided is still a step the
+        trainer then paused after (`_proven`).
+        """
         if self.open is not None:
             self.open.supersede(generation, why, decided)
             return
+        self._unproven = not self.trained
         self.open = OpenRescale(
             from_generation=from_generation,
             generation=generation,
@@ -213,8 +221,17 @@ class RescaleTracker:
                 break
             generation, t = stepped[0]
             record, self.open = rescale.split(generation, t, _stopped(rescale, timings_of))
-            records.append(record)
+            if self._proven(rescale, timings_of):
+                records.append(record)
+            self._unproven, self.trained = False, True  # it stepped in `generation`
         return records
+
+    def _proven(self, rescale: OpenRescale, timings_of: Callable[[int], Timings | None]) -> bool:
+        """The trainer trained in the world `rescale` left (always, once it was seen to)."""
+        if not self._unproven:
+            return True
+        left = timings_of(rescale.from_generation)
+        return left is not None and left.first_step is not None
 
     def stepped(
         self,
@@ -232,6 +249,9 @@ class RescaleTracker:
         if rescale is None or generation < rescale.generation:
             return None
         self.open = None
+        proven, self._unproven = self._proven(rescale, timings_of), False
+        if not proven:
+            return None  # its first step is in the new world: a joiner's first world
         return rescale.close(generation, timings, _stopped(rescale, timings_of))
 
 

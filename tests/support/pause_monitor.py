@@ -7,7 +7,8 @@ the ledger's gap. The agent's record runs from the *end* of that last step to th
 that first step, so the two differ by the difference of those two steps' lengths, which is
 less than one step either way. "One step" is read from the same ledger: the longest interval
 between two consecutive steps of that member in either world (a step and its boundary
-collectives; a machine under load makes it longer, never the comparison tighter).
+collectives; a machine under load makes it longer, never the comparison tighter), or in any
+of its worlds when it took a single step in each of the two.
 
 Used by tests/integration/agent/test_elastic_pause_ledger.py (asserts) and printed by the
 soak report; it reads files only.
@@ -62,12 +63,15 @@ def ledger_pause(
     starts: dict[tuple[str, int], list[float]], member: str, from_generation: int, generation: int
 ) -> LedgerPause | None:
     """The pause `member` lived from `from_generation` to `generation` (None: not in the
-    ledger, or too few steps there to say what one step is)."""
+    ledger, or too few steps anywhere to say what one step is)."""
     before = starts.get((member, from_generation), [])
     after = starts.get((member, generation), [])
     if not before or not after:
         return None
     intervals = [b - a for seq in (before, after) for a, b in itertools.pairwise(seq)]
+    if not intervals:  # one step in each world (a quick succession of joins): any of its own
+        mine = [times for (m, _), times in starts.items() if m == member]
+        intervals = [b - a for seq in mine for a, b in itertools.pairwise(seq)]
     if not intervals:
         return None
     return LedgerPause(

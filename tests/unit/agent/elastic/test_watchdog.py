@@ -152,3 +152,23 @@ def test_the_tracker_takes_the_stop_from_the_world_the_rescale_left() -> None:
     later = Timings(started=200.1, imported=200.1, first_step=200.5)
     record = tracker.stepped(6, later)  # no report of where it stopped: from the decision
     assert record is not None and record.pause == pytest.approx(0.5)
+
+
+def test_a_first_step_that_ends_as_the_next_world_is_decided_still_gets_its_record() -> None:
+    from agent.elastic.pause import RescaleTracker
+
+    # our agent decided generation 2 before it read the end of our trainer's first step in 1
+    tracker = RescaleTracker()
+    tracker.begin(1, 2, "+b", decided=100.0, stalled=100.0, noticed=99.9)
+    one = Timings(started=99.0, first_step=100.05, stopped=100.05)
+    two = Timings(started=100.2, imported=100.2, master=100.3, initialised=100.5, first_step=100.7)
+    record = tracker.stepped(2, two, {1: one, 2: two}.get)
+    assert record is not None and record.pause == pytest.approx(0.65)
+    # a joiner handed a newer world before its first step anywhere: no rescale of its own
+    joiner = RescaleTracker()
+    joiner.begin(1, 2, "+c", decided=100.0, stalled=100.0, noticed=99.9)
+    assert joiner.stepped(2, two, {1: Timings(started=99.0), 2: two}.get) is None
+    joiner.begin(2, 3, "-c", decided=200.0, stalled=200.0, noticed=199.9)  # now it is one
+    three = Timings(started=200.1, imported=200.1, first_step=200.4)
+    record = joiner.stepped(3, three, {2: two, 3: three}.get)
+    assert record is not None and record.pause == pytest.approx(0.4)
