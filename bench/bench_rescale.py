@@ -7,9 +7,14 @@ SIGTERM 3->2 plus a trainer SIGKILL, it prints min / median / max of the pause t
 agent recorded (`edl_trainer_rescale_pause_seconds`: from when training stood still to the
 first step at the new size), of its phases (`edl_trainer_rescale_phase_seconds_total{phase}`),
 and of the outside view: the bench's action (start / SIGTERM / SIGKILL) -> first step at the
-new size. Then, per mode, the seeded fault sequence of tests/support/elastic_soak.py
-(joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped trainer, kills mid-rescale):
-min / median / p90 / max of every recorded pause and of every action's outside view.
+new size. Beside them, from outside the agent too: ``ledger``, the watching survivor's pause as
+its sample-ledger lines show it (tests/support/pause_monitor.py); for a join ``decided``, the
+new world's write -> first step at the new size, and ``imported``, the joiner's framework
+imported (its warm trainer ready) -> first step; for a SIGTERM ``gone``, SIGTERM -> the leaving
+agent's exit (what frees a pod). Then, per mode, the seeded fault sequence of
+tests/support/elastic_soak.py (joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped
+trainer, kills mid-rescale): min / median / p90 / max of every recorded pause and of every
+action's outside view.
 
 Beside them, PyTorch's own elastic launcher (``torchrun --nnodes 2:3 --rdzv-backend c10d``)
 runs the same digits MLP through the same scale-up and SIGTERM scale-down, timed from outside
@@ -38,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -49,10 +55,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.support.elastic_soak import SoakSettings, report, run_soak  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
-from tests.support.waiting import wait_for  # noqa: E402
+from tests.support.pause_monitor import ledger_pause, step_starts  # noqa: E402
+from tests.support.waiting import WaitTimeout, wait_for  # noqa: E402
 
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
+EXTRA = ("ledger", "decided", "imported", "gone")
+"""Columns measured from outside the agent's record (see the module docstring)."""
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -85,6 +94,7 @@ class Agents:
             "EDL_DEBOUNCE": str(self.debounce),
             "EDL_REINIT": self.reinit,
             "EDL_AGENT_LOG_LEVEL": os.environ.get("EDL_AGENT_LOG_LEVEL", "WARNING"),
+            "EDL_SAMPLE_LEDGER": str(self.tmp / "ledger"),
             "PYTHONPATH": str(ROOT),
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
@@ -104,12 +114,19 @@ class Agents:
             return 0, 0
 
     def first_step(self, name: str, generation: int) -> float | None:
+        return self.milestone(name, generation, "first_step")
+
+    def milestone(self, name: str, generation: int, which: str) -> float | None:
         path = self.tmp / name / "control" / f"timings-g{generation}.json"
         try:
-            value = json.loads(path.read_text()).get("first_step")
+            value = json.loads(path.read_text()).get(which)
         except (OSError, ValueError):
             return None
         return float(value) if value is not None else None
+
+    def world_written(self) -> float:
+        """When the current world record was written (its rename keeps the write's mtime)."""
+        return (self.tmp / "store" / "bench" / "world.json").stat().st_mtime
 
     def trainer_pid(self, name: str) -> int:
         return int(psutil.Process(self.procs[name].pid).children()[0].pid)
@@ -129,15 +146,27 @@ class Agents:
 
 
 def measure_event(
-    agents: Agents, action: Callable[[], object], size: int, watcher: str = "a"
+    agents: Agents,
+    action: Callable[[], object],
+    size: int,
+    watcher: str = "a",
+    joiner: str = "",
+    leaver: str = "",
 ) -> dict[str, float]:
     before = scrape(agents.ports[watcher])
+    from_gen = agents.world()[0]
+    ended: list[float] = []
+    if leaver:
+        proc = agents.procs[leaver]
+        reaper = threading.Thread(target=_reap, args=(proc, ended))
+        reaper.start()
     t0 = time.time()
     action()
     wait_for(
         lambda: agents.world()[1] == size, timeout_s=120, what=f"world of {size}", interval_s=0.05
     )
     gen = agents.world()[0]
+    written = agents.world_written()
     wait_for(
         lambda: agents.first_step(watcher, gen) is not None,
         timeout_s=180,
@@ -162,7 +191,28 @@ def measure_event(
     for phase in PHASES:
         name = f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}'
         row[phase] = after.get(name, 0.0) - before.get(name, 0.0)
+    seen = ledger_pause(step_starts(agents.tmp / "ledger"), watcher, from_gen, gen)
+    if seen is not None:
+        row["ledger"] = seen.gap
+    if joiner:
+        row["decided"] = first - written
+        imported = agents.milestone(joiner, 0, "imported")
+        if imported is not None:
+            row["imported"] = first - imported
+    if leaver:
+        reaper.join(150)
+        if ended:
+            row["gone"] = ended[0] - t0
     return row
+
+
+def _reap(proc: subprocess.Popen[bytes], ended: list[float]) -> None:
+    """Waits for `proc` to end and notes when (the wait returns at its exit)."""
+    try:
+        proc.wait(150)
+    except subprocess.TimeoutExpired:
+        return
+    ended.append(time.time())
 
 
 def bench_edl(
@@ -183,13 +233,14 @@ def bench_edl(
         for r in range(rounds):
             joiner = f"c{r}"
             join = functools.partial(agents.start, joiner)
-            rows.append(("up 2->3", measure_event(agents, join, 3)))
+            rows.append(("up 2->3", measure_event(agents, join, 3, joiner=joiner)))
             time.sleep(1)
             leave = functools.partial(agents.procs[joiner].send_signal, signal.SIGTERM)
-            rows.append(("down 3->2 SIGTERM", measure_event(agents, leave, 2)))
+            rows.append(("down 3->2 SIGTERM", measure_event(agents, leave, 2, leaver=joiner)))
             agents.procs[joiner].wait(60)
             time.sleep(1)
-        rows.append(("up 2->3", measure_event(agents, functools.partial(agents.start, "d"), 3)))
+        join_d = functools.partial(agents.start, "d")
+        rows.append(("up 2->3", measure_event(agents, join_d, 3, joiner="d")))
         time.sleep(1)
         kill = functools.partial(os.kill, agents.trainer_pid("d"), signal.SIGKILL)
         rows.append(("down 3->2 trainer SIGKILL", measure_event(agents, kill, 2)))
@@ -418,7 +469,7 @@ def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
     """Per event kind: how many, then min / median / max of the outside view, pause and phases."""
     print(f"\n{title}")
-    cols = ("outside", "pause", *PHASES)
+    cols = ("outside", "pause", *EXTRA, *PHASES)
     print(f"{'event (min/median/max s)':28s} {'n':>2s}" + "".join(f"{c:>18s}" for c in cols))
     for event in dict.fromkeys(e for e, _ in rows):
         got = [row for e, row in rows if e == event]
@@ -463,6 +514,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--debounce", type=float, default=1.0)
     parser.add_argument("--frameworks", default="paddle,torch", help="EDL runs, comma separated")
+    parser.add_argument("--modes", default="auto,process", help="EDL_REINIT modes, comma separated")
     parser.add_argument("--no-torchrun", action="store_true", help="skip torchrun's own elastic")
     parser.add_argument("--paddle", action="store_true", help="also time Paddle's launcher")
     parser.add_argument("--paddle-rounds", type=int, default=2)
@@ -474,7 +526,9 @@ def main() -> int:
     try:  # logs are kept when a run fails
         print(f"seconds; debounce {args.debounce} s; 'outside' = action -> first step at new size")
         for framework in filter(None, args.frameworks.split(",")):  # "": launchers only
-            for reinit, title in (("auto", "in-process if possible"), ("process", "restarts")):
+            titles = {"auto": "in-process if possible", "process": "restarts"}
+            for reinit in filter(None, args.modes.split(",")):
+                title = titles[reinit]
                 rows = bench_edl(
                     tmp / f"edl-{framework}-{reinit}",
                     args.debounce,
@@ -502,7 +556,8 @@ def main() -> int:
                 show("Paddle launcher --elastic_level 1", rows)
                 results["Paddle launcher"] = rows
         summary(results)
-    except TimeoutError as e:
+    except (TimeoutError, WaitTimeout) as e:
+        summary(results)  # what was measured before the wait that ran out
         print(f"bench: {e}; logs kept in {tmp}")
         return 1
     shutil.rmtree(tmp, ignore_errors=True)

@@ -13,5 +13,9 @@ class StoreUnavailable(ElasticError):
     """The membership store could not be reached or answered with an error."""
 
 
+class WatchForbidden(StoreUnavailable):
+    """The store may be read but not watched (RBAC without ``watch``): the agent polls."""
+
+
 class WorldRecordInvalid(ElasticError):
     """The stored world record is not a consistent world (edited by hand, truncated, ...)."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
-from agent.elastic.store import Heartbeat, VersionedRecord
+from agent.elastic.errors import StoreUnavailable, WatchForbidden, WorldRecordInvalid
+from agent.elastic.kubernetes_watch import KubernetesWatch
+from agent.elastic.store import Heartbeat, StoreWatch, VersionedRecord
 from agent.elastic.world import Member
 
 LABEL_JOB = "edl.paddlepaddle.org/job"
@@ -53,6 +54,14 @@ class KubernetesApi(Protocol):
 
     def delete_lease(self, name: str) -> None:
         """Delete it; no error when it is gone."""
+
+    def watch_leases(
+        self, label_selector: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, str, str]]:
+        """The API server's watch of the Leases: (event type, name, holder) until it ends."""
+
+    def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
+        """The watch of ConfigMap `name`: (event type, resourceVersion) until it ends."""
 
 
 def dns_name(*parts: str) -> str:
@@ -93,6 +102,10 @@ class KubernetesStore:
             except OSError:
                 namespace = "default"
         return cls(ClientApi.connect(namespace), job)
+
+    def watch(self) -> StoreWatch:
+        """The API server's watch on the job's Leases and world ConfigMap."""
+        return KubernetesWatch(self._api, f"{LABEL_JOB}={dns_name(self._job)}", self._world_name)
 
     def _lease_name(self, member: Member) -> str:
         return dns_name("edl", self._job, member.id)
@@ -254,3 +267,47 @@ class ClientApi:
     def delete_lease(self, name: str) -> None:
         """See `KubernetesApi`."""
         self._call("delete lease", self._coord.delete_namespaced_lease, name, self._ns, ok=(404,))
+
+    def watch_leases(
+        self, label_selector: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, str, str]]:
+        """See `KubernetesApi` (the client's `kubernetes.watch.Watch`)."""
+        for obj in self._stream(
+            "watch leases",
+            self._coord.list_namespaced_lease,
+            label_selector=label_selector,
+            timeout_seconds=timeout_seconds,
+        ):
+            kind, lease = obj
+            yield kind, str(lease.metadata.name), str(lease.spec.holder_identity or "")
+
+    def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
+        """See `KubernetesApi`."""
+        for kind, cm in self._stream(
+            "watch configmap",
+            self._core.list_namespaced_config_map,
+            field_selector=f"metadata.name={name}",
+            timeout_seconds=timeout_seconds,
+        ):
+            yield kind, str(cm.metadata.resource_version)
+
+    def _stream(self, what: str, list_fn: Any, **kw: Any) -> Iterator[tuple[str, Any]]:
+        """(event type, object) of one watch stream; errors as `StoreUnavailable`."""
+        from kubernetes import watch
+
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in stream.stream(list_fn, self._ns, **kw):  # type: ignore[no-untyped-call]
+                if event.get("type") == "ERROR":  # e.g. 410 Gone: re-open from now
+                    raise StoreUnavailable(f"{what}: {event.get('raw_object')}")
+                yield str(event["type"]), event["object"]
+        except StoreUnavailable:
+            raise
+        except self._exc as e:
+            status = int(getattr(e, "status", 0) or 0)
+            error = WatchForbidden if status == 403 else StoreUnavailable
+            raise error(f"{what}: HTTP {status} {getattr(e, 'reason', '')}") from e
+        except Exception as e:  # urllib3 connection errors and the like
+            raise StoreUnavailable(f"{what}: {e}") from e
+        finally:
+            stream.stop()  # type: ignore[no-untyped-call]

@@ -4,6 +4,10 @@ Layout: ``<root>/world.json`` (the world record; its version is the SHA-256 of i
 hand edit changes it too), ``<root>/world.lock`` (an `flock` serialising compare-and-swap),
 ``<root>/members/<id>.json`` (one heartbeat per member). Every write goes to a temporary file
 and is renamed into place, so a reader never sees half a record.
+
+`LocalWatch` tells an agent within milliseconds that a member came or went or the world
+record changed (Linux inotify through `inotify_simple`, a thin maintained wrapper of the
+kernel calls), so detection does not wait for the next poll.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import os
 import time
 from pathlib import Path
 
+from inotify_simple import INotify
+from inotify_simple import flags as inotify_flags
+
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
-from agent.elastic.store import Heartbeat, VersionedRecord
+from agent.elastic.store import Heartbeat, PollingWatch, StoreWatch, VersionedRecord
 from agent.elastic.world import Member
 
 log = logging.getLogger(__name__)
@@ -46,6 +53,14 @@ class LocalStore:
     def root(self) -> Path:
         """The directory holding this job's records."""
         return self._root
+
+    def watch(self) -> StoreWatch:
+        """An inotify watch on the records; a `PollingWatch` where inotify is unavailable."""
+        try:
+            return LocalWatch(self._root)
+        except OSError as e:  # no inotify (another OS, the instance limit), or no directory
+            log.warning("no change notification on %s (%s): polling", self._root, e)
+            return PollingWatch()
 
     def _dir(self, *parts: str) -> Path:
         path = self._root.joinpath(*parts)
@@ -128,6 +143,67 @@ class LocalStore:
                 return True
         except OSError as e:
             raise StoreUnavailable(f"local store {self._root}: {e}") from e
+
+
+_WORLD = "world.json"
+_DIR_EVENTS = inotify_flags.MOVED_TO | inotify_flags.CREATE | inotify_flags.DELETE
+_DIR_EVENTS |= inotify_flags.MOVED_FROM | inotify_flags.CLOSE_WRITE
+
+
+class LocalWatch:
+    """inotify on ``<root>`` and ``<root>/members``: members that come or go, a new world.
+
+    Heartbeat renewals (a rename over an existing name) are no change: waking every agent
+    for each renewal would cost a store read per beat and detect nothing; expiry is a
+    matter of time, which the poll covers. Temporary files (``.name.tmp``) are ignored.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._inotify = INotify()
+        try:
+            members = root / "members"
+            members.mkdir(exist_ok=True)
+            self._root_wd = self._inotify.add_watch(root, _DIR_EVENTS)
+            self._members_wd = self._inotify.add_watch(members, _DIR_EVENTS)
+            self._names = {p.name for p in members.glob("*.json")}
+        except OSError:
+            self._inotify.close()
+            raise
+
+    def wait(self, timeout: float) -> bool:
+        """True once an event that changes membership or the world arrived within `timeout`."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                events = self._inotify.read(timeout=max(0, round(left * 1000)))
+            except OSError as e:
+                log.warning("membership watch failed (%s): polling", e)
+                time.sleep(max(0.0, left))
+                return False
+            if any(self._changes(e.wd, e.mask, e.name) for e in events):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def _changes(self, wd: int, mask: int, name: str) -> bool:
+        if mask & inotify_flags.Q_OVERFLOW:
+            return True  # events were lost: something may have changed
+        if name.startswith(".") or not name.endswith(".json"):
+            return False
+        if wd == self._root_wd:
+            return name == _WORLD
+        if mask & (inotify_flags.DELETE | inotify_flags.MOVED_FROM):
+            self._names.discard(name)
+            return True
+        if name in self._names:
+            return False  # a renewal
+        self._names.add(name)
+        return True
+
+    def close(self) -> None:
+        """Closes the inotify descriptor."""
+        self._inotify.close()
 
 
 def _digest(text: str | None) -> str:

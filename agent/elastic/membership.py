@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
 from agent.elastic.option_table import DEFAULTS
-from agent.elastic.store import Heartbeat, MembershipStore
+from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch
 from agent.elastic.world import Member, World, next_members
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,10 @@ class MembershipSettings:
     ttl: float = DEFAULTS["ttl"]
     """EDL_MEMBER_TTL: a member whose heartbeat has not changed for this long is gone."""
     debounce: float = DEFAULTS["debounce"]
-    """EDL_DEBOUNCE: the live set must be still this long before a new generation is written."""
+    """EDL_DEBOUNCE: the longest the live set must be still before a new generation is
+    written. Adaptive: a lone change waits `JOIN_QUIET_SHARE` of it, each further change of
+    the pending set widens the window by as much, so a burst is batched while a single
+    joiner is not held the full debounce. A planned leave does not wait (`leave`)."""
     max_debounce: float = DEFAULTS["max_debounce"]
     """EDL_MAX_DEBOUNCE: a pending change is written after this long even if joins keep coming."""
     poll_interval: float = DEFAULTS["poll_interval"]
@@ -62,11 +65,17 @@ class _Seen:
     member: Member
 
 
+JOIN_QUIET_SHARE = 0.25
+"""The quiet a lone membership change waits, as a share of the debounce (per change seen)."""
+
+
 @dataclass
 class _Pending:
     since: float
     last_change: float
     live: frozenset[str] = field(default_factory=frozenset)
+    changes: int = 1
+    """How often the pending live set changed: the burst so far."""
 
 
 class Membership:
@@ -92,6 +101,7 @@ class Membership:
         self._last_beat_ok = clock()
         self._unreachable_since: float | None = None
         self._left = False
+        self._watch: StoreWatch | None = None
 
     @property
     def me(self) -> Member:
@@ -107,6 +117,40 @@ class Membership:
     def settings(self) -> MembershipSettings:
         """The agreement settings."""
         return self._settings
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Blocks up to `timeout` s; True as soon as the store says something changed.
+
+        A member came or went, or the world record was replaced: read it now. The watch is
+        opened on first use and kept.
+        """
+        if self._watch is None:
+            self._watch = self._store.watch()
+        return self._watch.wait(timeout)
+
+    def close(self) -> None:
+        """Releases the store watch."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def due_in(self) -> float | None:
+        """Seconds until a pending change is due to be written (None: none pending).
+
+        The agent's loop waits no longer than this, so a lone joiner's short debounce is not
+        rounded up to the next poll.
+        """
+        pending = self._pending
+        if pending is None:
+            return None
+        quiet = pending.last_change + self._quiet_needed(pending)
+        overdue = pending.since + self._settings.max_debounce
+        return max(0.0, min(quiet, overdue) - self._clock())
+
+    def _quiet_needed(self, pending: _Pending) -> float:
+        """The adaptive debounce: a share of `debounce` per change seen, at most all of it."""
+        debounce = self._settings.debounce
+        return min(debounce, debounce * JOIN_QUIET_SHARE * pending.changes)
 
     def pending_for(self) -> float:
         """Seconds since this agent first saw a membership change not yet written (0: none)."""
@@ -139,13 +183,44 @@ class Membership:
         self._left = False
         self._renew(force=True)
 
-    def leave(self) -> None:
-        """Withdraw cleanly: the others drop this member at their next debounce."""
+    def leave(self, attempts: int = 3) -> None:
+        """Withdraw cleanly, and write the world without us at once (no debounce).
+
+        A planned leave (SIGTERM, an HPA scale-down) is known for certain by the one agent
+        that leaves: waiting for the others to notice the missing heartbeat and let it settle
+        would only keep every rank standing still. The heartbeat goes first, so nobody reads
+        the new world with us still live (and re-adds us as a joiner); the world is the same
+        deterministic rule over the same records (a stand-by fills the slot), written by
+        compare-and-swap, so a racing leave or proposal is re-read, never overwritten.
+        """
         self._left = True
         try:
             self._store.remove(self._me)
         except StoreUnavailable as e:
             log.warning("leave: membership store unreachable (%s); the member will expire", e)
+            return
+        for _ in range(attempts):
+            if self._write_without_me():
+                return
+
+    def _write_without_me(self) -> bool:
+        """One try at the next world without this member; True when nothing is left to do."""
+        try:
+            heartbeats = self._store.heartbeats()
+            record = self._store.read_world()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return True  # the others expire us in time
+        current, broken = self._parse(record.text)
+        if broken:
+            return True  # the next tick of anyone repairs it, without us
+        self._adopt(current)
+        known = self._known
+        if known is None or known.finished or known.rank_of(self._me.key) is None:
+            return True
+        live = self._observe(heartbeats, self._clock())
+        target = next_members(known, live, self._settings.min_size, self._settings.max_size)
+        return self._propose(target, record.version, reason=f"{self._me.id} leaves")
 
     def tick(self) -> World | None:
         """One round: renew, read, repair or propose when due. Returns the current world."""
@@ -342,14 +417,18 @@ class Membership:
             self._pending = _Pending(since=now, last_change=now, live=keys)
         elif keys != self._pending.live:
             self._pending.live, self._pending.last_change = keys, now
-        quiet = now - self._pending.last_change >= self._settings.debounce
+            self._pending.changes += 1
+        quiet = now - self._pending.last_change >= self._quiet_needed(self._pending)
         overdue = now - self._pending.since >= self._settings.max_debounce
         return quiet or overdue
 
     def _propose(
         self, members: tuple[Member, ...], version: str, reason: str, after: int = 0
-    ) -> None:
-        """Writes the next generation (above `after` too: a repaired record's generation)."""
+    ) -> bool:
+        """Writes the next generation (above `after` too: a repaired record's generation).
+
+        True when it was written, or the store could not be reached (nothing to retry now).
+        """
         known = self._known
         generation = max(known.generation if known else 0, after) + 1
         world = World(generation=generation, members=members)
@@ -359,9 +438,9 @@ class Membership:
             won = self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:
             self._note_unreachable(e)
-            return
+            return True
         if not won:
-            return  # someone else wrote first; the next tick reads their world
+            return False  # someone else wrote first; the next tick reads their world
         level = logging.WARNING if reason.startswith("world record invalid") else logging.INFO
         log.log(
             level,
@@ -373,6 +452,7 @@ class Membership:
         )
         self._known = world
         self._pending = None
+        return True
 
 
 def _generation_in(text: str | None) -> int:

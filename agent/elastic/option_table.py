@@ -125,8 +125,9 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         "EDL_DEBOUNCE",
         duration(allow_zero=True),
         "1s",
-        "the live set must be still this long before a new generation is written (a burst of "
-        "joins becomes one)",
+        "joins wait for the live set to be still before a new generation is written: a lone "
+        "change a quarter of this, each further change in the window a quarter more, up to "
+        "this (a burst becomes one); a planned leave is written at once",
         MEMBERSHIP,
     ),
     Option(
@@ -144,7 +145,8 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         "EDL_POLL_INTERVAL",
         duration(),
         "200ms",
-        "time between reads of the membership store",
+        "time between reads of the membership store when nothing wakes the agent sooner (its "
+        "watch reports joins, leaves and new worlds at once: the poll is the safety net)",
         MEMBERSHIP,
     ),
     Option(

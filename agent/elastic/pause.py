@@ -77,7 +77,9 @@ class OpenRescale:
         if reason and reason not in self.reasons:
             self.reasons.append(reason)
 
-    def split(self, generation: int, t: Timings) -> tuple[RescaleRecord, OpenRescale]:
+    def split(
+        self, generation: int, t: Timings, stopped: float | None = None
+    ) -> tuple[RescaleRecord, OpenRescale]:
         """The trainer stepped in `generation` after all, on its way to a newer world.
 
         It had formed that world before the newer one reached it (or stepped in it between
@@ -91,7 +93,7 @@ class OpenRescale:
         first = t.first_step or 0.0
         drained = self.drained if self.drained <= first else 0.0  # a later drain: the rest's
         before = replace(self, reasons=self.reasons[:known], heads={}, drained=drained)
-        record = before.close(generation, t)
+        record = before.close(generation, t, stopped)
         start = max(decided, first)
         rest = OpenRescale(
             from_generation=generation,
@@ -105,11 +107,18 @@ class OpenRescale:
         )
         return record, rest
 
-    def close(self, generation: int, t: Timings) -> RescaleRecord:
-        """The record, once `t` (of `generation`, where it ends) reached the first step."""
+    def close(self, generation: int, t: Timings, stopped: float | None = None) -> RescaleRecord:
+        """The record, once `t` (of `generation`, where it ends) reached the first step.
+
+        `stopped` is the trainer's own report of when it stood still in the world it left
+        (`Timings.stopped`, the end of its last step there): the pause starts there, before
+        or after the decision (a peer's planned leave stops every rank before the survivors'
+        agents decide; a join stops them at the first boundary after it). Without it the
+        pause starts at the decision, or earlier when the watchdog saw the steps stop first.
+        """
         started, imported, master = t.started or 0.0, t.imported or 0.0, t.master or 0.0
         initialised, first_step = t.initialised or 0.0, t.first_step or 0.0
-        start = min(self.decided, self.stalled)
+        start = min(self.decided, self.stalled) if stopped is None else stopped
         noticed = min(self.noticed, start)
         drained, spawned = self.drained, self.spawned
         if not self.restarted:  # no new process: the trainer stopped and re-formed at "started"
@@ -144,6 +153,10 @@ class RescaleTracker:
         self.open: OpenRescale | None = None
         self.trained = False
         """Our trainer has stepped in some world: from then on, world changes are rescales."""
+        self._unproven = False
+        """The open record was opened before we saw our trainer step anywhere: it is a
+        rescale only if the trainer stepped in the world it left after all (its first step
+        there ended while the decision was being taken), else a joiner's first world."""
 
     @property
     def target(self) -> int | None:
@@ -159,12 +172,16 @@ class RescaleTracker:
         stalled: float,
         noticed: float | None,
     ) -> None:
-        """Opens a record (or extends the open one); a joiner's first world is no rescale."""
-        if not self.trained:
-            return
+        """Opens a record (or extends the open one); a joiner's first world is no rescale.
+
+        Before our trainer was seen stepping the record is opened all the same, unproven:
+        a first step that ends just as the next world is decided is still a step the
+        trainer then paused after (`_proven`).
+        """
         if self.open is not None:
             self.open.supersede(generation, why, decided)
             return
+        self._unproven = not self.trained
         self.open = OpenRescale(
             from_generation=from_generation,
             generation=generation,
@@ -202,15 +219,43 @@ class RescaleTracker:
             stepped = [(g, t) for g in between if (t := timings_of(g)) and t.first_step]
             if not stepped:
                 break
-            record, self.open = rescale.split(*stepped[0])
-            records.append(record)
+            generation, t = stepped[0]
+            record, self.open = rescale.split(generation, t, _stopped(rescale, timings_of))
+            if self._proven(rescale, timings_of):
+                records.append(record)
+            self._unproven, self.trained = False, True  # it stepped in `generation`
         return records
 
-    def stepped(self, generation: int, timings: Timings) -> RescaleRecord | None:
-        """The trainer stepped in `generation`: the finished record, when the rescale ends."""
+    def _proven(self, rescale: OpenRescale, timings_of: Callable[[int], Timings | None]) -> bool:
+        """The trainer trained in the world `rescale` left (always, once it was seen to)."""
+        if not self._unproven:
+            return True
+        left = timings_of(rescale.from_generation)
+        return left is not None and left.first_step is not None
+
+    def stepped(
+        self,
+        generation: int,
+        timings: Timings,
+        timings_of: Callable[[int], Timings | None] = lambda g: None,
+    ) -> RescaleRecord | None:
+        """The trainer stepped in `generation`: the finished record, when the rescale ends.
+
+        `timings_of` reads the trainer's report of any generation: where it stood still in
+        the world the rescale left.
+        """
         self.trained = True
         rescale = self.open
         if rescale is None or generation < rescale.generation:
             return None
         self.open = None
-        return rescale.close(generation, timings)
+        proven, self._unproven = self._proven(rescale, timings_of), False
+        if not proven:
+            return None  # its first step is in the new world: a joiner's first world
+        return rescale.close(generation, timings, _stopped(rescale, timings_of))
+
+
+def _stopped(rescale: OpenRescale, timings_of: Callable[[int], Timings | None]) -> float | None:
+    """When the trainer reported standing still in the world `rescale` left (None: not said)."""
+    left = timings_of(rescale.from_generation)
+    return None if left is None else left.stopped

@@ -220,6 +220,8 @@ class Observation:
     """The generation the open rescale record heads for (None: none open)."""
     stood_still: float | None = None
     """When training stood still, as of now (wall; None: now)."""
+    finished_step: int | None = None
+    """On an exit: the step a trainer reported finishing the job at, in any generation."""
 
 
 # -- actions: what the supervisor executes, in order ---------------------------------------------
@@ -594,6 +596,8 @@ def _on_exit(s: State, o: Observation, rules: Rules, r: _Round) -> State:
     if ended.status == 0:
         r.log(logging.INFO, "trainer finished: the job is done")
         step = o.timings.finished_step if o.timings is not None else None
+        if step is None:  # it finished in the world it trained in, before the one handed
+            step = o.finished_step
         return _finish(s, o.now, rules, r, step, late=False)
     target = o.rescale_target
     requested = target is not None and target > running.generation
@@ -614,6 +618,8 @@ def _on_exit(s: State, o: Observation, rules: Rules, r: _Round) -> State:
             f"generation {running.generation}: trainer {why}; waiting for the new world",
         )
         stalled = o.stood_still if o.stood_still is not None else o.wall
+        if o.timings is not None and o.timings.stopped is not None:
+            stalled = o.timings.stopped  # its own word: the end of its last step
         return replace(
             s,
             phase=Phase.REGROUPING,

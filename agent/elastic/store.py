@@ -8,6 +8,7 @@ ranks, repair, fencing) lives in `Membership`, so every backend gives the same g
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,8 +36,37 @@ class VersionedRecord:
     """Opaque; "" when the record does not exist."""
 
 
+class StoreWatch(Protocol):
+    """Wakes an agent when the store's records change, so it reads them at once.
+
+    Only a hint: the agent still reads the records themselves (and on a timer, the poll
+    interval, as the safety net for a lost or late event and for heartbeats that expire).
+    """
+
+    def wait(self, timeout: float) -> bool:
+        """Blocks up to `timeout` s; True as soon as a member or the world record changed."""
+
+    def close(self) -> None:
+        """Releases what the watch holds (a descriptor, a connection)."""
+
+
+class PollingWatch:
+    """The watch of a store that cannot notify: waits out the timeout (the poll)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Sleeps `timeout` s; never reports a change."""
+        time.sleep(max(0.0, timeout))
+        return False
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 class MembershipStore(Protocol):
     """Where one job's heartbeats and world record live. Errors: `StoreUnavailable`."""
+
+    def watch(self) -> StoreWatch:
+        """A watch on this job's records (a `PollingWatch` where the backend cannot notify)."""
 
     def beat(self, member: Member) -> None:
         """Create or renew this member's heartbeat."""

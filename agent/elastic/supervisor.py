@@ -71,9 +71,12 @@ from agent.protocol.errors import RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
+from agent.trainer_process import TrainerExit
 
 log = logging.getLogger(__name__)
 
+WAKE_SLICE = 0.02
+"""Seconds between looks at the trainer's exit while waiting on the store's watch."""
 ON_FINISHED = ("idle", "exit")
 """What an agent does once the job is finished: stay up until SIGTERM, or exit 0 at once."""
 
@@ -215,24 +218,32 @@ class ElasticSupervisor:
                 finished = True
                 log.info("the newest checkpoint says job %s finished at step %d", self._job, step)
         state, actions = begin(now, self._rules, finished, step, now + max_seconds)
-        while True:
-            self._state = state
-            for action in actions:
-                self._execute(action)
-            if state.phase is Phase.DONE:
-                assert state.status is not None
-                return state.status
-            state, actions = transition(state, self._observe(state), self._rules)
+        try:
+            while True:
+                self._state = state
+                for action in actions:
+                    self._execute(action)
+                if state.phase is Phase.DONE:
+                    assert state.status is not None
+                    return state.status
+                state, actions = transition(state, self._observe(state), self._rules)
+        finally:
+            self._membership.close()
 
     # -- observing ------------------------------------------------------------------------------
 
     def _observe(self, s: State) -> Observation:
         """One round's look: waits a poll interval (on the trainer, when one may run)."""
         poll = self._membership.settings.poll_interval
-        ended = None
-        if s.phase.has_trainer:
+        due = self._membership.due_in()
+        if due is not None:
+            poll = min(poll, due + WAKE_SLICE)  # just past it: the tick then finds it due
+        if s.phase.ticks_membership:
+            ended = self._wait(poll, s.phase.has_trainer)
+        elif s.phase.has_trainer:
             ended = self._trainer.wait(poll)
         else:
+            ended = None
             time.sleep(poll)
         world = self._membership.tick() if s.phase.ticks_membership else self._membership.world
         generation = s.running.generation if s.running is not None else STANDBY_GENERATION
@@ -263,7 +274,28 @@ class ElasticSupervisor:
             pending_for=self._membership.pending_for(),
             rescale_target=self._rescale.target,
             stood_still=self._watchdog.stood_still_since(wall),
+            finished_step=self._channel.finished_step() if ended is not None else None,
         )
+
+    def _wait(self, poll: float, trainer: bool) -> TrainerExit | None:
+        """Up to a poll interval, ended early by the trainer's exit or a change in the store.
+
+        The store's watch makes detection a matter of milliseconds; the poll stays as the
+        safety net (heartbeats expire by time, and a notification may be lost).
+        """
+        deadline = time.monotonic() + poll
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            if trainer:
+                ended = self._trainer.wait(min(left, WAKE_SLICE))
+                if ended is not None:
+                    return ended
+                if self._membership.wait_for_change(0):
+                    return None
+            elif self._membership.wait_for_change(left):
+                return None
+            if time.monotonic() >= deadline:
+                return None
 
     def _cannot_drain(self, s: State, timings: Timings | None, now: float) -> bool:
         """The trainer can no longer reach a step boundary.
@@ -329,7 +361,7 @@ class ElasticSupervisor:
             case MarkDrained(at):
                 self._rescale.drained(at)
             case Stepped(generation, timings):
-                record = self._rescale.stepped(generation, timings)
+                record = self._rescale.stepped(generation, timings, self._channel.timings)
                 self._record([] if record is None else [record])
             case RequestGeneration(reason):
                 self._membership.request_generation(reason)

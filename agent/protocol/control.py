@@ -74,8 +74,13 @@ class Timings:
     ``started`` the process (or, in-process, the re-init) began; ``imported`` the framework and
     the script's modules are loaded; ``master`` rank 0's store is reachable; ``initialised``
     the collective is formed and every rank agrees on the generation; ``restored`` the state
-    hand-off is done; ``first_step`` the first step in this world ended; ``finished`` the
-    script ended the job (exit 0) at global step ``finished_step``.
+    hand-off is done; ``first_step`` the first step in this world ended; ``stopped`` the end
+    of the last step it trained in this world, once it stopped training here (an agreed stop
+    at a step boundary, or a failed collective: the step that broke is redone); ``finished``
+    the script ended the job (exit 0) at global step ``finished_step``.
+
+    ``stopped`` is where an honest rescale pause starts: a peer's planned leave stops every
+    rank at the same boundary before this member's agent even hears of the new world.
     """
 
     rank: int = 0
@@ -89,6 +94,7 @@ class Timings:
     initialised: float | None = None
     restored: float | None = None
     first_step: float | None = None
+    stopped: float | None = None
     finished: float | None = None
     finished_step: int | None = None
 
@@ -172,3 +178,27 @@ class ControlChannel:
             return Timings.from_json(self.timings_path(generation).read_text(encoding="utf-8"))
         except (OSError, ProtocolError):
             return None
+
+    def finished_step(self) -> int | None:
+        """The step at which a trainer reported finishing the job, in whichever generation.
+
+        The script ends in the world it trained in, which is not always the one its agent
+        holds last: a newer world may have been handed over while the last step ran.
+        """
+
+        def generation(path: Path) -> int:
+            digits = path.name.removeprefix("timings-g").removesuffix(".json")
+            return int(digits) if digits.isdigit() else -1
+
+        try:
+            paths = sorted(self.directory.glob("timings-g*.json"), key=generation)
+        except OSError:
+            return None
+        for path in reversed(paths):
+            try:
+                step = Timings.from_json(path.read_text(encoding="utf-8")).finished_step
+            except (OSError, ProtocolError):
+                continue
+            if step is not None:
+                return step
+        return None

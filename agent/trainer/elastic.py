@@ -145,6 +145,8 @@ class ElasticTrainer:
         self._in_collective = False
         self._last_save = time.monotonic()
         self._first_step_reported = False
+        self._last_step_end: float | None = None
+        """Wall time the last step in this world ended (None: none yet)."""
         self._restored = False
         self._ledger = self._open_ledger()
         self._inprocess = False
@@ -476,6 +478,7 @@ class ElasticTrainer:
             recorder.end_step(samples=len(plan.indices))
             sampler.advance(plan)
             self.global_step += 1
+            self._last_step_end = time.time()
             if not self._first_step_reported:
                 self._mark("first_step")
                 self._first_step_reported = True
@@ -494,6 +497,7 @@ class ElasticTrainer:
 
     def _rescale(self) -> None:
         """An agreed stop at this boundary: exit for the agent, or move in-process."""
+        self._mark_stopped()
         if not self._inprocess:
             self._exit(RESCALE_EXIT, f"stopping at step {self.global_step} for a rescale")
         self._reinit()
@@ -562,6 +566,7 @@ class ElasticTrainer:
         self.session.world = world
         self.rank, self.world_size, self.generation = world.rank, world.world_size, world.generation
         self._first_step_reported = False
+        self._last_step_end = None
         self._reducer = None
         if self._ledger is not None:
             self._ledger.close()
@@ -624,7 +629,18 @@ class ElasticTrainer:
         except OSError as e:
             log.warning("cannot report timings to %s: %s", self._channel.directory, e)
 
+    def _mark_stopped(self) -> None:
+        """Reports when training stood still in this world: the end of its last step.
+
+        Reported only once a step was trained here (a world left before its first step
+        has no pause of its own: the rescale record runs through it).
+        """
+        if self._last_step_end is not None and self._timings.stopped is None:
+            self._mark("stopped", stopped=self._last_step_end)
+
     def _exit(self, status: int, why: str) -> NoReturn:
+        if status == PEER_LOST_EXIT:
+            self._mark_stopped()  # the step that broke is redone: training stood still before
         try:
             self.save()
         except StateTransferError as e:

@@ -96,9 +96,9 @@ def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
 def test_membership_role_allows_what_the_kubernetes_store_calls() -> None:
     role = one(render(EXAMPLE), "Role")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    for verb in ("list", "create", "patch", "delete"):
+    for verb in ("list", "watch", "create", "patch", "delete"):
         assert ("leases", verb) in granted
-    for verb in ("get", "create", "update"):
+    for verb in ("get", "watch", "create", "update"):
         assert ("configmaps", verb) in granted
     binding = one(render(EXAMPLE), "RoleBinding")
     sa = one(render(EXAMPLE), "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]

@@ -39,9 +39,9 @@ AGENT_RULES = [
     {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
-        "verbs": ["get", "list", "create", "update", "patch", "delete"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "create", "update"]},
 ]
 """What docs/elastic.md says the agents need, and nothing more."""
 

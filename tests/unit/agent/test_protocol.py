@@ -66,3 +66,17 @@ def test_the_channel_reports_timings_per_generation(tmp_path: Path) -> None:
     channel.report(2, Timings(started=1.0, framework="paddle"))
     assert channel.timings(2) == Timings(started=1.0, framework="paddle")
     assert channel.timings(3) is None
+
+
+def test_the_finish_is_found_in_whichever_generation_the_trainer_reported_it(
+    tmp_path: Path,
+) -> None:
+    channel = ControlChannel(tmp_path)
+    assert channel.finished_step() is None  # nothing reported yet
+    channel.report(9, Timings(started=1.0, first_step=2.0, stopped=3.0))
+    channel.report(10, Timings(started=4.0))  # handed over while the last step of 9 ran
+    assert channel.finished_step() is None
+    channel.report(9, Timings(started=1.0, first_step=2.0, finished=5.0, finished_step=184))
+    assert channel.finished_step() == 184
+    finished = Timings(started=1.0, first_step=2.0, finished=5.0, finished_step=184)
+    assert channel.timings(9) == finished

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -81,6 +82,16 @@ class FakeApi:
     def delete_lease(self, name: str) -> None:
         self._check()
         self.leases.pop(name, None)
+
+    def watch_leases(
+        self, label_selector: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, str, str]]:
+        self._check()  # no server push here: the stream ends at once, like a server timeout
+        yield from ()
+
+    def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
+        self._check()
+        yield from ()
 
 
 class Clock:

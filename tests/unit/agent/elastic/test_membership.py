@@ -238,3 +238,74 @@ def test_finishing_over_a_broken_record_repairs_it_as_finished(tmp_path: Path) -
     stored = World.from_json((tmp_path / "world.json").read_text())
     assert (stored.generation, stored.finished, stored.finished_at_step) == (8, True, 5)
     assert [m.id for m in stored.members] == ["a"]
+
+
+def test_a_planned_leave_is_the_next_world_at_once(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abc":
+        job.add(name)
+    job.run(2)
+    job.agents.pop("b").leave()  # no clock moves: no debounce, no poll of the others
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert world.generation == 2 and [m.id for m in world.members] == ["a", "c"]
+    job.run(0.2)
+    assert job.ids("a") == ["a", "c"] and job.agents["a"].world == world
+    job.run(3)  # and nobody writes another generation for the same change
+    assert World.from_json((tmp_path / "world.json").read_text()) == world
+
+
+def test_two_leaves_at_once_never_bring_a_leaver_back(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abcd":
+        job.add(name)
+    job.run(2)
+    b, c = job.agents.pop("b"), job.agents.pop("c")
+    b.leave()
+    c.leave()  # reads b's world, writes the next one without itself
+    world = World.from_json((tmp_path / "world.json").read_text())
+    assert [m.id for m in world.members] == ["a", "d"] and world.generation == 3
+    job.run(3)
+    assert job.ids("a") == ["a", "d"] and job.ids("d") == ["a", "d"]
+
+
+def test_a_member_outside_the_world_leaves_without_writing_one(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "abcd":
+        job.add(name)
+    job.run(2)
+    assert job.ids("d") == ["a", "b", "c"]  # max 3: d is a stand-by
+    job.agents.pop("d").leave()
+    assert World.from_json((tmp_path / "world.json").read_text()).generation == 1
+
+
+def test_a_lone_joiner_waits_a_quarter_of_the_debounce_a_burst_is_batched(tmp_path: Path) -> None:
+    settings = MembershipSettings(max_size=8, ttl=5.0, debounce=1.0, max_debounce=4.0)
+    job = Job(tmp_path, settings)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    job.add("c")
+    job.run(0.6)  # seen at +0.2, quiet 0.25 s later: written at +0.6, not after a full second
+    assert job.ids("a") == ["a", "b", "c"]
+    before = job.agents["a"].world.generation  # type: ignore[union-attr]
+    for name in "def":  # a burst: each joiner comes inside the window the previous one opened
+        job.add(name)
+        job.run(0.2)
+    job.run(2)
+    world = job.agents["a"].world
+    assert world is not None and [m.id for m in world.members] == list("abcdef")
+    assert world.generation == before + 1  # the burst became one generation
+
+
+def test_a_pending_change_says_when_it_is_due(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    for name in "ab":
+        job.add(name)
+    job.run(2)
+    assert job.agents["a"].due_in() is None  # nothing pending
+    job.add("c")
+    job.run(0.2)  # a saw c: pending, due a quarter of the 1 s debounce later
+    assert job.agents["a"].due_in() == pytest.approx(0.25)
+    job.clock.now += 0.25
+    job.agents["a"].tick()
+    assert job.ids("a") == ["a", "b", "c"] and job.agents["a"].due_in() is None

@@ -357,6 +357,27 @@ CASES = [
         check={"finished_step": 184},
     ),
     Case(
+        "finish in the world trained in, not the one handed last: that step is recorded",
+        running(G2, handed=(2, T0 - 1), initialised=False),  # handed 2 during the last step
+        seen(world=G2, exit=ended(0), finished_step=184),
+        Phase.FINISHED,
+        (RecordFinish,),
+        check={"finished_step": 184},
+    ),
+    Case(
+        "a peer's planned leave stopped the trainer (75): the pause starts at its last step",
+        running(G2),
+        seen(
+            world=G2,
+            exit=ended(RESCALE_EXIT),
+            timings=replace(STEPPING, stopped=T0 - 1.5),
+            stood_still=T0,
+        ),
+        Phase.REGROUPING,
+        (Stepped,),
+        check={"stalled": T0 - 1.5},
+    ),
+    Case(
         "finishing: the trainer did not end within the bound",
         running(phase=Phase.FINISHING, deadline=T0, finished_step=184),
         seen(world=G1.finish(184)),

@@ -119,3 +119,56 @@ def test_a_split_after_the_newer_decision_pauses_from_that_decision() -> None:
     assert record.pause == pytest.approx(2.0) and rest.stalled == 95.0
     assert record.phases["drain"] == pytest.approx(0.5) and sum(record.phases.values()) <= 2.0
     assert rest.reasons == ["-d"] and rest.heads == {} and rest.drained == 95.5
+
+
+def test_a_pause_starts_where_the_trainer_says_it_stood_still_before_the_decision() -> None:
+    # a peer's SIGTERM stopped every rank at one boundary (99.0); our agent decided at 100.2
+    r = OpenRescale(4, 5, stalled=100.2, noticed=100.0, decided=100.2, reasons=["-c"])
+    t = Timings(started=100.3, imported=100.3, master=100.4, initialised=100.6, first_step=100.8)
+    record = r.close(5, t, stopped=99.0)
+    assert record.pause == pytest.approx(1.8)  # not 0.6: training stood still since 99.0
+    assert record.phases["detect"] == pytest.approx(1.2)
+    assert sum(record.phases.values()) == pytest.approx(record.pause)
+
+
+def test_a_pause_starts_where_the_trainer_stopped_after_the_decision() -> None:
+    # a join: the decision came at 100.0, the trainer stepped on to its boundary at 100.15
+    r = OpenRescale(4, 5, stalled=100.0, noticed=99.5, decided=100.0, reasons=["+c"])
+    t = Timings(started=100.2, imported=100.2, master=100.3, initialised=100.5, first_step=100.6)
+    assert r.close(5, t, stopped=100.15).pause == pytest.approx(0.45)
+
+
+def test_the_tracker_takes_the_stop_from_the_world_the_rescale_left() -> None:
+    from agent.elastic.pause import RescaleTracker
+
+    tracker = RescaleTracker()
+    tracker.trained = True
+    tracker.begin(4, 5, "-c", decided=100.2, stalled=100.2, noticed=100.0)
+    left = Timings(first_step=50.0, stopped=99.0)
+    t = Timings(started=100.3, imported=100.3, master=100.4, initialised=100.6, first_step=100.8)
+    record = tracker.stepped(5, t, {4: left, 5: t}.get)
+    assert record is not None and record.pause == pytest.approx(1.8)
+    tracker.begin(5, 6, "+d", decided=200.0, stalled=200.0, noticed=199.0)
+    later = Timings(started=200.1, imported=200.1, first_step=200.5)
+    record = tracker.stepped(6, later)  # no report of where it stopped: from the decision
+    assert record is not None and record.pause == pytest.approx(0.5)
+
+
+def test_a_first_step_that_ends_as_the_next_world_is_decided_still_gets_its_record() -> None:
+    from agent.elastic.pause import RescaleTracker
+
+    # our agent decided generation 2 before it read the end of our trainer's first step in 1
+    tracker = RescaleTracker()
+    tracker.begin(1, 2, "+b", decided=100.0, stalled=100.0, noticed=99.9)
+    one = Timings(started=99.0, first_step=100.05, stopped=100.05)
+    two = Timings(started=100.2, imported=100.2, master=100.3, initialised=100.5, first_step=100.7)
+    record = tracker.stepped(2, two, {1: one, 2: two}.get)
+    assert record is not None and record.pause == pytest.approx(0.65)
+    # a joiner handed a newer world before its first step anywhere: no rescale of its own
+    joiner = RescaleTracker()
+    joiner.begin(1, 2, "+c", decided=100.0, stalled=100.0, noticed=99.9)
+    assert joiner.stepped(2, two, {1: Timings(started=99.0), 2: two}.get) is None
+    joiner.begin(2, 3, "-c", decided=200.0, stalled=200.0, noticed=199.9)  # now it is one
+    three = Timings(started=200.1, imported=200.1, first_step=200.4)
+    record = joiner.stepped(3, three, {2: two, 3: three}.get)
+    assert record is not None and record.pause == pytest.approx(0.4)

@@ -1,0 +1,81 @@
+"""The Kubernetes membership store's watch against a real kube-apiserver (issue 27, item 1).
+
+An agent's `KubernetesStore.watch()` must wake it when another member's Lease appears or is
+deleted, or the world ConfigMap is replaced, and not for a renewal; the figures (write ->
+wake, through the API server's watch) are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from agent.elastic.kubernetes_store import ClientApi, KubernetesStore
+from agent.elastic.store import StoreWatch
+from agent.elastic.world import Member, World
+
+pytestmark = [pytest.mark.e2e]
+
+WAKE_BOUND = 30.0
+"""Seconds a wait may take before the test fails (a bound, not a measure of speed)."""
+QUIET = 3.0
+"""How long a renewal is watched for a wake that must not come."""
+
+
+@pytest.fixture
+def namespace(kube_api: client.ApiClient) -> Iterator[str]:
+    core = client.CoreV1Api(kube_api)
+    name = f"watch-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+def store(kube_api: client.ApiClient, namespace: str) -> KubernetesStore:
+    api = ClientApi(
+        client.CoreV1Api(kube_api),
+        client.CoordinationV1Api(kube_api),
+        namespace,
+        client.ApiException,
+    )
+    return KubernetesStore(api, "digits")
+
+
+def woke(watch: StoreWatch, since: float) -> float:
+    assert watch.wait(WAKE_BOUND), "the watch never woke"
+    return time.monotonic() - since
+
+
+def test_a_join_a_new_world_and_a_leave_wake_the_agent_a_renewal_does_not(
+    kube_api: client.ApiClient, namespace: str
+) -> None:
+    a = Member(1.0, "a", "1", "10.0.0.1", (1, 2))
+    b = Member(2.0, "b", "2", "10.0.0.2", (1, 2))
+    mine, theirs = store(kube_api, namespace), store(kube_api, namespace)
+    mine.beat(a)
+    watch = mine.watch()
+    try:
+        assert watch.wait(WAKE_BOUND)  # the stream opens with what exists: learnt once
+        while watch.wait(1.0):
+            pass  # both streams' opening replays are drained
+        t = time.monotonic()
+        theirs.beat(b)
+        joined = woke(watch, t)
+        t = time.monotonic()
+        assert theirs.write_world(World(1, (a, b)).to_json(), theirs.read_world().version)
+        world = woke(watch, t)
+        theirs.beat(b)  # a renewal
+        assert not watch.wait(QUIET), "a renewal woke the agent"
+        t = time.monotonic()
+        theirs.remove(b)
+        left = woke(watch, t)
+        print(f"write -> wake: join {joined * 1000:.0f} ms, world {world * 1000:.0f} ms, "
+              f"leave {left * 1000:.0f} ms")  # fmt: skip
+    finally:
+        watch.close()
