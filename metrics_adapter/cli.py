@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import metrics_adapter
@@ -44,7 +45,38 @@ def build_parser() -> argparse.ArgumentParser:
         f"can also be set with an environment variable {ENV_PREFIX}<OPTION>.",
     )
     add_arguments(serve, OPTIONS, GROUPS)
+    preflight = sub.add_parser(
+        "preflight",
+        help="check that an install takes over no other adapter's APIService",
+        description="Reads rendered manifests (e.g. `kubectl kustomize manifests/base`) and "
+        "exits 1 when one of their APIServices is served by another Service in the cluster.",
+    )
+    preflight.add_argument("-f", "--filename", required=True, help="manifests file, - for stdin")
+    preflight.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG, ~/.kube/config")
+    preflight.add_argument("--take-over", action="store_true", help="warn instead of refusing")
     return parser
+
+
+def run_preflight(args: argparse.Namespace) -> int:
+    """`edl-adapter preflight`: prints its lines, returns its exit status."""
+    from metrics_adapter import preflight
+
+    source = sys.stdin if args.filename == "-" else None
+    try:
+        text = source.read() if source else Path(args.filename).read_text()
+    except OSError as e:
+        raise ConfigError(f"preflight: cannot read {args.filename}: {e.strerror}") from e
+    kubeconfig: Path | None = args.kubeconfig or Path(
+        os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
+    )
+    if not args.kubeconfig and kubeconfig is not None and not kubeconfig.is_file():
+        kubeconfig = None  # in a pod: its ServiceAccount
+    status, lines = preflight.check(
+        text, preflight.live_apiservices(make_api_client(kubeconfig)), args.take_over
+    )
+    for line in lines:
+        print(line, file=sys.stderr if status else sys.stdout)
+    return status
 
 
 def settings_from_args(
@@ -172,7 +204,10 @@ def serve(settings: AdapterSettings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``edl-adapter``."""
     try:
-        settings = settings_from_args(build_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        if args.command == "preflight":
+            return run_preflight(args)
+        settings = settings_from_args(args)
         logging.basicConfig(
             level=getattr(logging, settings.log_level.upper(), logging.INFO),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",

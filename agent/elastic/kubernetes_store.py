@@ -55,6 +55,17 @@ class KubernetesApi(Protocol):
         """Delete it; no error when it is gone."""
 
 
+def job_namespace(env: Mapping[str, str]) -> str:
+    """EDL_NAMESPACE, else the pod's own namespace (its ServiceAccount's), else `default`."""
+    namespace = env.get("EDL_NAMESPACE", "").strip()
+    if namespace:
+        return namespace
+    try:
+        return SA_NAMESPACE.read_text().strip()
+    except OSError:
+        return "default"
+
+
 def dns_name(*parts: str) -> str:
     """A DNS-1123 object name built from `parts`."""
     name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
@@ -86,13 +97,7 @@ class KubernetesStore:
     @classmethod
     def from_environment(cls, job: str, env: Mapping[str, str]) -> KubernetesStore:
         """In-cluster config (or ~/.kube/config outside), namespace from EDL_NAMESPACE."""
-        namespace = env.get("EDL_NAMESPACE", "").strip()
-        if not namespace:
-            try:
-                namespace = SA_NAMESPACE.read_text().strip()
-            except OSError:
-                namespace = "default"
-        return cls(ClientApi.connect(namespace), job)
+        return cls(ClientApi.connect(job_namespace(env)), job)
 
     def _lease_name(self, member: Member) -> str:
         return dns_name("edl", self._job, member.id)

@@ -136,7 +136,7 @@ class Cluster:
         return write_overlay(
             self.overlays / key,
             "manifests/examples/digits-trainer",
-            images=[{"name": "registry.example.com/edl/trainer", "newName": name, "newTag": tag}],
+            images=[{"name": "localhost/edl-trainer", "newName": name, "newTag": tag}],
             patches=[deployment, hpa],
             namespace=namespace,
         )
