@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import metrics_adapter
+from edl_common.environment import unknown_variables
+from edl_common.logs import add_log_format_argument, configure_logging, log_format
 from edl_common.options import Parser, add_arguments, read
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.errors import ConfigError, SourceError
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"can also be set with an environment variable {ENV_PREFIX}<OPTION>.",
     )
     add_arguments(serve, OPTIONS, GROUPS)
+    add_log_format_argument(serve)
     preflight = sub.add_parser(
         "preflight",
         help="check that an install takes over no other adapter's APIService",
@@ -208,10 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "preflight":
             return run_preflight(args)
         settings = settings_from_args(args)
-        logging.basicConfig(
-            level=getattr(logging, settings.log_level.upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        try:
+            fmt = log_format(args.log_format, os.environ)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        configure_logging(
+            settings.log_level, fmt, "%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        known = {o.env for o in OPTIONS if o.env} | {"EDL_LOG_FORMAT", "EDL_BUILD_REVISION"}
+        for line in unknown_variables(os.environ, known):
+            log.warning("%s", line)
         return serve(settings)
     except (ConfigError, SourceError) as e:
         print(f"edl-adapter: error: {e}", file=sys.stderr)

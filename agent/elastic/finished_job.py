@@ -127,12 +127,11 @@ class ClientDeploymentApi:
     @classmethod
     def connect(cls, namespace: str) -> ClientDeploymentApi:
         """In-cluster config, else the kubeconfig."""
-        from kubernetes import client, config
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
+        from agent.elastic.kubernetes_store import load_client_config
+
+        load_client_config()
         return cls(client.AppsV1Api(), client.CoreV1Api(), namespace, client.ApiException)
 
     def read(self, name: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
 from agent.elastic.store import Heartbeat, VersionedRecord
 from agent.elastic.world import Member
+from agent.errors import ConfigError
 
 LABEL_JOB = "edl.paddlepaddle.org/job"
 ANNOTATION_MEMBER = "edl.paddlepaddle.org/member"
@@ -53,6 +54,26 @@ class KubernetesApi(Protocol):
 
     def delete_lease(self, name: str) -> None:
         """Delete it; no error when it is gone."""
+
+
+def load_client_config() -> None:
+    """The pod's ServiceAccount, else the kubeconfig (KUBECONFIG, ~/.kube/config).
+
+    Raises:
+        ConfigError: neither is there (an agent started outside a cluster): one line.
+    """
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException as in_cluster:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as e:
+            raise ConfigError(
+                f"--membership kubernetes: not in a pod ({in_cluster}) and no usable kubeconfig "
+                f"({e}); run it in a pod, or set KUBECONFIG"
+            ) from e
 
 
 def job_namespace(env: Mapping[str, str]) -> str:
@@ -161,13 +182,10 @@ class ClientApi:
 
     @classmethod
     def connect(cls, namespace: str) -> ClientApi:
-        """Loads in-cluster config, else the kubeconfig."""
-        from kubernetes import client, config
+        """Loads in-cluster config, else the kubeconfig (`load_client_config`)."""
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
+        load_client_config()
         return cls(client.CoreV1Api(), client.CoordinationV1Api(), namespace, client.ApiException)
 
     def _call(self, what: str, fn: Any, *args: Any, ok: tuple[int, ...] = (), **kw: Any) -> Any:
