@@ -259,7 +259,9 @@ class SizingProvider:
             )
         published = self.fresh_plan()
         points: dict[str, MetricPoint] = {}
-        for key, d in sorted(published.plan.jobs.items()) if published else ():
+        if published is None:
+            return points
+        for key, d in sorted(published.plan.jobs.items()):
             job_namespace, _, deployment = key.partition("/")
             if job_namespace != namespace:
                 continue
