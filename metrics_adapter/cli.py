@@ -184,6 +184,13 @@ def serve(settings: AdapterSettings) -> int:
             )
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        except OSError as e:  # a read-only root with no writable /tmp or --cert-dir
+            where = settings.cert_dir or "a temporary folder (TMPDIR, /tmp)"
+            raise ConfigError(
+                f"cannot write the self-signed serving certificate to {where}: {e.strerror}; "
+                "mount a writable --cert-dir (an emptyDir) or pass --tls-cert-file and "
+                "--tls-private-key-file"
+            ) from e
         ca_bundle = trust.ca_bundle()
 
         def context_factory() -> Any:
