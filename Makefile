@@ -62,7 +62,16 @@ test: venv system-deps controlplane helm monitoring-crds lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
 # The whole loop on this machine, no cluster (about 2 minutes on 2 cores): examples/demo/.
-demo: venv
+# It installs only what the demo imports (EDL, Paddle for the digits example, matplotlib for
+# its plot): no PyTorch, no test tools. A venv that `make venv` filled already has them.
+DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[paddle,plot]'
+	@rm -f $(VENV)/.demo-installed-* && touch $@
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/python -m examples.demo
 
 # The same story on a real control plane (built from the Go module proxy on first use).
