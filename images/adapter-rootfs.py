@@ -5,7 +5,8 @@ Run in a build stage of images/Containerfile (with the full Debian base); the fi
 shared libraries are the ones the dynamic loader resolves (`ldd`) for the interpreter and
 for every extension module in the stdlib and in /opt/edl, copied under the names it looks
 for. The stdlib parts the adapter never imports (tests, IDLE, tkinter, ensurepip, 2to3,
-pydoc's data, the C headers) are left out.
+pydoc's data, the C headers) are left out, and so is the kubernetes package's asyncio client
+with what only it needs (aiohttp and friends).
 
     python3 adapter-rootfs.py /rootfs /opt/edl
 """
@@ -25,6 +26,12 @@ SKIPPED_STDLIB = {
     "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
     "venv", "distutils", "unittest", "config-3.11-x86_64-linux-gnu", "sqlite3", "dbm",
 }  # fmt: skip
+ASYNC_ONLY = (
+    "kubernetes/aio", "aiohttp", "aiohttp-*", "aiohttp_retry*", "yarl", "yarl-*", "multidict",
+    "multidict-*", "frozenlist", "frozenlist-*", "propcache", "propcache-*", "aiosignal",
+    "aiosignal-*", "attr", "attrs", "attrs-*", "aiohappyeyeballs*",
+)  # fmt: skip
+"""The kubernetes package's asyncio client and what only it imports: EDL uses the sync one."""
 ETC = {
     "passwd": "root:x:0:0:root:/root:/nonexistent\nedl:x:65532:65532:edl:/tmp:/nonexistent\n",
     "group": "root:x:0:\nedl:x:65532:\n",
@@ -64,6 +71,11 @@ def main(root: Path, app: Path) -> None:
     """Fill `root`; prints its size."""
     python = Path(sys.executable).resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for top in ("lib", "lib32", "lib64", "libx32"):  # merged /usr: /lib -> usr/lib, as here
+        if Path("/", top).is_symlink():
+            (root / "usr" / top).mkdir(parents=True, exist_ok=True)
+            if not (root / top).is_symlink():
+                os.symlink(os.readlink(Path("/", top)), root / top)
     copy(python, root)
     for name in ("python3", "python"):
         link = root / "usr/bin" / name
@@ -73,6 +85,10 @@ def main(root: Path, app: Path) -> None:
         if entry.name not in SKIPPED_STDLIB and entry.name != "site-packages":
             copy(entry, root)
     copy(app, root)
+    for site in (root / app.relative_to("/")).glob("lib/python3*/site-packages"):
+        for pattern in ASYNC_ONLY:
+            for path in site.glob(pattern):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
     elfs = [python, *stdlib.glob("lib-dynload/*.so"), *app.rglob("*.so"), *app.rglob("*.so.*")]
     for lib in set().union(*(libraries(e) for e in elfs)):
         copy(lib, root)

@@ -12,6 +12,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
+KUBE_VERSION = "1.35.4"
+"""What `helm template` renders for: the e2e control plane's version (tests/e2e/controlplane)."""
 
 
 class HelmFailed(AssertionError):
@@ -65,7 +67,8 @@ def template(
     sets: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The documents `helm template` renders (no cluster: `lookup` finds nothing)."""
-    args = ["template", release, str(CHARTS / chart), "--namespace", namespace]
+    args = ["template", release, str(CHARTS / chart), "--namespace", namespace,
+            "--kube-version", KUBE_VERSION]  # fmt: skip
     if values is not None:
         args += ["-f", str(values)]
     for s in sets:
