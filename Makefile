@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane monitoring-crds images lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds images lint unit integration e2e bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
@@ -32,30 +32,46 @@ controlplane:
 images:
 	@bash scripts/build-images.sh
 
-# prometheus-operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs from its Go module (cached),
-# for the e2e schema check of manifests/monitoring.
+# helm built from the Go module proxy (version pinned in scripts/helm/go.mod, cached by version),
+# for the chart tests (charts/).
+helm:
+	@bash scripts/build-helm.sh >/dev/null
+
+# prometheus-operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs and cert-manager's
+# Certificate/Issuer CRDs from their Go modules (cached), for the e2e schema checks of
+# manifests/monitoring and the Helm chart.
 monitoring-crds:
 	@bash scripts/fetch-prometheus-operator-crds.sh >/dev/null
+	@bash scripts/fetch-cert-manager-crds.sh >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: venv system-deps
+unit: venv system-deps helm
 	@bash scripts/pytest-layer.sh unit
 
 integration: venv system-deps
 	@bash scripts/pytest-layer.sh integration
 
-e2e: venv system-deps controlplane monitoring-crds
+e2e: venv system-deps controlplane helm monitoring-crds
 	@bash scripts/pytest-layer.sh e2e
 
-test: venv system-deps controlplane monitoring-crds lint
+test: venv system-deps controlplane helm monitoring-crds lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
 # The whole loop on this machine, no cluster (about 2 minutes on 2 cores): examples/demo/.
-demo: venv
+# It installs only what the demo imports (EDL, Paddle for the digits example, matplotlib for
+# its plot): no PyTorch, no test tools. A venv that `make venv` filled already has them.
+DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[paddle,plot]'
+	@rm -f $(VENV)/.demo-installed-* && touch $@
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/python -m examples.demo
 
 # The same story on a real control plane (built from the Go module proxy on first use).

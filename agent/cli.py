@@ -33,7 +33,9 @@ from agent.reports import prepare_metrics_dir
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
 from agent.trainer_process import TrainerSupervisor
+from edl_common.environment import unknown_variables
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
+from edl_common.logs import add_log_format_argument, configure_logging, log_format_in
 from edl_common.options import Parser, read
 from edl_common.options import add_arguments as add_options
 
@@ -75,6 +77,7 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
         "serves /metrics, /healthz and /readyz until it exits.",
     )
     add_options(run, OPTIONS)
+    add_log_format_argument(run)
     if elastic:
         from agent.elastic.runner import add_arguments
 
@@ -82,6 +85,16 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
     else:
         run.epilog = "Elastic training: add --elastic (see `edl-agent run --elastic --help`)."
     return parser
+
+
+def known_variables() -> set[str]:
+    """Every ``EDL_*`` variable the agent or its trainer reads."""
+    from agent.elastic.runner import ELASTIC_TABLE
+    from agent.protocol import env as names
+
+    known = {o.env for o in (*OPTIONS, *ELASTIC_TABLE) if o.env}
+    known |= {v for v in vars(names).values() if isinstance(v, str) and v.startswith("EDL_")}
+    return known | {"EDL_NAMESPACE", "EDL_LOG_FORMAT", "EDL_TORCH_BACKEND", "EDL_BUILD_REVISION"}
 
 
 def parse_args(
@@ -224,9 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = sys.argv[1:] if argv is None else argv
         settings, command = parse_args(args, env)
         debug = settings.log_level.upper() == "DEBUG"
-        logging.basicConfig(
-            level=settings.log_level.upper(), format="edl-agent: %(message)s", stream=sys.stderr
-        )
+        try:
+            fmt = log_format_in(list(args), env)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        configure_logging(settings.log_level, fmt, "edl-agent: %(message)s")
+        for line in unknown_variables(env, known_variables()):
+            log.warning("%s", line)
         return run(settings, command, env)
 
     return run_command(

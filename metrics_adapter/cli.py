@@ -13,10 +13,13 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import metrics_adapter
+from edl_common.environment import unknown_variables
 from edl_common.error_boundary import EXIT_USAGE, ErrorExit, run_command
+from edl_common.logs import add_log_format_argument, configure_logging, log_format
 from edl_common.options import Parser, add_arguments, read
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.errors import ConfigError, SourceError
@@ -45,7 +48,39 @@ def build_parser() -> argparse.ArgumentParser:
         f"can also be set with an environment variable {ENV_PREFIX}<OPTION>.",
     )
     add_arguments(serve, OPTIONS, GROUPS)
+    add_log_format_argument(serve)
+    preflight = sub.add_parser(
+        "preflight",
+        help="check that an install takes over no other adapter's APIService",
+        description="Reads rendered manifests (e.g. `kubectl kustomize manifests/base`) and "
+        "exits 1 when one of their APIServices is served by another Service in the cluster.",
+    )
+    preflight.add_argument("-f", "--filename", required=True, help="manifests file, - for stdin")
+    preflight.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG, ~/.kube/config")
+    preflight.add_argument("--take-over", action="store_true", help="warn instead of refusing")
     return parser
+
+
+def run_preflight(args: argparse.Namespace) -> int:
+    """`edl-adapter preflight`: prints its lines, returns its exit status."""
+    from metrics_adapter import preflight
+
+    source = sys.stdin if args.filename == "-" else None
+    try:
+        text = source.read() if source else Path(args.filename).read_text()
+    except OSError as e:
+        raise ConfigError(f"preflight: cannot read {args.filename}: {e.strerror}") from e
+    kubeconfig: Path | None = args.kubeconfig or Path(
+        os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
+    )
+    if not args.kubeconfig and kubeconfig is not None and not kubeconfig.is_file():
+        kubeconfig = None  # in a pod: its ServiceAccount
+    status, lines = preflight.check(
+        text, preflight.live_apiservices(make_api_client(kubeconfig)), args.take_over
+    )
+    for line in lines:
+        print(line, file=sys.stderr if status else sys.stdout)
+    return status
 
 
 def settings_from_args(
@@ -150,6 +185,13 @@ def serve(settings: AdapterSettings) -> int:
             )
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        except OSError as e:  # a read-only root with no writable /tmp or --cert-dir
+            where = settings.cert_dir or "a temporary folder (TMPDIR, /tmp)"
+            raise ConfigError(
+                f"cannot write the self-signed serving certificate to {where}: {e.strerror}; "
+                "mount a writable --cert-dir (an emptyDir) or pass --tls-cert-file and "
+                "--tls-private-key-file"
+            ) from e
         ca_bundle = trust.ca_bundle()
 
         def context_factory() -> Any:
@@ -176,12 +218,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def command_line() -> int:
         nonlocal debug
-        settings = settings_from_args(build_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        if args.command == "preflight":
+            return run_preflight(args)
+        settings = settings_from_args(args)
         debug = settings.log_level.lower() == "debug"
-        logging.basicConfig(
-            level=getattr(logging, settings.log_level.upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        try:
+            fmt = log_format(args.log_format, os.environ)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        configure_logging(
+            settings.log_level, fmt, "%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        known = {o.env for o in OPTIONS if o.env} | {"EDL_LOG_FORMAT", "EDL_BUILD_REVISION"}
+        for line in unknown_variables(os.environ, known):
+            log.warning("%s", line)
         return serve(settings)
 
     return run_command(

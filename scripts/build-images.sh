@@ -37,7 +37,7 @@ image_id() {  # the id of image $1, or nothing
 
 # Everything that goes into an image: the Containerfile, the files it copies, the base image.
 CONTEXT=(images/Containerfile .dockerignore pyproject.toml README.md LICENSE images/constraints.txt
-  images/pyproject-deps.py agent metrics_adapter edl_common edl_sizing examples)
+  images/pyproject-deps.py images/adapter-rootfs.py agent metrics_adapter edl_common edl_sizing examples)
 inputs_key() {
   { echo "$1 $2 $(image_id "$base")"
     { git ls-files -co --exclude-standard -- "${CONTEXT[@]}" 2>/dev/null \

@@ -20,6 +20,7 @@ from agent.elastic.errors import StoreUnavailable, WatchForbidden, WorldRecordIn
 from agent.elastic.kubernetes_watch import KubernetesWatch
 from agent.elastic.store import Heartbeat, StoreWatch, VersionedRecord
 from agent.elastic.world import Member
+from agent.errors import ConfigError
 
 LABEL_JOB = "edl.paddlepaddle.org/job"
 ANNOTATION_MEMBER = "edl.paddlepaddle.org/member"
@@ -64,6 +65,37 @@ class KubernetesApi(Protocol):
         """The watch of ConfigMap `name`: (event type, resourceVersion) until it ends."""
 
 
+def load_client_config() -> None:
+    """The pod's ServiceAccount, else the kubeconfig (KUBECONFIG, ~/.kube/config).
+
+    Raises:
+        ConfigError: neither is there (an agent started outside a cluster): one line.
+    """
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException as in_cluster:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as e:
+            raise ConfigError(
+                f"--membership kubernetes: not in a pod ({in_cluster}) and no usable kubeconfig "
+                f"({e}); run it in a pod, or set KUBECONFIG"
+            ) from e
+
+
+def job_namespace(env: Mapping[str, str]) -> str:
+    """EDL_NAMESPACE, else the pod's own namespace (its ServiceAccount's), else `default`."""
+    namespace = env.get("EDL_NAMESPACE", "").strip()
+    if namespace:
+        return namespace
+    try:
+        return SA_NAMESPACE.read_text().strip()
+    except OSError:
+        return "default"
+
+
 def dns_name(*parts: str) -> str:
     """A DNS-1123 object name built from `parts`."""
     name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
@@ -95,13 +127,7 @@ class KubernetesStore:
     @classmethod
     def from_environment(cls, job: str, env: Mapping[str, str]) -> KubernetesStore:
         """In-cluster config (or ~/.kube/config outside), namespace from EDL_NAMESPACE."""
-        namespace = env.get("EDL_NAMESPACE", "").strip()
-        if not namespace:
-            try:
-                namespace = SA_NAMESPACE.read_text().strip()
-            except OSError:
-                namespace = "default"
-        return cls(ClientApi.connect(namespace), job)
+        return cls(ClientApi.connect(job_namespace(env)), job)
 
     def watch(self) -> StoreWatch:
         """The API server's watch on the job's Leases and world ConfigMap."""
@@ -169,13 +195,10 @@ class ClientApi:
 
     @classmethod
     def connect(cls, namespace: str) -> ClientApi:
-        """Loads in-cluster config, else the kubeconfig."""
-        from kubernetes import client, config
+        """Loads in-cluster config, else the kubeconfig (`load_client_config`)."""
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
+        load_client_config()
         return cls(client.CoreV1Api(), client.CoordinationV1Api(), namespace, client.ApiException)
 
     def _call(self, what: str, fn: Any, *args: Any, ok: tuple[int, ...] = (), **kw: Any) -> Any:

@@ -53,10 +53,21 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         "on_finished",
         "--on-finished",
         "EDL_ON_FINISHED",
-        choice("idle", "exit"),
+        choice("idle", "exit", "scale-to-zero"),
         "idle",
         "once the job is finished: idle (no trainer, ready, until SIGTERM; what a Deployment "
-        "needs) or exit 0 (a Job, a local run)",
+        "needs), exit 0 (a Job, a local run) or scale-to-zero (idle, and scale the Deployment "
+        "named by --deployment to 0 with an Event, freeing its resources)",
+        ELASTIC,
+    ),
+    Option(
+        "deployment",
+        "--deployment",
+        "EDL_DEPLOYMENT",
+        TEXT,
+        None,
+        "this job's Deployment, for --on-finished scale-to-zero (it needs get/patch on it and "
+        "its scale subresource)",
         ELASTIC,
     ),
     Option(

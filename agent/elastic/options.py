@@ -37,7 +37,10 @@ class ElasticOptions:
     """EDL_ELASTIC_DIR: this member's control channel and local state copy."""
     on_finished: str = "idle"
     """--on-finished / EDL_ON_FINISHED: once the job is finished, ``idle`` until SIGTERM (a
-    Deployment) or ``exit`` 0 (a Job, a local run)."""
+    Deployment), ``exit`` 0 (a Job, a local run) or ``scale-to-zero`` (idle, and scale
+    `deployment` to 0)."""
+    deployment: str = ""
+    """--deployment / EDL_DEPLOYMENT: this job's Deployment (for ``scale-to-zero``)."""
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
     """--checkpoint-* / EDL_CHECKPOINT_*: durable checkpoints (`agent.checkpoints`)."""
     membership_settings: MembershipSettings = field(default_factory=MembershipSettings)

@@ -113,6 +113,12 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         values["member_id"] or env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     )
     work = values["elastic_dir"]
+    deployment = values["deployment"] or ""
+    if values["on_finished"] == "scale-to-zero" and (membership != "kubernetes" or not deployment):
+        raise ConfigError(
+            "--on-finished scale-to-zero needs --membership kubernetes and --deployment NAME "
+            "(EDL_DEPLOYMENT)"
+        )
     return ElasticOptions(
         job=job,
         membership=membership,
@@ -123,6 +129,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         ports=ports,
         work_dir=work or Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
         on_finished=values["on_finished"],
+        deployment=deployment,
         checkpoints=CheckpointSettings.from_env(env, flags),
         membership_settings=_checked(
             MembershipSettings,
@@ -191,6 +198,19 @@ def elastic_options(
     args = list(argv)
     head = args[: args.index("--")] if "--" in args else args
     return options_from(vars(parser.parse_args(head)), env)
+
+
+def build_retirement(
+    options: ElasticOptions, env: Mapping[str, str]
+) -> Callable[[int | None], object] | None:
+    """For ``--on-finished scale-to-zero``: what scales the job's Deployment to 0."""
+    if options.on_finished != "scale-to-zero":
+        return None
+    from agent.elastic.finished_job import ClientDeploymentApi, DeploymentRetirement
+    from agent.elastic.kubernetes_store import job_namespace
+
+    api = ClientDeploymentApi.connect(job_namespace(env))
+    return DeploymentRetirement(api, options.deployment, options.job).retire
 
 
 def build_store(options: ElasticOptions, env: Mapping[str, str]) -> MembershipStore:
@@ -278,6 +298,7 @@ def run_elastic(
         job=options.job,
         watchdog=watchdog,
         finished_elsewhere=(lambda: finished_at(checkpoints)) if checkpoints else None,
+        on_job_finished=build_retirement(options, env),
     )
     nvml, nvml_note = open_nvml()
     registry = create_registry(metrics_dir, trainer, nvml, rescales)

@@ -67,7 +67,7 @@ from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import World
 from agent.protocol import env as names
 from agent.protocol.control import STANDBY_GENERATION, ControlChannel, NextWorld, Timings
-from agent.protocol.errors import RendezvousTimeout
+from agent.protocol.errors import ElasticError, RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
@@ -77,8 +77,9 @@ log = logging.getLogger(__name__)
 
 WAKE_SLICE = 0.02
 """Seconds between looks at the trainer's exit while waiting on the store's watch."""
-ON_FINISHED = ("idle", "exit")
-"""What an agent does once the job is finished: stay up until SIGTERM, or exit 0 at once."""
+ON_FINISHED = ("idle", "exit", "scale-to-zero")
+"""What an agent does once the job is finished: stay up until SIGTERM, exit 0 at once, or stay
+up and scale its Deployment to 0 (`agent.elastic.finished_job`)."""
 
 
 def default_backend() -> str:
@@ -114,7 +115,9 @@ class ElasticSettings:
 
     def __post_init__(self) -> None:
         if self.on_finished not in ON_FINISHED:
-            raise ValueError(f"on_finished {self.on_finished!r}: expected idle or exit")
+            raise ValueError(
+                f"on_finished {self.on_finished!r}: expected idle, exit or scale-to-zero"
+            )
 
 
 def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
@@ -153,8 +156,12 @@ class ElasticSupervisor:
         job: str = "",
         watchdog: StallWatchdog | None = None,
         finished_elsewhere: Callable[[], int | None] | None = None,
+        on_job_finished: Callable[[int | None], object] | None = None,
     ) -> None:
         self._membership = membership
+        self._on_job_finished = on_job_finished
+        """Called once with the agreed step when this agent learns the job is finished
+        (scale-to-zero); an error is logged, the agent idles on."""
         self._finished_elsewhere = finished_elsewhere
         """The step at which another record (the newest durable checkpoint) says the job
         finished, or None: checked at start, when the world record does not say it."""
@@ -401,6 +408,12 @@ class ElasticSupervisor:
             log.info("%s; exiting", what)
         else:
             log.info("%s; idling (no trainer; /metrics and /readyz stay up until SIGTERM)", what)
+        if self._on_job_finished is not None:
+            hook, self._on_job_finished = self._on_job_finished, None  # once
+            try:
+                hook(step)
+            except ElasticError as e:
+                log.error("%s", e)
 
 
 def control_env(control_dir: Path, state_dir: Path, member: str) -> dict[str, str]:

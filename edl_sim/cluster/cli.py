@@ -37,6 +37,7 @@ from edl_common.options import (
     number,
     read,
 )
+from edl_common.version import edl_version
 from edl_sim.cluster import scenarios
 from edl_sim.cluster.engine import SimResult, SimSettings, Simulation
 from edl_sim.cluster.inputs import SimulationError, Workload, load_workload
@@ -229,6 +230,7 @@ REQUIRED = ("workload", "curves", "cluster")
 
 def _parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {edl_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a workload under one or more policies")
     add_arguments(run, RUN)

@@ -184,7 +184,7 @@ class SimCluster(Generic[J]):
     # -- scheduling -----------------------------------------------------------------------
 
     def best_node(
-        self, requests: Resources, job: JobRun | None = None, planned: dict[str, int] | None = None
+        self, requests: Resources, job: J | None = None, planned: dict[str, int] | None = None
     ) -> SimNode | None:
         """The node the scheduler would pick for a pod of ``requests`` (None: none fits).
 
@@ -263,7 +263,7 @@ class SimCluster(Generic[J]):
         return None if best is None else (best[1], best[2])
 
     def plan_gang(
-        self, requests: Resources, count: int, job: JobRun | None = None
+        self, requests: Resources, count: int, job: J | None = None
     ) -> list[SimNode] | None:
         """Nodes for ``count`` pods of ``requests`` placed one by one, or None if not all fit.
 

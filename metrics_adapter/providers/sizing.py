@@ -11,7 +11,10 @@ HPA then keeps its scale).
 
 :class:`SizingProvider` serves the External metric ``desired_replicas``: one item per job,
 labelled ``edl.paddlepaddle.org/job: <name>``, value the replicas the plan wants. A job
-name carried by two Deployments of a namespace is ambiguous: it is served no item.
+name carried by two Deployments of a namespace is ambiguous: it is served no item. The same
+value is the custom (Object) metric ``desired_replicas`` of the job's Deployment
+(``deployments.apps``), for clusters whose ``external.metrics.k8s.io`` another adapter
+(KEDA, Datadog) owns; addressed by the Deployment's name, it is never ambiguous.
 """
 
 from __future__ import annotations
@@ -39,12 +42,16 @@ from metrics_adapter.providers.protocol import (
     ExternalPoint,
     MetricPoint,
 )
+from metrics_adapter.scraping.catalogue import Aggregation, MetricDefinition, MetricKind, SeriesTerm
+from metrics_adapter.scraping.pod_registry import DescribedObject
 from metrics_adapter.sizing.kube_objects import JOB_LABEL, DeploymentRecord
 from metrics_adapter.sizing.metrics import SizingMetrics
 from metrics_adapter.sizing.observation import ThroughputObserver
 
 log = logging.getLogger(__name__)
 DESIRED_REPLICAS = "desired_replicas"
+DEPLOYMENTS = "deployments.apps"
+OBJECT_METRIC = CustomMetricInfo(DEPLOYMENTS, True, DESIRED_REPLICAS)
 
 
 @dataclass(frozen=True)
@@ -242,12 +249,44 @@ def _fallback_plan(jobs: list[Job], policy: SizingPolicy, now: float) -> Plan:
 
 
 class SizingProvider:
-    """Serves ``desired_replicas`` from the sizer's latest plan (no custom metrics)."""
+    """Serves ``desired_replicas`` from the sizer's latest plan.
+
+    As an External metric, and as the Object metric of each job's Deployment.
+    """
 
     def __init__(self, sizer: Sizer, clock: Callable[[], float], max_age_s: float) -> None:
         self._sizer = sizer
         self._clock = clock
         self._max_age = max_age_s
+        self._definition = MetricDefinition(
+            DESIRED_REPLICAS,
+            MetricKind.GAUGE,
+            SeriesTerm(DESIRED_REPLICAS, counter=False),
+            None,
+            Aggregation.MAX,
+            sizer.interval,
+            description="the replicas EDL's sizer wants for the job of this Deployment",
+        )
+
+    def _points(self, namespace: str | None, info: CustomMetricInfo) -> dict[str, MetricPoint]:
+        """Deployment name -> its point, for the jobs of `namespace` in the fresh plan."""
+        if info.metric != DESIRED_REPLICAS or info.group_resource != DEPLOYMENTS:
+            raise NotFoundError(
+                f"the server could not find the metric {info.metric} for {info.group_resource}"
+            )
+        published = self.fresh_plan()
+        points: dict[str, MetricPoint] = {}
+        if published is None:
+            return points
+        for key, d in sorted(published.plan.jobs.items()):
+            job_namespace, _, deployment = key.partition("/")
+            if job_namespace != namespace:
+                continue
+            described = DescribedObject("Deployment", "apps/v1", deployment, job_namespace)
+            points[deployment] = MetricPoint(
+                described, self._definition, float(d.desired), published.decided_at
+            )
+        return points
 
     def get_metric_by_name(
         self,
@@ -257,10 +296,18 @@ class SizingProvider:
         selector: LabelSelector,
         metric_selector: LabelSelector,
     ) -> MetricPoint:
-        """No custom metrics here."""
-        raise NotFoundError(
-            f"the server could not find the metric {info.metric} for {info.group_resource}"
-        )
+        """The sizer's decision for the job of Deployment `name`.
+
+        Raises:
+            NotFoundError: not a job's Deployment, or no fresh plan.
+        """
+        point = self._points(namespace, info).get(name)
+        if point is None:
+            raise NotFoundError(
+                f"the server could not find the metric {info.metric} for "
+                f"{info.group_resource} {name} (not a sized job, or no fresh sizing plan)"
+            )
+        return point
 
     def get_metric_by_selector(
         self,
@@ -269,14 +316,18 @@ class SizingProvider:
         info: CustomMetricInfo,
         metric_selector: LabelSelector,
     ) -> list[MetricPoint]:
-        """No custom metrics here."""
-        raise NotFoundError(
-            f"the server could not find the metric {info.metric} for {info.group_resource}"
-        )
+        """Every job Deployment's decision in `namespace`.
+
+        A label selector would need the Deployments' labels, which the plan does not keep:
+        only the empty selector matches.
+        """
+        if selector.requirements:
+            return []
+        return list(self._points(namespace, info).values())
 
     def list_all_metrics(self) -> list[CustomMetricInfo]:
-        """None."""
-        return []
+        """``desired_replicas`` on ``deployments.apps``."""
+        return [OBJECT_METRIC]
 
     def get_external_metric(
         self, namespace: str, metric_selector: LabelSelector, info: ExternalMetricInfo

@@ -5,7 +5,10 @@ memory stays small on large clusters), and :func:`assemble` turns them into a
 :class:`~edl_sizing.capacity.ClusterSnapshot`.
 
 A **job** is a Deployment labelled ``edl.paddlepaddle.org/job: <name>``; its workers are
-the pods its selector matches. Its annotations (all optional):
+the pods its selector matches. A job whose agents labelled it
+``edl.paddlepaddle.org/state: finished`` (``edl-agent --on-finished scale-to-zero``) is no
+job any more: it is not sized, and the room its pods held is free at once (pods being
+deleted do not count). Its annotations (all optional):
 
 =====================================  ========  ====================================
 annotation                             default   meaning
@@ -44,6 +47,8 @@ WEIGHT = "edl.paddlepaddle.org/weight"
 MIN_MARGINAL_SPEEDUP = "edl.paddlepaddle.org/min-marginal-speedup"
 REQUESTED_WORKERS = "edl.paddlepaddle.org/requested-workers"
 CLASS_LABEL = "edl.paddlepaddle.org/class"
+STATE_LABEL = "edl.paddlepaddle.org/state"
+FINISHED = "finished"
 _ANNOTATIONS = (MIN_WORKERS, MAX_WORKERS, WEIGHT, MIN_MARGINAL_SPEEDUP, REQUESTED_WORKERS)
 _TERMINAL = ("Succeeded", "Failed")
 _OPERATORS = {"In": Operator.IN, "NotIn": Operator.NOT_IN, "Exists": Operator.EXISTS}
@@ -214,10 +219,11 @@ def selector_from(obj: Mapping[str, Any] | None) -> LabelSelector:
 
 
 def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
-    """A Deployment carrying the job label, or None for any other Deployment."""
+    """A Deployment carrying the job label; None for any other, and for a finished job's."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    job = (meta.get("labels") or {}).get(JOB_LABEL)
-    if not job or meta.get("deletionTimestamp"):
+    labels = meta.get("labels") or {}
+    job = labels.get(JOB_LABEL)
+    if not job or meta.get("deletionTimestamp") or labels.get(STATE_LABEL) == FINISHED:
         return None
     template = (spec.get("template") or {}).get("spec") or {}
     problem = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,8 @@ def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[0] == "edl-agent"
-    settings, trainer = parse_args(command[1:], env={})
+    literal = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    settings, trainer = parse_args(command[1:], env=literal)
     assert trainer[:3] == ("python", "-m", "examples.train_digits_elastic")
     assert (ROOT / "examples" / "train_digits_elastic.py").exists()
     env = {e["name"] for e in container["env"]}
@@ -93,28 +96,74 @@ def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     assert port == settings.exporter.port == 9400
 
 
-def test_membership_role_allows_what_the_kubernetes_store_calls() -> None:
+def test_membership_role_allows_what_the_kubernetes_store_calls_and_no_more() -> None:
     role = one(render(EXAMPLE), "Role")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     for verb in ("list", "watch", "create", "patch", "delete"):
         assert ("leases", verb) in granted
     for verb in ("get", "watch", "create", "update"):
         assert ("configmaps", verb) in granted
+    # Every ConfigMap verb but create is limited to the world record's name.
+    world = "edl-digits-world"
+    for rule in role["rules"]:
+        if "configmaps" in rule["resources"] and rule["verbs"] != ["create"]:
+            assert rule["resourceNames"] == [world], rule
+    assert ("configmaps", "list") not in granted and ("configmaps", "watch") not in granted
     binding = one(render(EXAMPLE), "RoleBinding")
     sa = one(render(EXAMPLE), "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     assert binding["subjects"][0]["name"] == sa
 
 
+def with_checkpoints(tmp_path: Path) -> list[dict[str, Any]]:
+    """The example with its component `checkpoints/`, as its kustomization's comment says."""
+    here = tmp_path / "with-checkpoints"
+    here.mkdir()
+    example = os.path.relpath(ROOT / EXAMPLE, here)
+    kustomization = {"resources": [example], "components": [f"{example}/checkpoints"]}
+    (here / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return render(str(here))  # an absolute path: ROOT / path is that path
+
+
+def test_the_example_runs_on_a_stock_cluster_from_the_image_make_images_builds() -> None:
+    docs = render(EXAMPLE)
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]  # no RWX class needed
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert not [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    script = (ROOT / "scripts/build-images.sh").read_text()
+    (image,) = [c["image"] for c in pod["containers"]]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert image == f"localhost/edl-trainer:{version}"
+    assert 'trainer) build trainer trainer "$REPO/edl-trainer:$VERSION"' in script
+    assert 'REPO="${IMAGE_REPO:-localhost}"' in script
+
+
+def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
+    docs = render(EXAMPLE)
+    deploy = one(docs, "Deployment")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    literal = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    options = elastic_options(build_parser(elastic=True), container["command"][1:], literal)
+    assert options is not None and options.on_finished == "scale-to-zero"
+    assert options.deployment == deploy["metadata"]["name"]
+    role = one(docs, "Role")
+    named = [r for r in role["rules"] if "deployments/scale" in r["resources"]]
+    assert named and named[0]["resourceNames"] == [deploy["metadata"]["name"]]
+    assert "patch" in named[0]["verbs"]
+
+
 def test_every_trainer_pod_mounts_the_checkpoint_claim_its_agent_writes_to(
     tmp_path: Path,
 ) -> None:
-    docs = render(EXAMPLE)
+    docs = with_checkpoints(tmp_path)
     claim = one(docs, "PersistentVolumeClaim")
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # every pod, on any node
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
+    literal = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     options = elastic_options(
-        build_parser(elastic=True), container["command"][1:], {"EDL_ELASTIC_DIR": str(tmp_path)}
+        build_parser(elastic=True),
+        container["command"][1:],
+        {**literal, "EDL_ELASTIC_DIR": str(tmp_path)},
     )
     assert options is not None and options.checkpoints.enabled
     assert options.checkpoints.every_steps > 0 and options.checkpoints.keep >= 2

@@ -47,16 +47,22 @@ AGENT_RULES = [
 
 
 def grant_agent_access(
-    ns: str, api: client.ApiClient, kubectl: Kubectl, cp: ControlPlane, path: Path
+    ns: str,
+    api: client.ApiClient,
+    kubectl: Kubectl,
+    cp: ControlPlane,
+    path: Path,
+    rules: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """ServiceAccount + Role + RoleBinding; writes a kubeconfig holding the SA's token."""
+    """ServiceAccount + Role (`rules`, default AGENT_RULES) + RoleBinding; writes a
+    kubeconfig holding the SA's token."""
     assert cp.pki is not None
     client.CoreV1Api(api).create_namespaced_service_account(
         ns, as_body({"metadata": {"name": SERVICE_ACCOUNT}})
     )
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(
-        ns, as_body({"metadata": {"name": "edl-agent"}, "rules": AGENT_RULES})
+        ns, as_body({"metadata": {"name": "edl-agent"}, "rules": rules or AGENT_RULES})
     )
     rbac.create_namespaced_role_binding(
         ns,

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from metrics_adapter.cli import build_parser, settings_from_args
+from metrics_adapter.settings import AdapterSettings, AuthMode
 from tests.support.kustomize import ROOT, render
 
 
@@ -63,3 +66,55 @@ def test_the_example_trainer_runs_non_root_with_a_read_only_root() -> None:
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/tmp" in mounts  # Paddle and the agent need a writable temp dir
     assert Path(ROOT / "images/Containerfile").read_text().count("USER 65532:65532") == 2
+
+
+def adapter_settings(docs: list[dict[str, Any]]) -> AdapterSettings | None:
+    """The settings the adapter container's arguments give, parsed by the adapter itself."""
+    for d in docs:
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "edl-metrics-adapter":
+            (container,) = d["spec"]["template"]["spec"]["containers"]
+            args = build_parser().parse_args(container["args"])
+            return settings_from_args(args, env={})
+    return None
+
+
+def example_hpa_metrics() -> set[str]:
+    docs = render("manifests/examples/digits-trainer")
+    return {
+        m[m["type"].lower()]["metric"]["name"]
+        for d in docs
+        if d["kind"] == "HorizontalPodAutoscaler"
+        for m in d["spec"]["metrics"]
+    }
+
+
+ADAPTER_KUSTOMIZATIONS = ["manifests/base"] + [
+    f"manifests/overlays/{p.name}"
+    for p in sorted((ROOT / "manifests/overlays").iterdir())
+    if p.name != "prometheus-adapter"  # installs no EDL adapter (tested above)
+]
+
+
+@pytest.mark.parametrize("kustomization", ADAPTER_KUSTOMIZATIONS)
+def test_every_overlay_keeps_what_the_example_hpa_reads(kustomization: str) -> None:
+    settings = adapter_settings(render(kustomization))
+    assert settings is not None, f"{kustomization} renders no edl-metrics-adapter Deployment"
+    assert "desired_replicas" in example_hpa_metrics()
+    assert settings.sizing is True  # desired_replicas is served by the sizer only
+    assert settings.authentication == settings.authorization == AuthMode.DELEGATED
+    assert settings.metrics_config == Path("/etc/edl-adapter/catalogue.yaml")
+
+
+def test_production_patches_the_arguments_it_changes_and_keeps_the_rest() -> None:
+    base = adapter_settings(render("manifests/base"))
+    production = adapter_settings(render("manifests/overlays/production"))
+    assert base is not None and production is not None
+    assert (production.pod_selector, production.namespace) == ("app=trainer", "ml")
+    assert production.scrape_interval == 2.0
+    assert production.tls_cert_file == Path("/var/run/serving-cert/tls.crt")
+    changed = {"pod_selector", "namespace", "scrape_interval", "tls_cert_file",
+               "tls_private_key_file"}  # fmt: skip
+    same = {
+        k for k in vars(base) if k not in changed and getattr(base, k) == getattr(production, k)
+    }
+    assert same == set(vars(base)) - changed

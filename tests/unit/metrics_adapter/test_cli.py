@@ -131,3 +131,28 @@ def test_delegated_authorization_without_a_cluster_explains_the_off_switch(
     pods.write_text("pods: []\n")
     assert main(["serve", "--static-file", str(pods)]) == 2
     assert "--authentication none --authorization none" in capsys.readouterr().err
+
+
+def test_a_read_only_root_without_a_writable_tmp_says_what_it_needs_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `readOnlyRootFilesystem: true` without a /tmp emptyDir does to the self-signed pair."""
+    import errno
+    import tempfile
+
+    def read_only(*args: object, **kwargs: object) -> str:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("pods: []\n")
+    argv = ["serve", "--static-file", str(pods), "--authentication", "none",
+            "--authorization", "none", "--port", "0"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]  # after the auth-none warnings
+    assert "Traceback" not in err and line == (
+        "edl-adapter: error: cannot write the self-signed serving certificate to a temporary "
+        "folder (TMPDIR, /tmp): Read-only file system; mount a writable --cert-dir (an "
+        "emptyDir) or pass --tls-cert-file and --tls-private-key-file"
+    )

@@ -24,8 +24,6 @@ def test_the_monitoring_kustomization_has_every_piece() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         [
-            "ServiceAccount",
-            "Secret",
             "ClusterRole",
             "ClusterRoleBinding",
             "PodMonitor",
@@ -43,7 +41,7 @@ def test_the_monitoring_kustomization_has_every_piece() -> None:
             assert d["metadata"]["namespace"] == "monitoring"
 
 
-def test_the_service_monitor_scrapes_the_adapter_service_with_the_scraper_token() -> None:
+def test_the_service_monitor_scrapes_the_adapter_with_prometheus_own_token() -> None:
     docs = render("manifests/monitoring")
     base = render("manifests/base")
     monitor = one(docs, "ServiceMonitor")
@@ -59,22 +57,18 @@ def test_the_service_monitor_scrapes_the_adapter_service_with_the_scraper_token(
         "/metrics",
         True,
     )
-    # The token: a service-account-token Secret of the scraper ServiceAccount...
-    secret_ref = endpoint["authorization"]["credentials"]
-    secret = one(docs, "Secret")
-    account = one(docs, "ServiceAccount")
-    assert secret["metadata"]["name"] == secret_ref["name"] and secret_ref["key"] == "token"
-    assert secret["type"] == "kubernetes.io/service-account-token"
-    assert secret["metadata"]["namespace"] == ns == account["metadata"]["namespace"]
-    annotations = secret["metadata"]["annotations"]
-    assert annotations["kubernetes.io/service-account.name"] == account["metadata"]["name"]
-    # ...which may get /metrics and nothing else.
+    # Prometheus' own projected token (no long-lived token Secret is installed)...
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "authorization" not in endpoint
+    assert not [d for d in docs if d["kind"] in ("Secret", "ServiceAccount")]
+    # ...whose ServiceAccount may get /metrics and nothing else.
     role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": ns}
-    ]
+        {"kind": "ServiceAccount", "name": "kube-prometheus-stack-prometheus",
+         "namespace": "monitoring"}
+    ]  # fmt: skip
 
 
 def test_the_pod_monitor_scrapes_the_example_trainer_and_labels_its_job() -> None:

@@ -4,10 +4,12 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from agent.elastic.finished_job import RetirementFailed
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
@@ -20,7 +22,11 @@ from tests.unit.agent.elastic.helpers import FakeTrainer
 
 
 def agent(
-    tmp_path: Path, exit_status: int, on_finished: str = "exit", reports: str = "paddle"
+    tmp_path: Path,
+    exit_status: int,
+    on_finished: str = "exit",
+    reports: str = "paddle",
+    on_job_finished: Callable[[int | None], object] | None = None,
 ) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
     store = LocalStore.create(tmp_path / "store")
     me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
@@ -36,6 +42,7 @@ def agent(
         RescaleLog(),
         ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),
         job="digits",
+        on_job_finished=on_job_finished,
     )
     return sup, fake, tmp_path / "store" / "members" / "a.json"
 
@@ -74,6 +81,23 @@ def test_by_default_a_finished_member_idles_until_sigterm(
     assert not heartbeat.exists() and sup.job_finished
     assert "job digits finished at step 184; idling" in caplog.text
     assert World.from_json((tmp_path / "store" / "world.json").read_text()).finished
+
+
+def test_scale_to_zero_hands_the_agreed_step_to_its_hook_once_and_idles_on_its_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int | None] = []
+
+    def retire(step: int | None) -> None:
+        calls.append(step)
+        raise RetirementFailed("cannot scale Deployment d of finished job digits to 0: 403")
+
+    sup, _, _ = agent(tmp_path, 0, on_finished="scale-to-zero", on_job_finished=retire)
+    stop_after(sup, 1.5)
+    with caplog.at_level(logging.INFO, logger="agent.elastic.supervisor"):
+        assert sup.run(max_seconds=20) == 0  # idled until SIGTERM despite the failure
+    assert calls == [184] and sup.job_finished
+    assert "cannot scale Deployment d of finished job digits to 0: 403" in caplog.text
 
 
 def finished_store(tmp_path: Path) -> None:

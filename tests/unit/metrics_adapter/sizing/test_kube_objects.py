@@ -265,3 +265,25 @@ def test_a_resource_quota_is_what_it_still_admits() -> None:
     # a quota on nothing a worker requests (or with no status yet) limits nothing
     assert quota_from({"metadata": {}, "status": {"hard": {"services": "2"}}}) is None
     assert quota_from({"metadata": {}, "spec": {"hard": {"pods": "2"}}}) is None
+
+
+def test_a_finished_job_is_not_sized_and_its_room_is_free_at_once() -> None:
+    """What `edl-agent --on-finished scale-to-zero` leaves: the label, and pods being deleted."""
+    n1 = node_from(node("n1", cpu="4"))
+    running = [pod(f"trainer-{i}", {"app": "trainer"}, "n1") for i in range(2)]
+    job = deployment_from(deployment())
+    assert job is not None
+    before = assemble([n1], [r for r in map(pod_from, running) if r is not None], [job], [])
+    plan = decide(before.nodes, before.pods, before.jobs)
+    assert set(plan.jobs) == {"ml/trainer"}
+    assert plan.free.cpu < 4  # two workers of 1.25 CPU hold room
+
+    finished = deployment()
+    finished["metadata"]["labels"]["edl.paddlepaddle.org/state"] = "finished"
+    finished["spec"]["replicas"] = 0
+    assert deployment_from(finished) is None
+    for p in running:  # the ReplicaSet deletes them as soon as the scale is 0
+        p["metadata"]["deletionTimestamp"] = "2026-05-01T12:10:00Z"
+    after = assemble([n1], [r for r in map(pod_from, running) if r is not None], [], [])
+    plan = decide(after.nodes, after.pods, after.jobs)
+    assert plan.jobs == {} and plan.free.cpu == 4

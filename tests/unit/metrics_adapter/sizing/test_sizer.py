@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from edl_sizing import (
@@ -19,8 +20,8 @@ from edl_sizing import (
 )
 from edl_sizing.events import JobEvent
 from metrics_adapter.api.selectors import LabelSelector
-from metrics_adapter.errors import SourceError
-from metrics_adapter.providers.protocol import ExternalMetricInfo
+from metrics_adapter.errors import NotFoundError, SourceError
+from metrics_adapter.providers.protocol import CustomMetricInfo, ExternalMetricInfo
 from metrics_adapter.providers.sizing import DESIRED_REPLICAS, Sizer, SizingProvider
 from metrics_adapter.scraping.pod_registry import PodKey
 from metrics_adapter.scraping.store import MetricStore, Sample
@@ -306,3 +307,27 @@ def test_a_waiting_job_is_told_so_once() -> None:
     assert served(provider) == [1.0]  # its minimum, though nothing fits: the pod waits
     assert [e.reason for e in events.seen] == ["SizingWaiting"]
     assert "1 GPU" in events.seen[0].message
+
+
+def test_desired_replicas_is_also_the_object_metric_of_the_jobs_deployment() -> None:
+    """For clusters whose External API belongs to KEDA: same value, through custom metrics."""
+    clock = Clock()
+    sizer, provider, _, _ = build(StaticCapacitySource(snapshot(observed={2: 180.0})), clock)
+    info = CustomMetricInfo("deployments.apps", True, DESIRED_REPLICAS)
+    assert provider.list_all_metrics() == [info]
+    with pytest.raises(NotFoundError, match="no fresh sizing plan"):
+        provider.get_metric_by_name("ml", "trainer", info, LabelSelector(), LabelSelector())
+    sizer.run_once()
+    point = provider.get_metric_by_name("ml", "trainer", info, LabelSelector(), LabelSelector())
+    assert point.value == served(provider)[0] == 4.0
+    assert (point.described.kind, point.described.name, point.described.namespace) == (
+        "Deployment", "trainer", "ml")  # fmt: skip
+    with pytest.raises(NotFoundError):
+        provider.get_metric_by_name("other", "trainer", info, LabelSelector(), LabelSelector())
+    with pytest.raises(NotFoundError):
+        pods = CustomMetricInfo("pods", True, DESIRED_REPLICAS)
+        provider.get_metric_by_name("ml", "trainer", pods, LabelSelector(), LabelSelector())
+    every = provider.get_metric_by_selector("ml", LabelSelector(), info, LabelSelector())
+    assert [p.described.name for p in every] == ["trainer"]
+    clock.t += 31.0  # a stale plan is served neither way
+    assert provider.get_metric_by_selector("ml", LabelSelector(), info, LabelSelector()) == []

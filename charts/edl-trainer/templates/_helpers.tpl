@@ -1,0 +1,32 @@
+{{- define "trainer.name" -}}
+{{- .Values.fullnameOverride | default (printf "%s-trainer" .Values.job) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "trainer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trainer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "trainer.labels" -}}
+{{ include "trainer.selectorLabels" . }}
+app.kubernetes.io/component: trainer
+app.kubernetes.io/part-of: edl
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+edl.paddlepaddle.org/job: {{ .Values.job }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "trainer.validate" -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .Values.job)) -}}
+{{- fail (printf "job %q: must be a DNS label (lower case letters, digits, '-')" (toString .Values.job)) -}}
+{{- end -}}
+{{- if not (has .Values.onFinished (list "scaleToZero" "idle" "exit")) -}}
+{{- fail (printf "onFinished %q: expected scaleToZero, idle or exit" .Values.onFinished) -}}
+{{- end -}}
+{{- if not (has .Values.autoscaling.mode (list "sizing" "sizingObject" "throughput" "none")) -}}
+{{- fail (printf "autoscaling.mode %q: expected sizing, sizingObject, throughput or none" .Values.autoscaling.mode) -}}
+{{- end -}}
+{{- if gt (int .Values.workers.min) (int .Values.workers.max) -}}
+{{- fail (printf "workers.min %v is above workers.max %v" .Values.workers.min .Values.workers.max) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,88 @@
+"""How every EDL process logs: text lines (the default) or one JSON object a line.
+
+JSON is for log pipelines (Loki, Elasticsearch, Cloud Logging) that parse fields instead of
+matching text. Chosen by ``--log-format`` or ``EDL_LOG_FORMAT``, the same for every CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from typing import TextIO
+
+FORMATS = ("text", "json")
+ENV = "EDL_LOG_FORMAT"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (RFC 3339, UTC), level, logger, message, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
+        when = dt.datetime.fromtimestamp(record.created, dt.UTC)
+        doc: dict[str, object] = {
+            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def add_log_format_argument(parser: argparse.ArgumentParser) -> None:
+    """``--log-format text|json`` (default: ``EDL_LOG_FORMAT``, else text)."""
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=None,
+        help=f"log lines as text or one JSON object each (env {ENV}; default text)",
+    )
+
+
+def log_format(flag: str | None, env: Mapping[str, str]) -> str:
+    """The flag, else ``EDL_LOG_FORMAT``, else text.
+
+    Raises:
+        ValueError: ``EDL_LOG_FORMAT`` is neither text nor json.
+    """
+    chosen = flag or env.get(ENV, "").strip() or "text"
+    if chosen not in FORMATS:
+        raise ValueError(f"{ENV}={chosen!r}: expected text or json")
+    return chosen
+
+
+def configure_logging(level: str, fmt: str, text_format: str, stream: TextIO | None = None) -> None:
+    """Root logging at `level` to `stream` (stderr), as text (`text_format`) or JSON."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(text_format))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def log_format_in(argv: list[str] | tuple[str, ...], env: Mapping[str, str]) -> str:
+    """`log_format` of ``--log-format`` as written before any ``--`` in `argv`.
+
+    For CLIs whose parser hands its flags elsewhere (edl-agent's trainer command).
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    head = list(argv[: list(argv).index("--")] if "--" in argv else argv)
+    flag = None
+    for i, arg in enumerate(head):
+        if arg.startswith("--log-format="):
+            flag = arg.split("=", 1)[1]
+        elif arg == "--log-format" and i + 1 < len(head):
+            flag = head[i + 1]
+    if flag is not None and flag not in FORMATS:
+        raise ValueError(f"--log-format {flag!r}: expected text or json")
+    return log_format(flag, env)

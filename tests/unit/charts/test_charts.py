@@ -1,0 +1,198 @@
+"""charts/edl and charts/edl-trainer: lint, and what `helm template` renders for each example.
+
+The adapter's arguments are parsed by the adapter's own parser, the trainer's by the agent's;
+the generated serving certificate is checked against the CA in the APIServices' caBundle;
+the catalogue, the alert rules and the RBAC match what manifests/ installs.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from agent.cli import build_parser as agent_parser
+from agent.elastic.runner import elastic_options
+from metrics_adapter.cli import build_parser, settings_from_args
+from metrics_adapter.settings import AdapterSettings
+from tests.support.helm import CHARTS, HelmFailed, examples, helm, template
+from tests.support.kustomize import ROOT, render
+
+EDL_EXAMPLES = examples("edl")
+TRAINER_EXAMPLES = examples("edl-trainer")
+APISERVICES = {
+    "customV1beta2": "v1beta2.custom.metrics.k8s.io",
+    "customV1beta1": "v1beta1.custom.metrics.k8s.io",
+    "externalV1beta1": "v1beta1.external.metrics.k8s.io",
+}
+
+
+def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (doc,) = kinds(docs, kind)
+    return doc
+
+
+def values_of(path: Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text())
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def adapter_settings(docs: list[dict[str, Any]]) -> AdapterSettings:
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return settings_from_args(build_parser().parse_args(container["args"]), env={})
+
+
+def test_there_are_examples_for_both_charts() -> None:
+    assert len(EDL_EXAMPLES) >= 4 and len(TRAINER_EXAMPLES) >= 3
+
+
+@pytest.mark.parametrize(
+    ("chart", "values"),
+    [("edl", p) for p in EDL_EXAMPLES] + [("edl-trainer", p) for p in TRAINER_EXAMPLES],
+    ids=lambda v: v.name if isinstance(v, Path) else v,
+)
+def test_helm_lint_strict_passes_for_every_example(chart: str, values: Path) -> None:
+    out = helm("lint", "--strict", str(CHARTS / chart), "-f", str(values))
+    assert "1 chart(s) linted, 0 chart(s) failed" in out, out
+
+
+@pytest.mark.parametrize("values", EDL_EXAMPLES, ids=lambda p: p.name)
+def test_each_adapter_example_serves_what_its_values_say(values: Path) -> None:
+    v = values_of(values)
+    docs = template("edl", values)
+    settings = adapter_settings(docs)
+    assert settings.sizing is v.get("sizing", {}).get("enabled", True)
+    switches = {**dict.fromkeys(APISERVICES, True), **v.get("apiServices", {})}
+    served = {d["metadata"]["name"] for d in kinds(docs, "APIService")}
+    assert served == {name for key, name in APISERVICES.items() if switches[key]}
+    for api in kinds(docs, "APIService"):
+        assert api["spec"]["service"] == {
+            "name": "edl-metrics-adapter", "namespace": "edl-system", "port": 443}  # fmt: skip
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod.get("priorityClassName", "") == v.get("priorityClassName", "system-cluster-critical")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    mode = v.get("tls", {}).get("mode", "generate")
+    if mode == "certManager":
+        assert one(docs, "Certificate")["spec"]["secretName"] == "edl-metrics-adapter-tls"
+        for api in kinds(docs, "APIService"):
+            assert api["metadata"]["annotations"] == {
+                "cert-manager.io/inject-ca-from": "edl-system/edl-metrics-adapter"}  # fmt: skip
+    if mode in ("generate", "certManager", "existingSecret"):
+        assert settings.tls_cert_file == Path("/var/run/serving-cert/tls.crt")
+    monitoring = v.get("monitoring", {})
+    for key, kind in (("podMonitor", "PodMonitor"), ("serviceMonitor", "ServiceMonitor"),
+                      ("prometheusRule", "PrometheusRule")):  # fmt: skip
+        assert len(kinds(docs, kind)) == int(monitoring.get(key, {}).get("enabled", False))
+    assert not [d for d in docs if d["kind"] == "Secret" and d.get("type", "").endswith("token")]
+
+
+def test_the_generated_ca_signs_the_serving_certificate_the_apiservices_trust() -> None:
+    docs = template("edl")
+    secret = one(docs, "Secret")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "edl-metrics-adapter.edl-system.svc" in names.get_values_for_type(x509.DNSName)
+    assert cert.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
+    for api in kinds(docs, "APIService"):
+        assert api["spec"]["caBundle"] == secret["data"]["ca.crt"]
+        assert "insecureSkipTLSVerify" not in api["spec"]
+    volume = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"][1]
+    assert volume == {"name": "serving-cert", "secret": {"secretName": secret["metadata"]["name"]}}
+
+
+def test_the_chart_installs_the_catalogue_alerts_and_rbac_of_the_manifests() -> None:
+    docs = template("edl", CHARTS / "edl/examples/production.yaml")
+    (catalogue_map,) = [d for d in kinds(docs, "ConfigMap") if "data" in d]
+    catalogue = catalogue_map["data"]["catalogue.yaml"]
+    assert catalogue == (ROOT / "manifests/base/catalogue.yaml").read_text()
+    rule = one(render("manifests/monitoring"), "PrometheusRule")
+    assert one(docs, "PrometheusRule")["spec"] == rule["spec"]
+    base = render("manifests/base")
+    ours = sorted(yaml.safe_dump(d["rules"]) for d in kinds(base, "ClusterRole"))
+    chart = [d for d in kinds(docs, "ClusterRole") if "scraper" not in d["metadata"]["name"]]
+    assert sorted(yaml.safe_dump(d["rules"]) for d in chart) == ours
+    # The history ConfigMap is the chart's own, so the adapter may only read and replace it.
+    history = next(d for d in kinds(docs, "ConfigMap") if "data" not in d)
+    (rule,) = one(docs, "Role")["rules"]
+    assert rule["resourceNames"] == [history["metadata"]["name"]] == ["edl-sizing-history"]
+    assert rule["verbs"] == ["get", "update"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("tls.mode=vault",), 'tls.mode "vault": expected one of generate, certManager'),
+        (("tls.mode=existingSecret",), "tls.existingSecret.caBundle is required"),
+        (
+            ("tls.mode=existingSecret", "tls.existingSecret.caBundle=Zm9v"),
+            "tls.existingSecret.name is required",
+        ),
+    ],
+)
+def test_bad_adapter_values_are_one_clear_error(sets: tuple[str, ...], message: str) -> None:
+    with pytest.raises(HelmFailed, match=message):
+        template("edl", sets=sets)
+
+
+@pytest.mark.parametrize("values", TRAINER_EXAMPLES, ids=lambda p: p.name)
+def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
+    values: Path, tmp_path: Path
+) -> None:
+    v = values_of(values)
+    docs = template("edl-trainer", values, namespace="ml", release="digits")
+    deploy = one(docs, "Deployment")
+    name = deploy["metadata"]["name"]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    literal = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    options = elastic_options(
+        agent_parser(elastic=True), container["command"][1:],
+        {**literal, "EDL_ELASTIC_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert options is not None and options.membership == "kubernetes"
+    assert options.on_finished == "scale-to-zero" and options.deployment == name
+    assert options.checkpoints.enabled is v.get("checkpoints", {}).get("enabled", False)
+    assert len(kinds(docs, "PersistentVolumeClaim")) == int(options.checkpoints.enabled)
+    role = one(docs, "Role")
+    world = one(docs, "ConfigMap")
+    assert world["metadata"]["name"] == f"edl-{options.job}-world" and "data" not in world
+    for rule in role["rules"]:
+        if rule["resources"] == ["configmaps"]:
+            assert rule["resourceNames"] == [world["metadata"]["name"]]
+            assert "create" not in rule["verbs"]
+        if "deployments" in rule["resources"][0]:
+            assert rule["resourceNames"] == [name]
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == name
+    (metric,) = hpa["spec"]["metrics"]
+    mode = v.get("autoscaling", {}).get("mode", "sizing")
+    expected = {"sizing": "External", "sizingObject": "Object", "throughput": "Pods"}[mode]
+    assert metric["type"] == expected
+    if mode == "sizingObject":
+        assert metric["object"]["describedObject"] == {
+            "apiVersion": "apps/v1", "kind": "Deployment", "name": name}  # fmt: skip
+        assert metric["object"]["metric"]["name"] == "desired_replicas"
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("job=Digits_1",), 'job "Digits_1": must be a DNS label'),
+        (("workers.min=5", "workers.max=2"), "workers.min 5 is above workers.max 2"),
+        (("onFinished=delete",), 'onFinished "delete": expected scaleToZero, idle or exit'),
+    ],
+)
+def test_bad_trainer_values_are_one_clear_error(sets: tuple[str, ...], message: str) -> None:
+    with pytest.raises(HelmFailed, match=message):
+        template("edl-trainer", sets=sets, namespace="ml")

@@ -1,0 +1,62 @@
+"""--log-format json and the warning for unknown EDL_* variables, as the CLIs use them."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from edl_common.environment import unknown_variables
+from edl_common.logs import configure_logging, log_format, log_format_in
+
+
+def test_json_lines_carry_level_logger_message_and_the_exception() -> None:
+    out = io.StringIO()
+    configure_logging("info", "json", "%(message)s", stream=out)
+    try:
+        logging.getLogger("edl.test").info("scaled %s to %d", "digits", 3)
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("edl.test").exception("failed")
+        logging.getLogger("edl.test").debug("not at info")
+    finally:
+        configure_logging("warning", "text", "%(message)s")
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert (first["level"], first["logger"], first["message"]) == ("info", "edl.test",
+                                                                  "scaled digits to 3")  # fmt: skip
+    assert first["time"].endswith("Z")
+    assert "RuntimeError: boom" in second["exception"]
+
+
+def test_the_format_comes_from_the_flag_then_the_environment() -> None:
+    assert log_format(None, {}) == "text"
+    assert log_format(None, {"EDL_LOG_FORMAT": "json"}) == "json"
+    assert log_format("text", {"EDL_LOG_FORMAT": "json"}) == "text"
+    assert log_format_in(["run", "--log-format=json", "--", "x", "--log-format", "y"], {}) == "json"
+    with pytest.raises(ValueError, match="expected text or json"):
+        log_format(None, {"EDL_LOG_FORMAT": "yaml"})
+    with pytest.raises(ValueError, match="--log-format 'xml'"):
+        log_format_in(["run", "--log-format", "xml"], {})
+
+
+def test_unknown_edl_variables_are_named_with_the_closest_known_one() -> None:
+    env = {"EDL_SCRAPE_INTERVL": "2s", "EDL_JOB": "d", "EDL_ZZZ": "1", "HOME": "/"}
+    assert unknown_variables(env, {"EDL_JOB", "EDL_SCRAPE_INTERVAL"}) == [
+        "unknown environment variable EDL_SCRAPE_INTERVL is ignored "
+        "(did you mean EDL_SCRAPE_INTERVAL?)",
+        "unknown environment variable EDL_ZZZ is ignored",
+    ]
+
+
+@pytest.mark.parametrize("cli", ["edl-agent", "edl-adapter", "edl-hpa", "edl-sim"])
+def test_every_cli_says_its_version(cli: str) -> None:
+    from edl_common.version import edl_version
+
+    binary = f"{sys.prefix}/bin/{cli}"
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"{cli} {edl_version()}"
