@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent.elastic.errors import ElasticError
+from agent.protocol.errors import ElasticError
 
 log = logging.getLogger(__name__)
 
