@@ -17,6 +17,7 @@ from kubernetes import client
 from agent.elastic.kubernetes_store import ClientApi, KubernetesStore
 from agent.elastic.store import StoreWatch
 from agent.elastic.world import Member, World
+from tests.e2e.harness.bodies import as_body
 
 pytestmark = [pytest.mark.e2e]
 
@@ -30,7 +31,7 @@ QUIET = 3.0
 def namespace(kube_api: client.ApiClient) -> Iterator[str]:
     core = client.CoreV1Api(kube_api)
     name = f"watch-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}})
+    core.create_namespace(as_body({"metadata": {"name": name, "labels": {"edl.e2e/test": "true"}}}))
     try:
         yield name
     finally:
