@@ -73,7 +73,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     job.start("a")
     wait_for(
         at(1, 10),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 1 training",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -82,7 +82,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     job.start("c")
     wait_for(
         at(3, 20),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 3 training",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -92,7 +92,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert job.procs["c"].wait(180) == 128 + signal.SIGKILL  # c's agent leaves with the status
     wait_for(
         at(2, 20),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 2 training",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -104,7 +104,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert job.procs["b"].wait(180) == 0
     wait_for(
         at(1, 1),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 1 training again",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -112,7 +112,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     job.release()  # the events are done: the job may train to its end
     wait_for(
         lambda: job.procs["a"].poll() is not None,
-        timeout_s=360,
+        timeout_s=600,
         what="the job to end",
         interval_s=0.2,
         describe=exit_codes(job.procs),
