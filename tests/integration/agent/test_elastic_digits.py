@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from agent.trainer.ledger import verify
+from examples.demo.report import turning_points
 from tests.support.digits_job import (
     EPOCHS,
     NUM_TRAIN,
@@ -72,7 +73,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     job.start("a")
     wait_for(
         at(1, 10),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 1 training",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -81,7 +82,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     job.start("c")
     wait_for(
         at(3, 20),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 3 training",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -91,18 +92,19 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert job.procs["c"].wait(180) == 128 + signal.SIGKILL  # c's agent leaves with the status
     wait_for(
         at(2, 20),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 2 training",
         interval_s=0.2,
         describe=exit_codes(job.procs),
     )
     metrics = job.metrics("a")
+    rescales_seen = len(sizes) - 1  # by a, up to the world of 2
 
     job.procs["b"].send_signal(signal.SIGTERM)
     assert job.procs["b"].wait(180) == 0
     wait_for(
         at(1, 1),
-        timeout_s=360,
+        timeout_s=600,
         what="world of 1 training again",
         interval_s=0.2,
         describe=exit_codes(job.procs),
@@ -110,14 +112,16 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     job.release()  # the events are done: the job may train to its end
     wait_for(
         lambda: job.procs["a"].poll() is not None,
-        timeout_s=360,
+        timeout_s=600,
         what="the job to end",
         interval_s=0.2,
         describe=exit_codes(job.procs),
     )
 
     assert job.procs["a"].returncode == 0
-    assert sizes == [1, 3, 2, 1]
+    # 1 -> 3 -> 2 -> 1; on a loaded box b and c may warm up further apart than the debounce,
+    # and the growth comes as 1 -> 2 -> 3
+    assert turning_points(sizes) == [1, 3, 2, 1], sizes
     report = verify(job.ledger)
     assert report.problems(NUM_TRAIN, EPOCHS) == []
     assert len(report.generations) >= 4
@@ -126,7 +130,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert final["world_size"] == 1
     assert abs(final["accuracy"] - reference_accuracy(job.tmp, script=job.script)) <= 0.01
 
-    assert "edl_trainer_rescales_total 2.0" in metrics
+    assert f"edl_trainer_rescales_total {rescales_seen:.1f}" in metrics
     assert "edl_trainer_job_finished 0.0" in metrics
     late_agents_do_not_restart_the_finished_job(job, final["global_step"])
     timings = job.timings()
