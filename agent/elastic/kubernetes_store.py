@@ -284,8 +284,9 @@ class ClientApi:
         labels: dict[str, str],
     ) -> None:
         """See `KubernetesApi`."""
+        metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
         body = {
-            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "metadata": metadata,
             "spec": {"holderIdentity": holder, "renewTime": renew_time, "leaseDurationSeconds": 15},
         }
         patched = self._call(
@@ -293,7 +294,7 @@ class ClientApi:
         )
         if patched == 404:
             if self._owner is not None:
-                body["metadata"]["ownerReferences"] = [self._owner]
+                metadata["ownerReferences"] = [self._owner]
             self._call("create lease", self._coord.create_namespaced_lease, self._ns, body)
 
     def delete_lease(self, name: str) -> None:
