@@ -85,6 +85,14 @@ def load_client_config() -> None:
             ) from e
 
 
+def pod_owner(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The ownerReference to this pod (POD_NAME, POD_UID), or None outside a pod."""
+    name, uid = env.get("POD_NAME", "").strip(), env.get("POD_UID", "").strip()
+    if not name or not uid:
+        return None
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
+
+
 def job_namespace(env: Mapping[str, str]) -> str:
     """EDL_NAMESPACE, else the pod's own namespace (its ServiceAccount's), else `default`."""
     namespace = env.get("EDL_NAMESPACE", "").strip()
@@ -126,8 +134,13 @@ class KubernetesStore:
 
     @classmethod
     def from_environment(cls, job: str, env: Mapping[str, str]) -> KubernetesStore:
-        """In-cluster config (or ~/.kube/config outside), namespace from EDL_NAMESPACE."""
-        return cls(ClientApi.connect(job_namespace(env)), job)
+        """In-cluster config (or ~/.kube/config outside), namespace from EDL_NAMESPACE.
+
+        With POD_NAME and POD_UID (the downward API's `metadata.uid`) each member's Lease is
+        owned by its pod, so the garbage collector removes it with the pod even when the
+        agent could not (its Role already gone, as on `helm uninstall`, or a SIGKILL).
+        """
+        return cls(ClientApi.connect(job_namespace(env), pod_owner(env)), job)
 
     def watch(self) -> StoreWatch:
         """The API server's watch on the job's Leases and world ConfigMap."""
@@ -186,20 +199,27 @@ class ClientApi:
     """`KubernetesApi` through the official `kubernetes` client."""
 
     def __init__(
-        self, core: Any, coordination: Any, namespace: str, api_exception: type[Exception]
+        self,
+        core: Any,
+        coordination: Any,
+        namespace: str,
+        api_exception: type[Exception],
+        owner: dict[str, Any] | None = None,
     ) -> None:
         self._core = core
         self._coord = coordination
         self._ns = namespace
         self._exc = api_exception
+        self._owner = owner
 
     @classmethod
-    def connect(cls, namespace: str) -> ClientApi:
+    def connect(cls, namespace: str, owner: dict[str, Any] | None = None) -> ClientApi:
         """Loads in-cluster config, else the kubeconfig (`load_client_config`)."""
         from kubernetes import client
 
         load_client_config()
-        return cls(client.CoreV1Api(), client.CoordinationV1Api(), namespace, client.ApiException)
+        api = (client.CoreV1Api(), client.CoordinationV1Api())
+        return cls(*api, namespace, client.ApiException, owner)
 
     def _call(self, what: str, fn: Any, *args: Any, ok: tuple[int, ...] = (), **kw: Any) -> Any:
         """Runs `fn`; returns the HTTP status instead of raising for statuses in `ok`."""
@@ -277,14 +297,17 @@ class ClientApi:
         labels: dict[str, str],
     ) -> None:
         """See `KubernetesApi`."""
+        metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
         body = {
-            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "metadata": metadata,
             "spec": {"holderIdentity": holder, "renewTime": renew_time, "leaseDurationSeconds": 15},
         }
         patched = self._call(
             "renew lease", self._coord.patch_namespaced_lease, name, self._ns, body, ok=(404,)
         )
         if patched == 404:
+            if self._owner is not None:
+                metadata["ownerReferences"] = [self._owner]
             self._call("create lease", self._coord.create_namespaced_lease, self._ns, body)
 
     def delete_lease(self, name: str) -> None:

@@ -106,7 +106,8 @@ def test_a_finished_job_scales_its_deployment_to_zero_and_the_hpa_lets_it_be(
 
         d = wait_for(retired, timeout_s=60, what="the Deployment at 0, labelled finished",
                      describe=e2e_ns.runner.log_tails)  # fmt: skip
-        assert (d.metadata.annotations or {})["edl.paddlepaddle.org/finished-at-step"] == str(step)
+        annotations = d.metadata.annotations or {}
+        assert annotations["edl.paddlepaddle.org/finished-at-step"] == str(step)
         wait_for(
             lambda: not core.list_namespaced_pod(ns).items,
             timeout_s=90,

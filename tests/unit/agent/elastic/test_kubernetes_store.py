@@ -15,6 +15,7 @@ from agent.elastic.kubernetes_store import (
     dns_name,
     micro_time,
     parse_micro_time,
+    pod_owner,
 )
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.world import Member, World
@@ -239,3 +240,14 @@ def test_client_api_maps_statuses() -> None:
     assert coord.created and coord.created[0]["spec"]["holderIdentity"] == "a/x"
     leases = ok.list_leases("k=v")
     assert leases[0]["renew_time"] == "2026-01-01T00:00:00.000000Z"
+
+
+def test_a_members_lease_is_owned_by_its_pod_so_it_goes_with_the_pod() -> None:
+    """`helm uninstall` removes the Role with the pods: the agent cannot delete its Lease then,
+    the garbage collector does (its owner, the pod, is gone)."""
+    assert pod_owner({"POD_NAME": "p-1"}) is None  # outside a pod: no owner
+    owner = pod_owner({"POD_NAME": "p-1", "POD_UID": "u-9"})
+    assert owner == {"apiVersion": "v1", "kind": "Pod", "name": "p-1", "uid": "u-9"}
+    coord = FakeCoordination()
+    ClientApi(FakeCore(None), coord, "ns", ApiException, owner).renew_lease("l", "a/x", "t", {}, {})
+    assert coord.created[0]["metadata"]["ownerReferences"] == [owner]
