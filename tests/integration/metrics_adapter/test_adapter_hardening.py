@@ -52,7 +52,9 @@ from tests.support.slow_clients import (
 )
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+# The bound is for a hung test, not a speed limit: the 10,000-request fuzz took 181 s at load
+# 7-12 and ran past 300 s at load 25-30, so it is set well beyond a loaded machine's time.
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 QUERY = (
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/samples_per_second"
