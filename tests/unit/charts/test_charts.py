@@ -173,6 +173,12 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
             assert "create" not in rule["verbs"]
         if "deployments" in rule["resources"][0]:
             assert rule["resourceNames"] == [name]
+    if not v.get("affinity"):  # by default the workers are packed per node, as the manifests do
+        affinity = deploy["spec"]["template"]["spec"]["affinity"]["podAffinity"]
+        (term,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert selector == {"edl.paddlepaddle.org/job": options.job}
     hpa = one(docs, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"] == name
     (metric,) = hpa["spec"]["metrics"]
