@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from agent.trainer.ledger import verify
-from examples.demo.report import turning_points
 from tests.support.digits_job import (
     EPOCHS,
     NUM_TRAIN,
@@ -121,7 +120,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert job.procs["a"].returncode == 0
     # 1 -> 3 -> 2 -> 1; on a loaded box b and c may warm up further apart than the debounce,
     # and the growth comes as 1 -> 2 -> 3
-    assert turning_points(sizes) == [1, 3, 2, 1], sizes
+    assert sizes in ([1, 3, 2, 1], [1, 2, 3, 2, 1]), sizes
     report = verify(job.ledger)
     assert report.problems(NUM_TRAIN, EPOCHS) == []
     assert len(report.generations) >= 4
