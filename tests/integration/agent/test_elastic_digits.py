@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from agent.trainer.ledger import verify
-from examples.demo.report import turning_points
 from tests.support.digits_job import (
     EPOCHS,
     NUM_TRAIN,
@@ -121,7 +120,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert job.procs["a"].returncode == 0
     # 1 -> 3 -> 2 -> 1; on a loaded box b and c may warm up further apart than the debounce,
     # and the growth comes as 1 -> 2 -> 3
-    assert turning_points(sizes) == [1, 3, 2, 1], sizes
+    assert sizes in ([1, 3, 2, 1], [1, 2, 3, 2, 1]), sizes
     report = verify(job.ledger)
     assert report.problems(NUM_TRAIN, EPOCHS) == []
     assert len(report.generations) >= 4
@@ -130,7 +129,14 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert final["world_size"] == 1
     assert abs(final["accuracy"] - reference_accuracy(job.tmp, script=job.script)) <= 0.01
 
-    assert f"edl_trainer_rescales_total {rescales_seen:.1f}" in metrics
+    (rescales,) = [
+        float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("edl_trainer_rescales_total ")
+    ]
+    # 1 -> 3 and 3 -> 2 at least; a growth in two generations may add one (a records only
+    # the rescales it lived through in its own process)
+    assert 2 <= rescales <= rescales_seen, (rescales, sizes)
     assert "edl_trainer_job_finished 0.0" in metrics
     late_agents_do_not_restart_the_finished_job(job, final["global_step"])
     timings = job.timings()
