@@ -11,10 +11,31 @@ from collections.abc import Iterable, Mapping
 
 PREFIX = "EDL_"
 
+PROJECT_VARIABLES = frozenset(
+    {
+        "EDL_LOG_FORMAT",  # every CLI (edl_common.logs)
+        "EDL_BUILD_REVISION",  # set by the images
+        # the project's own build and test scripts (make, scripts/, tests/): exported into
+        # every process they start, never a misspelt option
+        "EDL_CACHE_DIR",
+        "EDL_TEST_ARTIFACTS",
+        "EDL_IMAGES",
+        "EDL_IMAGE_BUILDER",
+        "EDL_BUILD_CA_BUNDLE",
+        "EDL_BUILD_ISOLATION",
+        "EDL_DEBIAN_MIRROR",
+        "EDL_DEBIAN_SECURITY_MIRROR",
+        "EDL_NEED_MMDEBSTRAP",
+        "EDL_NEED_RUNC",
+        "EDL_PADDLE_REQUIREMENT",
+    }
+)
+"""``EDL_*`` names that are not options of any CLI but are read elsewhere: always known."""
+
 
 def unknown_variables(env: Mapping[str, str], known: Iterable[str]) -> list[str]:
     """One warning line per ``EDL_*`` name in `env` that is not in `known` (sorted)."""
-    names = set(known)
+    names = set(known) | PROJECT_VARIABLES
     lines = []
     for name in sorted(k for k in env if k.startswith(PREFIX) and k not in names):
         close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.8)

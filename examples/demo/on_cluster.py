@@ -185,8 +185,9 @@ class KubeStage:
 def trainer_deployment(args: list[str], env: dict[str, str], checkpoints: Path) -> dict[str, Any]:
     """The example's Deployment, with what a local process needs instead of a container.
 
-    Its checkpoint volume becomes `checkpoints` (in the demo's work folder, new each run): on
-    the host path a later run would find the job finished and train nothing.
+    Its checkpoints go to `checkpoints` (in the demo's work folder, new each run; the example's
+    optional checkpoints component mounts a volume, and on the host path a later run would find
+    the job finished and train nothing).
     """
     doc: dict[str, Any] = yaml.safe_load((EXAMPLE / "deployment.yaml").read_text())
     doc["metadata"]["annotations"]["edl.paddlepaddle.org/max-workers"] = "3"  # 3 slots
@@ -196,7 +197,10 @@ def trainer_deployment(args: list[str], env: dict[str, str], checkpoints: Path) 
     c.pop("volumeMounts", None)
     dashdash = c["command"].index("--")
     agent = [a if a != "8" else "3" for a in c["command"][:dashdash]]  # --max, as the annotation
-    agent[agent.index("--checkpoint-url") + 1] = str(checkpoints)
+    if "--checkpoint-url" in agent:  # the example's checkpoints component
+        agent[agent.index("--checkpoint-url") + 1] = str(checkpoints)
+    else:  # the base example has none; the demo keeps them, in its own folder
+        agent += ["--checkpoint-url", str(checkpoints)]
     c["command"] = [*agent[:3], "--host=$(POD_IP)", f"--port={METRICS_PORT}", *agent[3:], "--",
                     "python", "-m", "examples.train_digits_elastic", *args]  # fmt: skip
     local = [e for e in c["env"] if e["name"] != "EDL_AGENT_METRICS_DIR"]  # an emptyDir there

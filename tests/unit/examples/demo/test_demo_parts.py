@@ -180,8 +180,8 @@ def test_the_frame_counts_the_pods_of_the_node() -> None:
 
 
 def test_the_cluster_demo_keeps_its_checkpoints_in_its_own_work_folder(tmp_path: Path) -> None:
-    # The example's volume is a PVC; a local process would write to the host's mount path,
-    # where the next run finds the job finished and trains nothing.
+    # A local process would write to the host's mount path of the example's checkpoints
+    # component, where the next run finds the job finished and trains nothing.
     doc = trainer_deployment(["--epochs", "3"], {}, tmp_path / "checkpoints")
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]
