@@ -94,7 +94,7 @@ def known_variables() -> set[str]:
 
     known = {o.env for o in (*OPTIONS, *ELASTIC_TABLE) if o.env}
     known |= {v for v in vars(names).values() if isinstance(v, str) and v.startswith("EDL_")}
-    return known | {"EDL_NAMESPACE", "EDL_LOG_FORMAT", "EDL_TORCH_BACKEND", "EDL_BUILD_REVISION"}
+    return known | {"EDL_NAMESPACE", "EDL_TORCH_BACKEND"}  # + environment.PROJECT_VARIABLES
 
 
 def parse_args(

@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(
             settings.log_level, fmt, "%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-        known = {o.env for o in OPTIONS if o.env} | {"EDL_LOG_FORMAT", "EDL_BUILD_REVISION"}
+        known = {o.env for o in OPTIONS if o.env}  # + edl_common.environment.PROJECT_VARIABLES
         for line in unknown_variables(os.environ, known):
             log.warning("%s", line)
         return serve(settings)
