@@ -170,7 +170,10 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
 
     report = verify(tmp_path / "ledger")
     assert report.problems(NUM_TRAIN, EPOCHS) == []
-    assert watch.sizes == [1, 3, 2, 1], watch.history
+    # Each scale reaches its size. On the way up a joiner ready later than its peer may train a
+    # world of its own (the join debounce batches a burst, not pods started seconds apart on a
+    # loaded machine): sizes between two targets, moving toward the next, never beyond it.
+    assert goes_through(watch.sizes, [1, 3, 2, 1]), watch.history
     assert len(steps) == 3
     assert final["world_size"] == 1
     assert final["global_step"] == report.steps == EPOCHS * STEPS_PER_EPOCH
@@ -253,3 +256,31 @@ def _new_pauses(
         if count > old_count:
             out[count] = total - old_total
     return out
+
+
+def goes_through(sizes: list[int], targets: list[int]) -> bool:
+    """Whether the worlds' sizes start at ``targets[0]`` and reach each next target in order,
+    every size on the way strictly toward it (an intermediate world, never an overshoot)."""
+    if not sizes or sizes[0] != targets[0]:
+        return False
+    at, last = 0, sizes[0]
+    for size in sizes[1:]:
+        if at + 1 >= len(targets):
+            return False  # a world after the last target
+        here, goal = targets[at], targets[at + 1]
+        toward = last < size <= goal if goal > here else goal <= size < last
+        if not toward:
+            return False
+        last = size
+        if size == goal:
+            at += 1
+    return at == len(targets) - 1
+
+
+def test_goes_through_allows_an_intermediate_world_and_nothing_else() -> None:
+    assert goes_through([1, 3, 2, 1], [1, 3, 2, 1])
+    assert goes_through([1, 2, 3, 2, 1], [1, 3, 2, 1])
+    assert not goes_through([1, 3, 1], [1, 3, 2, 1])  # a target skipped
+    assert not goes_through([1, 4, 3, 2, 1], [1, 3, 2, 1])  # overshoot
+    assert not goes_through([1, 3, 2, 3, 2, 1], [1, 3, 2, 1])  # back up on the way down
+    assert not goes_through([1, 3, 2, 1, 2], [1, 3, 2, 1])
