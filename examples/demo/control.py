@@ -31,7 +31,7 @@ from examples.demo.processes import ProcessGroup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HPA_FILE = REPO_ROOT / "manifests" / "examples" / "digits-trainer" / "hpa-sizing.yaml"
-CATALOGUE = REPO_ROOT / "metrics_adapter" / "catalogue.default.yaml"
+CATALOGUE = REPO_ROOT / "metrics_adapter" / "scraping" / "catalogue.default.yaml"
 METRIC = "desired_replicas"
 
 
