@@ -13,6 +13,10 @@ over real HTTP:
 
 Goals (from the issue): p99 < 5 ms at 1,000 pods, >= 2,000 req/s on one core, < 150 MB RSS at
 10,000 pods. Run: ``.venv/bin/python bench/bench_adapter.py [--sizes 100,1000,10000]``.
+
+``--against REV`` compares this tree's server with git revision ``REV``'s instead (both
+running side by side, every query alternating between them), so a change's cost is a ratio
+measured under the same load: ``bench/bench_adapter.py --against 5578ab6 --sizes 1000,10000``.
 """
 
 from __future__ import annotations
@@ -328,13 +332,19 @@ def server_rss(pid: int) -> float:
 
 
 def start_filled(
-    pods: int, port: int, tls: bool, workdir: Path, threads_only: bool = False
+    pods: int,
+    port: int,
+    tls: bool,
+    workdir: Path,
+    threads_only: bool = False,
+    tree: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
-    """The real server with ``pods`` pods' samples in its store, as a child process."""
+    """The real server with ``pods`` pods' samples in its store, as a child process
+    (``tree``: the source tree whose server runs, e.g. an older revision for ``--against``)."""
     return subprocess.Popen(
         [
             sys.executable,
-            __file__,
+            str(tree / "bench" / "bench_adapter.py"),
             "--serve",
             str(pods),
             "--port",
@@ -344,7 +354,8 @@ def start_filled(
             *(["--tls"] if tls else []),
             *(["--threads-only"] if threads_only else []),
         ],
-        cwd=ROOT,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -374,6 +385,59 @@ def front_ab(pods: int, workdir: Path, rounds: int, seconds: float) -> None:
         for child, _ in servers.values():
             child.terminate()
             child.wait(15)
+
+
+def export_revision(rev: str, into: Path) -> Path:
+    """The source tree of git revision ``rev`` (``git archive``), for ``--against``."""
+    tree = into / f"rev-{rev.replace('/', '_')}"
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def against(rev: str, sizes: list[int], rounds: int, seconds: float, workdir: Path) -> None:
+    """This tree's server and ``rev``'s side by side, each query alternating A/B for
+    ``rounds`` rounds, so both see the same machine load; prints both and their ratio."""
+    old_tree = export_revision(rev, workdir)
+    print(f"A/B: this tree against {rev}, {rounds} alternating rounds of {seconds:.0f} s each")
+    print(
+        f"{'pods':>6} {'query':>7} {'mode':>5} {'p50 new':>8} {'p50 old':>8} {'x':>5} "
+        f"{'p99 new':>8} {'p99 old':>8} {'x':>5} {'req/s new':>9} {'req/s old':>9} {'x':>5}"
+    )
+    for pods in sizes:
+        for tls in (False, True):
+            servers = {}
+            for side, tree in (("new", ROOT), ("old", old_tree)):
+                port = free_port()
+                servers[side] = (start_filled(pods, port, tls, workdir, tree=tree), port)
+            try:
+                for _, port in servers.values():
+                    wait_ready(port, tls, pods)
+                for name, query in QUERIES.items():
+                    times: dict[str, list[float]] = {"new": [], "old": []}
+                    counts = {"new": 0.0, "old": 0.0}
+                    for _ in range(rounds):
+                        for side, (_, port) in servers.items():
+                            got, rate = latency(port, tls, seconds, 20000, query)
+                            times[side] += got
+                            counts[side] += rate / rounds
+                    p50 = {k: percentile(v, 50) * 1000 for k, v in times.items()}
+                    p99 = {k: percentile(v, 99) * 1000 for k, v in times.items()}
+                    print(
+                        f"{pods:>6} {name:>7} {'https' if tls else 'http':>5} "
+                        f"{p50['new']:>8.2f} {p50['old']:>8.2f} {p50['new'] / p50['old']:>5.2f} "
+                        f"{p99['new']:>8.2f} {p99['old']:>8.2f} {p99['new'] / p99['old']:>5.2f} "
+                        f"{counts['new']:>9.0f} {counts['old']:>9.0f} "
+                        f"{counts['new'] / counts['old']:>5.2f}",
+                        flush=True,
+                    )
+            finally:
+                for child, _ in servers.values():
+                    child.terminate()
+                    child.wait(15)
 
 
 def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
@@ -530,6 +594,12 @@ def main() -> None:
         help="only compare answering on the event loop with handing to a thread (1,000 pods)",
     )
     parser.add_argument("--threads-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="only compare this tree's server with git revision REV's, alternating (A/B)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds for --against")
     args = parser.parse_args()
     if args.serve_hello:
         serve_hello(args.port, args.inline)
@@ -542,6 +612,10 @@ def main() -> None:
             front_ab(1000, Path(tmp), args.front_ab, 4.0)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.against:
+        with tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp:
+            against(args.against, sizes, args.rounds, 2.0, Path(tmp))
+        return
     print(f"bench_adapter: {os.cpu_count()} CPUs visible; server = 1 process, 8 app threads")
     print(f"query: GET {QUERY}")
     header = (

@@ -4,8 +4,9 @@ Why not a thread per connection (gunicorn's gthread, ``http.server``): a handful
 half-open connections took every thread. Here waiting costs a few KB: the TLS handshake, a
 request head, a body and idle keep-alive each have a deadline, the admission table
 (:mod:`edl_common.http.admission`) decides who may stay when the room is full, and only
-complete, parsed requests reach the handler. h11 frames bodies and responses (and decides
-keep-alive); :mod:`edl_common.http.request_head` refuses what h11 is too lenient about.
+complete, parsed requests reach the handler. h11 parses requests and frames their bodies;
+:mod:`edl_common.http.request_head` refuses what h11 is too lenient about, and
+:mod:`edl_common.http.response_head` writes the answers.
 
 The handler is framework-free: it gets a :class:`Request` and returns a :class:`Response`
 (a body of bytes, or an async iterator that is streamed chunked), and renders errors of the
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import functools
 import logging
 import socket
@@ -24,7 +24,6 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any, Protocol
 
 import h11
@@ -38,6 +37,13 @@ from edl_common.http.request_head import (
     oversize_error,
     skip_empty_lines,
     start_request,
+)
+from edl_common.http.response_head import (
+    LAST_CHUNK,
+    HttpDate,
+    InvalidResponseError,
+    chunk,
+    response_head,
 )
 
 log = logging.getLogger(__name__)
@@ -211,6 +217,7 @@ class HttpServer:
         self._admission: Admission | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._refusal_logged = -60.0
+        self._date = HttpDate()
 
     @property
     def open_connections(self) -> int:
@@ -352,10 +359,10 @@ class HttpServer:
                     HttpError(500, "InternalError", "an internal error occurred")
                 )
                 response.close = True
-            sent = await self._send(writer, exchange, head, response)
+            sent, keep_open = await self._send(writer, exchange, head, response)
             self._finished(info, head, response, sent, started)
-            if exchange.our_state is not h11.DONE or exchange.their_state is not h11.DONE:
-                return  # h11 says close (Connection: close, HTTP/1.0, a failed stream)
+            if not keep_open:
+                return  # Connection: close, HTTP/1.0, a failed stream
             buf = bytearray(exchange.trailing_data[0])
 
     def _finished(
@@ -434,6 +441,8 @@ class HttpServer:
         head: RequestHead,
     ) -> bytes:
         limit = self.limits.max_body
+        if not head.chunked and head.content_length == 0:
+            return b""  # nothing to frame: what follows the head is the next request
         if head.content_length > limit:
             raise HttpError(413, "RequestEntityTooLarge", f"request body larger than {limit} bytes")
         chunks: list[bytes] = []
@@ -482,69 +491,74 @@ class HttpServer:
         exchange: h11.Connection,
         head: RequestHead,
         response: Response,
-    ) -> int:
-        """Frame ``response`` with h11 and write it; the bytes sent (a failed stream closes)."""
-        headers = _with_date(response.headers)
-        if response.close:
-            headers.append((b"Connection", b"close"))
+    ) -> tuple[int, bool]:
+        """Write ``response``: the bytes sent and whether the connection may stay open."""
         body = response.body
-        if isinstance(body, bytes) and not any(k.lower() == b"content-length" for k, _ in headers):
-            headers.append((b"Content-Length", str(len(body)).encode()))
+        length = len(body) if isinstance(body, bytes) else None
         try:
-            data = exchange.send(
-                h11.Response(status_code=response.status, headers=headers, reason=_phrase(response))
+            data, framing = response_head(
+                response.status,
+                response.headers,
+                date=self._date.now(),
+                method=head.method,
+                version=head.version,
+                keep_alive=head.keep_alive and not response.close,
+                body_length=length,
             )
-        except h11.LocalProtocolError:
+        except InvalidResponseError:
             log.exception("an invalid response head for %s %s", head.method, head.target)
             error = self._handler.refuse(
                 HttpError(500, "InternalError", "an internal error occurred")
             )
             error.close = True
             await _aclose(body)
-            return await self._send_plain(writer, error, head)
-        head_only = head.method == "HEAD"
-        sent = 0
+            return await self._send_plain(writer, error, head), False
         if isinstance(body, bytes):
-            if body and not head_only:
-                data += exchange.send(h11.Data(data=body))
-            data += exchange.send(h11.EndOfMessage())
+            if framing.body_allowed:
+                data += body
             await self._write(writer, data)
-            return len(data)
+            return len(data), not framing.close
+        if not framing.body_allowed:
+            await _aclose(body)
+            await self._write(writer, data)
+            return len(data), not framing.close
+        sent = 0
         try:
-            await self._write(writer, data)
-            sent = len(data)
-            async for chunk in body:
-                if chunk and not head_only:
-                    framed = exchange.send(h11.Data(data=chunk))
-                    await self._write(writer, framed)
-                    sent += len(framed)
-            end = exchange.send(h11.EndOfMessage())
-            await self._write(writer, end)
-            sent += len(end)
+            # The last chunk goes out with the end of the message in one write: a small
+            # final segment of its own waits for the client's delayed ACK (~40 ms a request).
+            held = data
+            async for piece in body:
+                if piece:
+                    await self._write(writer, held)
+                    sent += len(held)
+                    held = chunk(piece) if framing.chunked else piece
+            if framing.chunked:
+                held += LAST_CHUNK
+            await self._write(writer, held)
+            sent += len(held)
         except Exception as e:  # the client went away or stopped reading, or the app failed
             log.debug("streamed response aborted: %s", e)
-            exchange.send_failed()
+            return sent, False
         finally:
             await _aclose(body)
-        return sent
+        return sent, not framing.close
 
     async def _send_plain(
         self, writer: asyncio.StreamWriter, response: Response, head: RequestHead | None
     ) -> int:
-        """Write an error answer with ``Connection: close``, framed here.
-
-        The head was refused, so there is no request for h11 to answer.
-        """
+        """Write an error answer with ``Connection: close`` (the request may be unreadable)."""
         body = response.body if isinstance(response.body, bytes) else b""
         await _aclose(response.body)
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in _with_date(response.headers)
-        ]
-        headers += [("Content-Length", str(len(body))), ("Connection", "close")]
-        lines = [f"HTTP/1.1 {response.status} {_phrase(response).decode()}\r\n"]
-        lines += [f"{k}: {v}\r\n" for k, v in headers]
-        data = ("".join(lines) + "\r\n").encode("latin-1")
-        if head is None or head.method != "HEAD":
+        data, framing = response_head(
+            response.status,
+            response.headers,
+            date=self._date.now(),
+            method=head.method if head is not None else None,
+            version="HTTP/1.1",
+            keep_alive=False,
+            body_length=len(body),
+        )
+        if framing.body_allowed:
             data += body
         await self._write(writer, data)
         return len(data)
@@ -575,20 +589,6 @@ def _cancel(task: asyncio.Task[Any]) -> None:
 def _head_arrived(admission: Admission, conn: Tracked) -> None:
     if conn.phase in (Phase.WAITING, Phase.READING):
         admission.enter(conn, Phase.SERVING)
-
-
-def _with_date(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-    if not any(k.lower() == b"date" for k, _ in out):
-        out.append((b"Date", email.utils.formatdate(usegmt=True).encode()))
-    return out
-
-
-def _phrase(response: Response) -> bytes:
-    try:
-        return HTTPStatus(response.status).phrase.encode()
-    except ValueError:
-        return b""
 
 
 async def _aclose(body: bytes | AsyncIterator[bytes]) -> None:

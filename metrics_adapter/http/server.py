@@ -111,6 +111,10 @@ def _close_result(result: Iterable[bytes]) -> None:
         closer()
 
 
+def _internal_error() -> Response:
+    return status_response(500, "InternalError", "an internal error occurred", True)
+
+
 def _next_batch(rest: Iterator[bytes]) -> bytes:
     """The next ``_STREAM_AFTER`` bytes or so of a streamed answer (b"": the end)."""
     batch: list[bytes] = []
@@ -282,12 +286,11 @@ class WsgiHandler:
             started[:] = [status, list(headers)]
             return lambda data: pending.append(data)
 
-        internal = status_response(500, "InternalError", "an internal error occurred", True)
         try:
             result = self._app(environ, start_response)
         except Exception:
             log.exception("internal error serving %s %s", head.method, head.target)
-            return internal
+            return _internal_error()
         unfinished = False
         try:
             iterator = iter(result)
@@ -309,13 +312,13 @@ class WsgiHandler:
                     )
         except Exception:
             log.exception("internal error rendering %s %s", head.method, head.target)
-            return internal
+            return _internal_error()
         finally:
             if not unfinished:
                 _close_result(result)
         if not started:
             log.error("the app answered %s %s without start_response", head.method, head.target)
-            return internal
+            return _internal_error()
         status, headers = started
         return Response(int(status.split(" ", 1)[0]), _end_to_end(headers), b"".join(pending))
 

@@ -411,7 +411,9 @@ def test_with_the_real_edl_agent(tmp_path: Path) -> None:
 
             # However fast the machine lets it step, every step is 32 samples: the two rates
             # the adapter derives from the agent's counters agree (read a moment apart, so
-            # allow what the window moved), and no rate beats one step per 0.1 s sleep.
+            # allow what the window moved), and no rate beats one step per 0.1 s sleep by more
+            # than scrape jitter can explain (samples are stamped when scraped, ±one interval
+            # of skew on a few-second window; a double count would be 2x).
             def consistent() -> tuple[float, float] | None:
                 samples, steps = rate(), rate("steps_per_second")
                 return (samples, steps) if samples == pytest.approx(32 * steps, rel=0.05) else None
@@ -422,7 +424,7 @@ def test_with_the_real_edl_agent(tmp_path: Path) -> None:
                 what="samples_per_second = 32 x steps_per_second",
                 interval_s=0.5,
             )
-            assert 0 < seen[0] <= 32 / 0.1 * 1.1, (seen, trainer.tail())
+            assert 0 < seen[0] <= 32 / 0.1 * 1.5, (seen, trainer.tail())
         finally:
             adapter.proc.stop()
     finally:
