@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from agent.trainer.step_gate import StepGate
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
 from examples.demo.control import HPA_FILE, AdapterFiles, DemoAdapter, HpaLoop, write_catalogue
 from examples.demo.kubelet import AgentSettings, LocalKubelet
@@ -45,6 +46,42 @@ MARKER = ".edl-demo"
 AGENT_ENV = {"EDL_DEBOUNCE": "3", "EDL_MAX_DEBOUNCE": "10"}
 """Joiners started together register once their trainers have imported Paddle, seconds apart
 on a loaded machine: a longer debounce than the default 1 s makes them one world."""
+
+
+class StoryGate:
+    """Keeps the job from ending before the story has played, on any machine.
+
+    Why: the last act (the service leaves, the job grows back) must happen before the job's
+    last step however slowly the machine rescales. The step gate (``--step-gate``) holds the
+    job's last tenth until it has grown back; while an act still waits for steps in its
+    world, the gate always allows that act's dwell and more, so it never holds a step the
+    story needs; it never allows the last step before the ending.
+    """
+
+    def __init__(self, gate: StepGate, total_steps: int, dwell_steps: int, batch: int) -> None:
+        self._gate = gate
+        self._total = total_steps
+        self._dwell = dwell_steps
+        self._batch = batch
+        self._allowed = max(1, total_steps - total_steps // 10)
+        self._open = False
+        gate.allow(self._allowed)
+
+    def update(self, training: Training, ending: bool, story_done: bool) -> None:
+        """``ending``: the story has played and the job has grown back (open for good)."""
+        if self._open:
+            return
+        if ending:
+            self._gate.allow_all()
+            self._open = True
+            return
+        if story_done:
+            return  # the job waits at the gate until it has grown back
+        done = int(training.samples // self._batch)
+        wanted = min(self._total - 1, max(self._allowed, done + self._dwell + 1))
+        if wanted != self._allowed:
+            self._allowed = wanted
+            self._gate.allow(wanted)
 
 
 class DemoError(RuntimeError):
@@ -107,6 +144,8 @@ class Demo:
         self.procs = ProcessGroup()
         self.log = EventLog()
         self.result = self.work / "result.json"
+        self.gate = StepGate(self.work / "step-gate")
+        """Holds the job's last steps until the story has played (:class:`StoryGate`)."""
         self.stopping = False
         """Set once a stop was asked for (Ctrl-C)."""
         self._t0 = time.monotonic()
@@ -198,7 +237,7 @@ class Demo:
         """What the job's trainers get beyond :meth:`trainer`'s arguments."""
         return [
             "--sample-sleep", str(self.opts.sample_sleep), "--log-every", "5",
-            "--result", str(self.result),
+            "--result", str(self.result), "--step-gate", str(self.gate.path),
         ]  # fmt: skip
 
     @staticmethod
@@ -234,6 +273,8 @@ class Demo:
         stage = self.start()
         story = Story(stage, o.dwell_steps)
         self.log.act(self.now(), story.headline)
+        total_steps = o.epochs * -(-train_samples // o.global_batch)
+        gate = StoryGate(self.gate, total_steps, o.dwell_steps, o.global_batch)
         self.launch()
         telemetry = self.telemetry()
         total = o.epochs * train_samples
@@ -255,6 +296,8 @@ class Demo:
                     act = story.advance(training, stage)
                     if act is not None:
                         self.log.act(t, act.headline)
+                    gate.update(training, story.done and training.world.members == stage.slots,
+                                story.done)  # fmt: skip
                     self.react(t)
                     self._note_sizer(t)
                 progress = 1.0 if training.world.finished else min(1.0, training.samples / total)

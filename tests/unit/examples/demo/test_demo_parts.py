@@ -189,3 +189,29 @@ def test_the_cluster_demo_keeps_its_checkpoints_in_its_own_work_folder(tmp_path:
     assert command[command.index("--checkpoint-url") + 1] == str(tmp_path / "checkpoints")
     assert "volumes" not in pod and "volumeMounts" not in container
     assert command[command.index("--max") + 1] == "3"
+
+
+def test_the_story_gate_never_holds_a_step_an_act_needs_nor_lets_the_job_end_early(
+    tmp_path: Path,
+) -> None:
+    from agent.trainer.step_gate import UNLIMITED, StepGate
+    from examples.demo.run import StoryGate
+
+    gate = StepGate(tmp_path / "gate")
+    story_gate = StoryGate(gate, total_steps=200, dwell_steps=20, batch=10)
+    assert gate.allowed() == 180  # the job's last tenth waits for the ending
+
+    def trained(steps: int) -> Training:
+        return Training(World(2, 1), steps * 10.0, None, 0, None, None)
+
+    # a slow rescale: the job is at the gate while an act still waits for 20 steps in its world
+    story_gate.update(trained(100), ending=False, story_done=False)
+    assert gate.allowed() == 180  # far from the gate: nothing changes
+    story_gate.update(trained(170), ending=False, story_done=False)
+    assert gate.allowed() == 170 + 20 + 1
+    story_gate.update(trained(250), ending=False, story_done=False)
+    assert gate.allowed() == 199  # never the last step before the ending
+    story_gate.update(trained(199), ending=False, story_done=True)
+    assert gate.allowed() == 199  # the story has played: the job waits until it has grown back
+    story_gate.update(trained(199), ending=True, story_done=True)
+    assert gate.allowed() == UNLIMITED
