@@ -361,6 +361,12 @@ def start_filled(
     )
 
 
+def stop_servers(servers: dict[str, tuple[subprocess.Popen[bytes], int]]) -> None:
+    for child, _ in servers.values():
+        child.terminate()
+        child.wait(15)
+
+
 def front_ab(pods: int, workdir: Path, rounds: int, seconds: float) -> None:
     """The one-pod query with one keep-alive client, answered on the event loop vs handed to
     an app thread, two servers side by side, alternating (A/B) for ``rounds`` rounds."""
@@ -382,9 +388,7 @@ def front_ab(pods: int, workdir: Path, rounds: int, seconds: float) -> None:
                     flush=True,
                 )
     finally:
-        for child, _ in servers.values():
-            child.terminate()
-            child.wait(15)
+        stop_servers(servers)
 
 
 def export_revision(rev: str, into: Path) -> Path:
@@ -435,9 +439,7 @@ def against(rev: str, sizes: list[int], rounds: int, seconds: float, workdir: Pa
                         flush=True,
                     )
             finally:
-                for child, _ in servers.values():
-                    child.terminate()
-                    child.wait(15)
+                stop_servers(servers)
 
 
 def bench_size(pods: int, tls: bool, workdir: Path) -> list[dict[str, Any]]:
