@@ -20,8 +20,8 @@ same run, then each goal and whether it was met. Attackers run in a process of t
   then 300 slowloris on top; Prometheus-like scrapes beside the adapter's own. Goals: every
   scrape answered, the pod's value served by the adapter throughout.
 - `hostile-target`: pods whose /metrics answers garbage, huge, slow or label-churning bodies
-  (normal until the attack starts), for `--hostile-minutes` (10). Goal: RSS flat (least
-  squares slope after the first minute under 1 MB/min), the legitimate query unharmed.
+  (normal until the attack starts), for `--hostile-minutes` (10). Goal: RSS flat (the least
+  squares slope over the run's second half under 1 MB/min), the legitimate query unharmed.
 """
 
 from __future__ import annotations
@@ -685,8 +685,11 @@ def hostile_target(cluster: Cluster, port: int, seconds: float, minutes: float) 
     Targets.hostile.set()
     under = observe(cluster, adapter, f"{minutes:g} min of hostile targets", minutes * 60, pace_s=1)
     Targets.hostile.clear()
-    settled = [(t, mb) for t, mb in under.rss if t >= 60]
-    slope = slope_mb_per_min(settled)
+    # A leak keeps its rate; a warm-up (arenas, caches, the series cap filling) does not: the
+    # goal is on the second half of the run, the whole run's slope is shown beside it.
+    half = minutes * 30
+    slope = slope_mb_per_min([(t, mb) for t, mb in under.rss if t >= half])
+    whole = slope_mb_per_min(under.rss)
     curve = ", ".join(f"{t / 60:.1f}m {mb:.0f}" for t, mb in under.rss[::15])  # every 30 s
     return report(
         f"hostile-target: 10 normal pods + one pod per hostile answer ({', '.join(HOSTILE)}), "
@@ -694,8 +697,9 @@ def hostile_target(cluster: Cluster, port: int, seconds: float, minutes: float) 
         [idle, under],
         [
             Goal(
-                f"RSS flat (slope after the first minute under {FLAT_MB_PER_MIN:g} MB/min)",
-                f"{slope:+.2f} MB/min",
+                f"RSS flat (least-squares slope over the second half under "
+                f"{FLAT_MB_PER_MIN:g} MB/min)",
+                f"{slope:+.2f} MB/min (whole run {whole:+.2f} MB/min)",
                 slope < FLAT_MB_PER_MIN,
             ),
             availability_goal(under),

@@ -14,7 +14,7 @@ from metrics_adapter.errors import ScrapeError
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.scraping.catalogue import CatalogueHolder
 from metrics_adapter.scraping.pod_registry import PodKey, PodRegistry, PodTarget
-from metrics_adapter.scraping.sources.exposition import TooManySeries, parse_exposition
+from metrics_adapter.scraping.sources.exposition import ExpositionScan, TooManySeries
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
 
@@ -91,8 +91,9 @@ class PodScraper:
         started = time.monotonic()
         needed = self._catalogue.needed_series
         try:
-            text = self._fetch(pod.scrape_url or "")
-            samples = parse_exposition(text, needed.__contains__, self._store.max_series_per_pod)
+            scan = ExpositionScan(needed.__contains__, self._store.max_series_per_pod)
+            self._fetch(pod.scrape_url or "", scan)
+            samples = scan.samples()
         except TooManySeries as e:
             self._metrics.scrape_errors.labels(e.reason).inc()
             self._store.refuse(pod.key, e.limit + 1)
@@ -108,7 +109,8 @@ class PodScraper:
         self._store.ingest(pod.key, samples)
         return True
 
-    def _fetch(self, url: str) -> str:
+    def _fetch(self, url: str, scan: ExpositionScan) -> None:
+        """GETs ``url`` and feeds its body to ``scan`` as it arrives (never held whole)."""
         deadline = time.monotonic() + self._timeout
         try:
             with self._session.get(
@@ -120,7 +122,6 @@ class PodScraper:
             ) as resp:
                 if resp.status_code != 200:
                     raise ScrapeError(f"GET {url}: HTTP {resp.status_code}", "status")
-                chunks: list[bytes] = []
                 size = 0
                 while True:
                     chunk = resp.raw.read1(65536)
@@ -135,7 +136,7 @@ class PodScraper:
                         raise ScrapeError(
                             f"GET {url}: over the {self._timeout}s deadline", "timeout"
                         )
-                    chunks.append(chunk)
+                    scan.feed(chunk)
         except requests.Timeout as e:
             raise ScrapeError(f"GET {url}: timed out", "timeout") from e
         except requests.RequestException as e:
@@ -144,10 +145,6 @@ class PodScraper:
             raise ScrapeError(f"GET {url}: timed out", "timeout") from e
         except (OSError, ValueError, urllib3.exceptions.HTTPError) as e:
             raise ScrapeError(f"GET {url}: {e}", "connect") from e
-        try:
-            return b"".join(chunks).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ScrapeError(f"GET {url}: body is not UTF-8", "parse") from e
 
 
 def scrape_url_for(address: str, path: str = "/metrics", scheme: str = "http") -> str:
