@@ -6,7 +6,7 @@ kube-apiserver authorises it for the scratch namespace and forwards it as writte
 adapter used to re-read the origin-form path as an absolute URL and route it to `<ns>`, where
 only its own SubjectAccessReview stopped it (and nothing stopped the cluster admin, who got
 the other namespace's value through a path authorised as another). Now every variant is
-answered for the path kube-apiserver authorised: a Status (`404`), never a MetricValueList,
+answered for the path kube-apiserver authorised: a Status (400 or 404), never a MetricValueList,
 for the limited user and for the admin alike, and the adapter's access log shows it served
 exactly that path.
 """
