@@ -23,7 +23,12 @@ Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given
 - `agent-idle`: the agent's exporter with 1,000 idle TCP connections, then 300 slowloris
   connections on top: scrapes answered, p50/p99 beside an idle baseline, RSS before/after.
 
-Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [slow hostile ...]``
+The scenarios above talk to the adapter directly. `acceptance` (the default) runs issue 25's
+attacks on the adapter behind a real kube-apiserver and prints each goal, met or missed
+(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target`,
+`--hostile-minutes 10`).
+
+Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [acceptance slow ...]``
 """
 
 from __future__ import annotations
@@ -666,18 +671,40 @@ def agent_idle(code: Path, workdir: Path, seconds: float) -> None:
         proc.wait(10)
 
 
+def acceptance(args: argparse.Namespace) -> None:
+    """Issue 25's attacks through kube-apiserver; the adapter and exporter from `--code`."""
+    from bench import attacks_apiserver
+
+    chosen = [a for a in args.attacks.split(",") if a]
+    unknown = sorted(set(chosen) - set(attacks_apiserver.ATTACKS))
+    if unknown:
+        raise SystemExit(f"bench_attacks: unknown attacks {unknown} ({attacks_apiserver.ATTACKS})")
+    os.environ["PYTHONPATH"] = str(args.code)  # what the adapter and the exporter import
+    seconds = min(args.seconds, 60.0)
+    attacks_apiserver.run(chosen, seconds, args.keepalive, args.selectors, args.hostile_minutes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "scenarios",
         nargs="*",
-        default=["slow", "hostile", "selectors", "agent", "keepalive", "agent-idle"],
+        default=["acceptance"],
+        choices=["acceptance", "slow", "hostile", "selectors", "agent", "keepalive", "agent-idle"],
     )
     parser.add_argument("--code", type=Path, default=ROOT)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--selectors", type=int, default=5000)
     parser.add_argument("--keepalive", type=int, default=1500)
     parser.add_argument("--serve-filled", nargs=2)
+    parser.add_argument(
+        "--attacks",
+        default="keepalive,selectors,exporter,hostile-target",
+        help="acceptance: which attacks, comma-separated",
+    )
+    parser.add_argument(
+        "--hostile-minutes", type=float, default=10.0, help="acceptance: hostile-target length"
+    )
     args = parser.parse_args()
     if args.serve_filled:
         serve_filled(1000, int(args.serve_filled[0]), args.serve_filled[1])
@@ -685,6 +712,7 @@ def main() -> None:
     random.seed(14)
     print(f"bench_attacks: code {args.code}, {os.cpu_count()} CPUs")
     runs: dict[str, Callable[[Path], None]] = {
+        "acceptance": lambda w: acceptance(args),
         "slow": lambda w: slow(args.code, args.seconds, w),
         "hostile": lambda w: hostile(args.code, args.seconds, w),
         "selectors": lambda w: selectors(args.code, w, args.selectors),

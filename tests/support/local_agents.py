@@ -90,6 +90,19 @@ def start_agents(
     return agents
 
 
+def start_idle_agent(workdir: Path) -> LocalAgent:
+    """One `edl-agent run` whose trainer only sleeps: its exporter, for the HTTP tests."""
+    log = workdir / "agent.log"
+    cmd = [
+        sys.executable, "-m", "agent", "run", "--host", "127.0.0.1", "--port", "0",
+        "--metrics-dir", str(workdir / "metrics"), "--",
+        sys.executable, "-c", "import time; time.sleep(600)",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=out)
+    return LocalAgent(0, proc, log)
+
+
 def stop_agents(agents: Sequence[LocalAgent], timeout: float = 30.0) -> None:
     """SIGTERM every agent still running, then SIGKILL what is left after `timeout`."""
     for a in agents:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -31,6 +32,14 @@ class Issued:
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
+
+
+def load_issued(cert: Path, key: Path) -> Issued:
+    """A CA (or any pair) written as PEM files, e.g. the e2e cluster CA, to issue from."""
+    private = serialization.load_pem_private_key(key.read_bytes(), None)
+    if not isinstance(private, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{key}: not an EC private key")
+    return Issued(x509.load_pem_x509_certificate(cert.read_bytes()), private)
 
 
 def _name(cn: str, org: str | None = None) -> x509.Name:

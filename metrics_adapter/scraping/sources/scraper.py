@@ -14,7 +14,8 @@ from metrics_adapter.errors import ScrapeError
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.scraping.catalogue import CatalogueHolder
 from metrics_adapter.scraping.pod_registry import PodKey, PodRegistry, PodTarget
-from metrics_adapter.scraping.sources.exposition import TooManySeries, parse_exposition
+from metrics_adapter.scraping.sources.deadline_session import deadline as until
+from metrics_adapter.scraping.sources.exposition import ExpositionScan, TooManySeries
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
 
@@ -25,7 +26,8 @@ class PodScraper:
     """Every ``interval``, GETs each pod's ``scrape_url`` and stores the catalogue's series.
 
     Each scrape runs on a worker pool with a connect/read timeout *and* a total deadline
-    (``timeout``), and a body limit (``max_bytes``); a pod still in flight is not scraped again.
+    (``timeout``, the response head included when ``session`` is a `deadline_session`), and a
+    body limit (``max_bytes``); a pod still in flight is not scraped again.
     Failures are counted by reason; the pod's samples simply stop arriving, go stale and expire.
     A scrape with more samples of the needed series than the store keeps per pod is refused
     whole (``too_many_series``) before its samples are even built.
@@ -91,8 +93,9 @@ class PodScraper:
         started = time.monotonic()
         needed = self._catalogue.needed_series
         try:
-            text = self._fetch(pod.scrape_url or "")
-            samples = parse_exposition(text, needed.__contains__, self._store.max_series_per_pod)
+            scan = ExpositionScan(needed.__contains__, self._store.max_series_per_pod)
+            self._fetch(pod.scrape_url or "", scan)
+            samples = scan.samples()
         except TooManySeries as e:
             self._metrics.scrape_errors.labels(e.reason).inc()
             self._store.refuse(pod.key, e.limit + 1)
@@ -108,19 +111,22 @@ class PodScraper:
         self._store.ingest(pod.key, samples)
         return True
 
-    def _fetch(self, url: str) -> str:
+    def _fetch(self, url: str, scan: ExpositionScan) -> None:
+        """GETs ``url`` and feeds its body to ``scan`` as it arrives (never held whole)."""
         deadline = time.monotonic() + self._timeout
         try:
-            with self._session.get(
-                url,
-                timeout=(min(self._timeout, 3.0), self._timeout),
-                stream=True,
-                headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"},
-                allow_redirects=False,
-            ) as resp:
+            with (
+                until(deadline),
+                self._session.get(
+                    url,
+                    timeout=(min(self._timeout, 3.0), self._timeout),
+                    stream=True,
+                    headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"},
+                    allow_redirects=False,
+                ) as resp,
+            ):
                 if resp.status_code != 200:
                     raise ScrapeError(f"GET {url}: HTTP {resp.status_code}", "status")
-                chunks: list[bytes] = []
                 size = 0
                 while True:
                     chunk = resp.raw.read1(65536)
@@ -135,19 +141,19 @@ class PodScraper:
                         raise ScrapeError(
                             f"GET {url}: over the {self._timeout}s deadline", "timeout"
                         )
-                    chunks.append(chunk)
+                    scan.feed(chunk)
+                if time.monotonic() >= deadline:  # an end the deadline session forced
+                    raise ScrapeError(f"GET {url}: over the {self._timeout}s deadline", "timeout")
         except requests.Timeout as e:
             raise ScrapeError(f"GET {url}: timed out", "timeout") from e
-        except requests.RequestException as e:
-            raise ScrapeError(f"GET {url}: {e}", "connect") from e
         except urllib3.exceptions.TimeoutError as e:
             raise ScrapeError(f"GET {url}: timed out", "timeout") from e
-        except (OSError, ValueError, urllib3.exceptions.HTTPError) as e:
+        except (requests.RequestException, OSError, ValueError, urllib3.exceptions.HTTPError) as e:
+            if time.monotonic() >= deadline:  # the deadline session shut the connection
+                raise ScrapeError(
+                    f"GET {url}: over the {self._timeout}s deadline", "timeout"
+                ) from e
             raise ScrapeError(f"GET {url}: {e}", "connect") from e
-        try:
-            return b"".join(chunks).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ScrapeError(f"GET {url}: body is not UTF-8", "parse") from e
 
 
 def scrape_url_for(address: str, path: str = "/metrics", scheme: str = "http") -> str:

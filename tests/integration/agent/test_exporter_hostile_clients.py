@@ -10,14 +10,13 @@ the 512 the exporter asks for.
 from __future__ import annotations
 
 import shutil
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.local_agents import REPO_ROOT, LocalAgent, stop_agents
+from tests.support.local_agents import LocalAgent, start_idle_agent, stop_agents
 from tests.support.net import listen_backlog
 from tests.support.slow_clients import HalfOpenConnections, Slowloris
 from tests.support.waiting import wait_for
@@ -27,18 +26,7 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAgent]:
-    import subprocess
-
-    workdir = tmp_path_factory.mktemp("exporter")
-    log = workdir / "agent.log"
-    cmd = [
-        sys.executable, "-m", "agent", "run", "--host", "127.0.0.1", "--port", "0",
-        "--metrics-dir", str(workdir / "metrics"), "--",
-        sys.executable, "-c", "import time; time.sleep(600)",
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=out)
-    started = LocalAgent(0, proc, log)
+    started = start_idle_agent(tmp_path_factory.mktemp("exporter"))
     try:
         started.wait_for_port(120)
         yield started

@@ -1,0 +1,112 @@
+"""A scrape ends at its total deadline even when the target trickles its response head.
+
+Before, urllib3's read timeout (per `recv`) was the only bound on the head: a target sending
+it a byte at a time held a scrape thread for as long as it kept sending, and as many such
+pods as `--scrape-concurrency` stopped every scrape. The target here trickles for 30 s and
+then answers properly, so without the deadline the scrape would succeed.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from metrics_adapter.scraping.catalogue import CatalogueHolder, MetricCatalogue
+from metrics_adapter.scraping.pod_registry import PodRegistry, PodTarget
+from metrics_adapter.scraping.sources.deadline_session import deadline_session
+from metrics_adapter.scraping.sources.scraper import PodScraper
+from metrics_adapter.scraping.store import MetricStore
+from metrics_adapter.selfmetrics import AdapterMetrics
+
+EXPOSITION = b"edl_trainer_samples_total 7\n"
+HUNG_UP_MID_HEAD = threading.Event()
+
+
+def _answer(conn: socket.socket) -> None:
+    with conn:
+        conn.settimeout(60)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        try:
+            if data.startswith(b"GET /slow "):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow")  # a header name, a byte at a time
+                for _ in range(150):  # 30 s of a header, a byte every 0.2 s
+                    try:
+                        conn.sendall(b"a")
+                    except OSError:
+                        HUNG_UP_MID_HEAD.set()
+                        return
+                    time.sleep(0.2)  # the hostile target's own pace
+                conn.sendall(b": x\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            conn.sendall(b"Content-Length: %d\r\n\r\n" % len(EXPOSITION) + EXPOSITION)
+        except OSError:
+            pass  # the scraper gave up on us
+
+
+@pytest.fixture
+def target() -> Iterator[int]:
+    """`/slow`: the head trickled for 30 s; anything else: answered at once."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=_answer, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join(10)
+    server.close()
+
+
+def _scraper(registry: PodRegistry, store: MetricStore, metrics: AdapterMetrics) -> PodScraper:
+    catalogue = CatalogueHolder(MetricCatalogue.default())
+    return PodScraper(
+        registry, store, catalogue, metrics, deadline_session(), interval=60.0, timeout=1.0
+    )
+
+
+def test_a_trickled_head_ends_at_the_deadline_as_a_timeout(
+    target: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = PodRegistry()
+    store = MetricStore(capacity=8, expire_after=600, clock=time.time)
+    metrics = AdapterMetrics(CollectorRegistry())
+    scraper = _scraper(registry, store, metrics)
+    slow = PodTarget("ml", "slow", scrape_url=f"http://127.0.0.1:{target}/slow")
+    fine = PodTarget("ml", "fine", scrape_url=f"http://127.0.0.1:{target}/metrics")
+    registry.upsert(slow)
+    registry.upsert(fine)
+    assert scraper.scrape(slow) is False
+    assert HUNG_UP_MID_HEAD.wait(60)  # the scraper closed it; the head was still arriving
+    timeouts = metrics.registry.get_sample_value(
+        "edl_adapter_scrape_errors_total", {"reason": "timeout"}
+    )
+    assert timeouts == 1.0
+    # the same session goes on scraping (a fresh and a reused connection) within deadlines
+    assert scraper.scrape(fine) is True
+    assert scraper.scrape(fine) is True
+    windows = store.windows(fine.key, "edl_trainer_samples_total")
+    assert [w.samples()[-1][1] for _, w in windows] == [7.0]
+    # the cut-short head is counted, not logged with urllib3's traceback
+    assert "Failed to parse headers" not in caplog.text
