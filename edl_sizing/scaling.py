@@ -22,6 +22,7 @@ the same reason).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping
@@ -240,3 +241,22 @@ class SizeModel:
             if gain > best + 1e-12:
                 best, at = gain, m
         return (best if at > n else 0.0), at
+
+
+def size_model(
+    observed: Mapping[int, float], per_node: int, prior: ScalingPrior = ScalingPrior()
+) -> SizeModel:
+    """The :class:`SizeModel` of these values, shared by every round that sees the same ones.
+
+    A model is a function of its inputs alone and is never changed after it is built (its
+    speed-up cache only memoises), so rounds that see a job's same measurements reuse it:
+    fitting dominated a round's time on clusters of many jobs. Bounded (least recently used).
+    """
+    return _size_model(tuple(observed.items()), per_node, prior)
+
+
+@functools.lru_cache(maxsize=8192)
+def _size_model(
+    observed: tuple[tuple[int, float], ...], per_node: int, prior: ScalingPrior
+) -> SizeModel:
+    return SizeModel(dict(observed), per_node, prior)

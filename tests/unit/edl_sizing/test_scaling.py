@@ -7,6 +7,7 @@ import random
 import pytest
 
 from edl_sizing import ScalingCurve, ScalingPrior, fit_usl
+from edl_sizing.scaling import SizeModel, size_model
 
 
 @pytest.mark.parametrize(("sigma", "kappa"), [(0.1, 0.01), (0.03, 0.0), (0.0, 0.02), (0.25, 0.005)])
@@ -70,3 +71,14 @@ def test_constraints_never_give_negative_sigma_or_kappa() -> None:
     # Superlinear data (caches) would fit sigma < 0; the model clips it to 0.
     curve = fit_usl({1: 100.0, 2: 230.0, 3: 360.0, 4: 500.0})
     assert curve.sigma >= 0 and curve.kappa >= 0
+
+
+def test_size_model_is_shared_for_equal_inputs_and_predicts_as_a_fresh_one() -> None:
+    observed = {1: 100.0, 2: 190.0, 4: 350.0, 5: 200.0}
+    shared = size_model(dict(observed), 4)
+    assert size_model(dict(observed), 4) is shared
+    fresh = SizeModel(observed, 4)
+    assert [shared.speedup(n) for n in range(1, 13)] == [fresh.speedup(n) for n in range(1, 13)]
+    assert size_model({**observed, 8: 300.0}, 4) is not shared
+    assert size_model(observed, 8) is not shared
+    assert size_model(observed, 4, ScalingPrior(sigma=0.2)) is not shared
