@@ -229,11 +229,16 @@ class _State:
         return self.job.weight * gain / max(self.share, 1e-12)
 
     def growth_limit(self, policy: SizingPolicy) -> int:
-        """The largest size growth may plan: max, exploration cap, one node ahead."""
+        """The largest size growth may plan: max, exploration cap, one node ahead.
+
+        Or further, up to the largest size measured: a measured size is known, so growth may
+        jump over a measured dip to it (one node ahead alone would stop in front of the dip).
+        """
         job = self.job
         base = max(self.model.largest, job.requested, 1)
         cap = math.floor(policy.exploration * base + 1e-9)
-        return min(job.max_replicas, cap, self.count + self.model.per_node)
+        ahead = max(self.count + self.model.per_node, self.model.largest)
+        return min(job.max_replicas, cap, ahead)
 
     def floor(self) -> int:
         """Fewest workers another job's growth may leave it.
