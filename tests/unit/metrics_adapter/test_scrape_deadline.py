@@ -2,8 +2,9 @@
 
 Before, urllib3's read timeout (per `recv`) was the only bound on the head: a target sending
 it a byte at a time held a scrape thread for as long as it kept sending, and as many such
-pods as `--scrape-concurrency` stopped every scrape. The target here trickles for 30 s and
-then answers properly, so without the deadline the scrape would succeed.
+pods as `--scrape-concurrency` stopped every scrape. The target here trickles for 60 s and
+then answers properly, so without the deadline the scrape would succeed. The deadline (8 s)
+is far from both: the trickle, and a good scrape on a loaded machine.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _answer(conn: socket.socket) -> None:
         try:
             if data.startswith(b"GET /slow "):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow")  # a header name, a byte at a time
-                for _ in range(150):  # 30 s of a header, a byte every 0.2 s
+                for _ in range(300):  # 60 s of a header, a byte every 0.2 s
                     try:
                         conn.sendall(b"a")
                     except OSError:
@@ -56,7 +57,7 @@ def _answer(conn: socket.socket) -> None:
 
 @pytest.fixture
 def target() -> Iterator[int]:
-    """`/slow`: the head trickled for 30 s; anything else: answered at once."""
+    """`/slow`: the head trickled for 60 s; anything else: answered at once."""
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -82,7 +83,7 @@ def target() -> Iterator[int]:
 def _scraper(registry: PodRegistry, store: MetricStore, metrics: AdapterMetrics) -> PodScraper:
     catalogue = CatalogueHolder(MetricCatalogue.default())
     return PodScraper(
-        registry, store, catalogue, metrics, deadline_session(), interval=60.0, timeout=1.0
+        registry, store, catalogue, metrics, deadline_session(), interval=60.0, timeout=8.0
     )
 
 
