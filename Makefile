@@ -26,7 +26,8 @@ system-deps:
 controlplane:
 	@bash tests/e2e/controlplane/build.sh >/dev/null
 
-# Container images (adapter, CPU trainer) with podman, buildah or docker; see docs/install.md.
+# Container images (adapter, Paddle CPU trainer, PyTorch CPU trainer from the machine's torch
+# install) with podman, buildah or docker; see docs/install.md. No untagged images are left.
 # BASE_IMAGE=... builds on that image instead of the local Debian base; IMAGE_REPO=... names them;
 # EDL_IMAGES="adapter trainer trainer-gpu" adds the GPU trainer. Unchanged images are not rebuilt.
 images:
