@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,18 @@ def podman(
     return subprocess.run(
         ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
     )
+
+
+def run_once(
+    env: dict[str, str], *args: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`podman run --rm ARGS` under a name of its own, removed even when the client times out
+    (killing `podman run` does not stop its container)."""
+    name = f"edl-test-{uuid.uuid4().hex[:12]}"
+    try:
+        return podman(env, *READ_ONLY, "--name", name, *args, timeout_s=timeout_s)
+    finally:
+        podman(env, "rm", "--force", "--time", "0", "--ignore", name)
 
 
 def free_port() -> int:
@@ -85,7 +98,7 @@ def test_without_a_writable_tmp_the_adapter_says_what_it_needs_and_runs_with_it(
     serve = ["-v", f"{pods}:/etc/edl/pods.yaml:ro", edl_images["adapter"], "serve",
              "--host", "127.0.0.1", "--port", str(port), "--static-file", "/etc/edl/pods.yaml",
              "--authentication", "none", "--authorization", "none"]  # fmt: skip
-    done = podman(podman_env, *READ_ONLY, *serve)
+    done = run_once(podman_env, *serve)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     last = done.stderr.splitlines()[-1]
@@ -118,8 +131,8 @@ def test_without_a_writable_tmp_the_agent_says_what_it_needs(
     edl_images: dict[str, str], podman_env: dict[str, str]
 ) -> None:
     for image in (edl_images["trainer"], edl_images["trainer-torch"]):
-        done = podman(podman_env, *READ_ONLY, image, "run", "--port", str(free_port()),
-                      "--", "python", "-c", "pass")  # fmt: skip
+        done = run_once(podman_env, image, "run", "--port", str(free_port()),
+                        "--", "python", "-c", "pass")  # fmt: skip
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr
         (line,) = done.stderr.splitlines()
@@ -133,8 +146,8 @@ def test_the_torch_image_trains_the_torch_example_as_an_elastic_job(
 ) -> None:
     work = shared_folder(tmp_path / "work")
     shared_folder(work / "tmp")  # torch itself needs a temporary folder (TMPDIR)
-    done = podman(
-        podman_env, *READ_ONLY, "-v", f"{work}:/work", "-e", "EDL_ELASTIC_DIR=/work/state",
+    done = run_once(
+        podman_env, "-v", f"{work}:/work", "-e", "EDL_ELASTIC_DIR=/work/state",
         "-e", "TMPDIR=/work/tmp",
         edl_images["trainer-torch"], "run", "--port", str(free_port()),
         "--metrics-dir", "/work/metrics", "--elastic", "--job", "digits-torch",
