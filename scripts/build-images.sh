@@ -9,7 +9,7 @@
 # the machine's shared install (scripts/install-torch.sh, which `make venv` runs): no registry.
 # The build stages of an image are tagged $REPO/edl-build:IMAGE-STAGE (the layer cache of the
 # next build); a stage image one of these builds leaves untagged is removed, so no <none> image
-# stays behind (only images labelled edl.stage, i.e. made from images/Containerfile, are touched).
+# stays behind (only images made from images/Containerfile, by their labels, are touched).
 # Prints one line per image: NAME REFERENCE (e.g. "adapter localhost/edl:0.1.0").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -141,7 +141,8 @@ done
 
 # Stage images of these builds that no tag holds any more (podman and buildah list them as
 # <none>): only images made from images/Containerfile (label edl.stage, or edl.build-key, which
-# earlier versions of this script put on every stage), never anyone else's.
+# podman also puts on the stages of a final build), never anyone else's. An image a container
+# still runs from stays (podman refuses; that container is somebody's).
 case "$builder" in
   podman | buildah)
     for label in edl.stage edl.build-key; do
