@@ -4,7 +4,8 @@
    passes a strict server-side dry-run on the session's kube-apiserver, with
    prometheus-operator's and cert-manager's CRDs installed as their Go modules ship them.
    The trainer chart, told to own its namespace (`namespace.create`), installs with
-   `--create-namespace --take-ownership`: the namespace gets its PodSecurity labels, the
+   `--take-ownership` into a namespace `kubectl create` made: the namespace gets its
+   PodSecurity labels, the
    kube-apiserver then refuses a privileged pod there, an upgrade changes a level, and the
    uninstall keeps the namespace.
 2. On a control plane of its own whose pods run from EDL's images (podman, host network):
@@ -113,15 +114,16 @@ PRIVILEGED_POD = {
 def test_the_chart_owns_a_created_namespace_and_its_pod_security_is_enforced(
     control_plane: ControlPlane, kubectl: Kubectl, tmp_path: Path
 ) -> None:
-    """docs/helm.md's first way: --create-namespace --take-ownership, namespace.create=true."""
+    """docs/helm.md's first way: an empty namespace, then --take-ownership, namespace.create."""
     ns = "edl-psa"
     homes = {f"HELM_{k.upper()}_HOME": str(tmp_path / k) for k in ("cache", "config", "data")}
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig), **homes}
     pod = tmp_path / "privileged.json"
     pod.write_text(json.dumps(PRIVILEGED_POD))
     try:
-        helm("install", "digits", str(CHARTS / "edl-trainer"), "-n", ns, "--create-namespace",
-             "--take-ownership", "--set", "namespace.create=true", env=env)  # fmt: skip
+        kubectl("create", "namespace", ns)
+        helm("install", "digits", str(CHARTS / "edl-trainer"), "-n", ns, "--take-ownership",
+             "--set", "namespace.create=true", env=env)  # fmt: skip
         labels = json.loads(kubectl("get", "namespace", ns, "-o", "json"))["metadata"]["labels"]
         for mode in ("enforce", "audit", "warn"):
             assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
