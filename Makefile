@@ -26,7 +26,8 @@ system-deps:
 controlplane:
 	@bash tests/e2e/controlplane/build.sh >/dev/null
 
-# Container images (adapter, CPU trainer) with podman, buildah or docker; see docs/install.md.
+# Container images (adapter, Paddle CPU trainer, PyTorch CPU trainer from the machine's torch
+# install) with podman, buildah or docker; see docs/install.md. No untagged images are left.
 # BASE_IMAGE=... builds on that image instead of the local Debian base; IMAGE_REPO=... names them;
 # EDL_IMAGES="adapter trainer trainer-gpu" adds the GPU trainer. Unchanged images are not rebuilt.
 images:
@@ -61,7 +62,8 @@ e2e: venv system-deps controlplane helm monitoring-crds
 test: venv system-deps controlplane helm monitoring-crds lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
-# The whole loop on this machine, no cluster (about 2 minutes on 2 cores): examples/demo/.
+# The whole loop on this machine, no cluster (about 3 minutes warm, 6 cold on 2 shared cores;
+# README): examples/demo/.
 # It installs only what the demo imports (EDL, Paddle for the digits example, matplotlib for
 # its plot): no PyTorch, no test tools. A venv that `make venv` filled already has them.
 DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)

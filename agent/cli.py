@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -30,6 +29,7 @@ from agent.config import OPTIONS, AgentSettings
 from agent.errors import AgentError, ConfigError, TrainerStartError
 from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
+from agent.temp_dirs import temporary_dir
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
 from agent.trainer_process import TrainerSupervisor
@@ -142,7 +142,11 @@ def run(settings: AgentSettings, command: Sequence[str], env: Mapping[str, str])
     elastic = settings.elastic
     temp_dir: str | None = None
     if settings.trainer.metrics_dir is None:
-        temp_dir = tempfile.mkdtemp(prefix="edl-metrics-")
+        temp_dir = str(
+            temporary_dir(
+                "edl-metrics-", "the metrics folder", "--metrics-dir (EDL_AGENT_METRICS_DIR)"
+            )
+        )
     try:
         metrics_dir = prepare_metrics_dir(settings.trainer.metrics_dir or Path(str(temp_dir)))
         if elastic is not None:

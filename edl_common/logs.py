@@ -11,8 +11,10 @@ import datetime as dt
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TextIO
+
+from edl_common.environment import unknown_variables
 
 FORMATS = ("text", "json")
 ENV = "EDL_LOG_FORMAT"
@@ -57,10 +59,18 @@ def log_format(flag: str | None, env: Mapping[str, str]) -> str:
     return chosen
 
 
-def configure_logging(level: str, fmt: str, text_format: str, stream: TextIO | None = None) -> None:
+def configure_logging(
+    level: str, fmt: str, text_format: str | logging.Formatter, stream: TextIO | None = None
+) -> None:
     """Root logging at `level` to `stream` (stderr), as text (`text_format`) or JSON."""
+    if fmt == "json":
+        formatter: logging.Formatter = JsonFormatter()
+    elif isinstance(text_format, logging.Formatter):
+        formatter = text_format
+    else:
+        formatter = logging.Formatter(text_format)
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(text_format))
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -86,3 +96,32 @@ def log_format_in(argv: list[str] | tuple[str, ...], env: Mapping[str, str]) -> 
     if flag is not None and flag not in FORMATS:
         raise ValueError(f"--log-format {flag!r}: expected text or json")
     return log_format(flag, env)
+
+
+class ToolFormatter(logging.Formatter):
+    """``<logger>: <message>``, and ``<logger>: warning: <message>`` from warnings up."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as the tool's stderr line."""
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        return f"{record.name}: {level}{record.getMessage()}"
+
+
+def tool_logger(
+    prog: str, flag: str | None, env: Mapping[str, str], known: Iterable[str], stream: TextIO
+) -> logging.Logger:
+    """The logger of an offline tool (edl-sim, edl-hpa): its progress and warnings, nothing else.
+
+    Lines are ``<prog>: [warning: ]<message>`` as text, or JSON; libraries log only warnings.
+    The unknown ``EDL_*`` variables of `env` (none of `known`) are warned about first, as every
+    CLI does.
+
+    Raises:
+        ValueError: an unknown format in `flag` or ``EDL_LOG_FORMAT``.
+    """
+    configure_logging("warning", log_format(flag, env), ToolFormatter(), stream)
+    log = logging.getLogger(prog)
+    log.setLevel(logging.INFO)
+    for line in unknown_variables(env, known):
+        log.warning("%s", line)
+    return log

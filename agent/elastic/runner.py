@@ -13,7 +13,6 @@ import random
 import secrets
 import signal
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ from agent.protocol.trainer_world import TrainerWorld
 from agent.readiness import Readiness
 from agent.reports import prepare_metrics_dir
 from agent.rescales import RescaleLog
+from agent.temp_dirs import temporary_dir
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerSupervisor
 from edl_common.options import add_arguments as add_option_arguments
@@ -127,7 +127,8 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
         member_id=member_id,
         host=values["advertise_host"] or env.get("POD_IP") or "127.0.0.1",
         ports=ports,
-        work_dir=work or Path(tempfile.mkdtemp(prefix=f"edl-{job}-")),
+        work_dir=work
+        or temporary_dir(f"edl-{job}-", "the member's state folder", "EDL_ELASTIC_DIR"),
         on_finished=values["on_finished"],
         deployment=deployment,
         checkpoints=CheckpointSettings.from_env(env, flags),

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -23,6 +25,7 @@ from typing import TextIO
 from edl_common.durations import format_duration
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
+from edl_common.logs import add_log_format_argument, tool_logger
 from edl_common.options import (
     PATH,
     SWITCH,
@@ -48,6 +51,7 @@ from edl_sim.cluster.policy import PolicySettings
 from edl_sim.cluster.report import figures, table, to_json
 
 PROG = "edl-sim"
+log = logging.getLogger(PROG)
 
 
 def _share(text: str) -> float:
@@ -234,9 +238,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a workload under one or more policies")
     add_arguments(run, RUN)
+    add_log_format_argument(run)
     scenario = sub.add_parser("scenario", help="write a shipped scenario's input files")
     scenario.add_argument("name", choices=sorted(scenarios.SCENARIOS))
     scenario.add_argument("--out", type=Path, required=True, help="folder for the CSV files")
+    add_log_format_argument(scenario)
     return parser
 
 
@@ -324,14 +330,14 @@ def compare(
     return results
 
 
-def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     workload = load_workload(
         args.workload, args.curves, args.cluster, args.background, args.placements
     )
     sim, policy = settings_from(args)
 
     def progress(message: str) -> None:
-        print(f"{PROG}: {message}", file=err, flush=True)
+        log.info("%s", message)
 
     results = compare(workload, args.policy, sim, policy, None if args.quiet else progress)
     all_figures = [figures(r, args.window) for r in results]
@@ -355,11 +361,15 @@ def main(
 
     def command_line() -> int:
         args = _converted(_parser().parse_args(argv))
+        try:  # its only variable is EDL_LOG_FORMAT: any other EDL_* is somebody's typo
+            tool_logger(PROG, args.log_format, os.environ, (), stderr)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         if args.command == "scenario":
             for path in scenarios.write(args.name, args.out):
                 print(path, file=stdout)
             return 0
-        return _run(args, stdout, stderr)
+        return _run(args, stdout)
 
     return run_command(
         PROG, command_line, [ErrorExit((SimulationError, PlotError, OSError), EXIT_FAILURE)], stderr

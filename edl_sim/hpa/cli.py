@@ -8,6 +8,8 @@ Every user error ends as one line on stderr and a non-zero exit status (2 for ba
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,6 +19,7 @@ from typing import TextIO
 
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
+from edl_common.logs import add_log_format_argument, tool_logger
 from edl_common.options import (
     PATH,
     SWITCH,
@@ -192,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=helps[name])
         command.add_argument("hpa", type=Path, help="HPA manifest (autoscaling/v2 YAML)")
         add_arguments(command, table)
+        add_log_format_argument(command)
     return parser
 
 
@@ -267,18 +271,18 @@ def _simulation_settings(
     )
 
 
-def _warn_tolerance(
-    hpa: HorizontalPodAutoscaler, settings: ControllerSettings, err: TextIO
-) -> None:
+log = logging.getLogger("edl-hpa")
+
+
+def _warn_tolerance(hpa: HorizontalPodAutoscaler, settings: ControllerSettings) -> None:
     behavior = hpa.spec.behavior
     if behavior is None or settings.configurable_tolerance:
         return
     rules = [r for r in (behavior.scale_up, behavior.scale_down) if r is not None]
     if any(r.tolerance is not None for r in rules):
-        print(
-            "edl-hpa: warning: spec.behavior.*.tolerance is ignored with "
-            "--no-configurable-tolerance (as by v1.33-1.34, where HPAConfigurableTolerance is off)",
-            file=err,
+        log.warning(
+            "spec.behavior.*.tolerance is ignored with --no-configurable-tolerance "
+            "(as by v1.33-1.34, where HPAConfigurableTolerance is off)"
         )
 
 
@@ -288,13 +292,13 @@ def _check_writable(path: Path | None) -> None:
         raise ConfigError(f"cannot write {path}: {path.parent} is not a directory")
 
 
-def simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def simulate(args: argparse.Namespace, out: TextIO) -> int:
     """`edl-hpa simulate`."""
     _check_writable(None if args.no_plot else args.plot)
     hpa = load_hpa(args.hpa)
     trace = _trace(args)
     controller = _controller_settings(args)
-    _warn_tolerance(hpa, controller, err)
+    _warn_tolerance(hpa, controller)
     settings = _simulation_settings(args, hpa, trace)
     result = Simulation(hpa.spec, trace, settings, controller).run()
     path = "behavior" if hpa.spec.behavior else "legacy (no behavior)"
@@ -315,14 +319,14 @@ def simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def tune(args: argparse.Namespace, out: TextIO) -> int:
     """`edl-hpa tune`."""
     _check_writable(args.plot)
     _check_writable(args.output)
     hpa = load_hpa(args.hpa)
     trace = _trace(args)
     controller = _controller_settings(args)
-    _warn_tolerance(hpa, controller, err)
+    _warn_tolerance(hpa, controller)
     settings = _simulation_settings(args, hpa, trace)
     if args.max_rounds < 1:
         raise ConfigError("--max-rounds must be >= 1")
@@ -333,7 +337,7 @@ def tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     tuner = Tuner(
         hpa.spec, trace, settings, controller, objective, grid=grid, max_rounds=args.max_rounds
     )
-    result = tuner.run(progress=lambda line: print(f"edl-hpa: {line}", file=err))
+    result = tuner.run(progress=lambda line: log.info("%s", line))
     manifest = manifest_with_behavior(hpa, result.best.behavior())
     print(f"objective: {objective.describe()}", file=out)
     print(f"candidates simulated: {result.evaluated}", file=out)
@@ -359,8 +363,12 @@ def main(
 
     def command_line() -> int:
         args = parse(argv)
+        try:  # its only variable is EDL_LOG_FORMAT: any other EDL_* is somebody's typo
+            tool_logger("edl-hpa", args.log_format, os.environ, (), stderr)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         handler = simulate if args.command == "simulate" else tune
-        return handler(args, stdout, stderr)
+        return handler(args, stdout)
 
     return run_command(
         "edl-hpa",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import ipaddress
@@ -10,6 +11,7 @@ import os
 import shutil
 import ssl
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +126,27 @@ def server_context(cert: ServingCert, client_ca: bytes | Path | None) -> ssl.SSL
     return context
 
 
+@contextlib.contextmanager
+def _private_file(data: bytes) -> Iterator[Path]:
+    """A path that reads as `data`, for OpenSSL's file-only loader, readable by no one else.
+
+    An anonymous memory file (memfd, seen through /proc/self/fd) where Linux has one, so a
+    read-only root without a writable /tmp still reloads; else a file in a temporary folder.
+    """
+    if hasattr(os, "memfd_create") and Path("/proc/self/fd").is_dir():
+        fd = os.memfd_create("edl-adapter-pair", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.write(fd, data)
+            yield Path(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="edl-adapter-reload-") as tmp:
+        combined = Path(tmp) / "pair.pem"
+        _write_private(combined, data, 0o600)
+        yield combined
+
+
 class CertReloader:
     """Loads a rotated serving pair into the live context: new connections get the new pair.
 
@@ -158,9 +181,7 @@ class CertReloader:
         # context, because a failed load leaves an OpenSSL context half-changed (new cert, old
         # key: every handshake fails), then into the live one.
         try:
-            with tempfile.TemporaryDirectory(prefix="edl-adapter-reload-") as tmp:
-                combined = Path(tmp) / "pair.pem"
-                _write_private(combined, pair, 0o600)
+            with _private_file(pair) as combined:
                 ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(combined))
                 self._context.load_cert_chain(str(combined))
         except (ssl.SSLError, OSError, ValueError) as e:

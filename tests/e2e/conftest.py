@@ -94,7 +94,7 @@ def control_plane() -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="session")
 def edl_images() -> dict[str, str]:
-    """EDL's images built by `make images` (podman): `adapter` and `trainer` -> reference."""
+    """`make images` (podman): `adapter`, `trainer`, `trainer-torch` -> the image reference."""
     if "images_error" in _BUILD:
         raise _BUILD["images_error"]
     return dict(_BUILD.get("images") or ensure_images())

@@ -142,7 +142,7 @@ class PodmanContainers:
         self.settings = settings
         self.conf = settings.work_dir / "containers.conf"
         settings.work_dir.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(_containers_conf(settings.runtime))
+        self.conf.write_text(containers_conf(settings.runtime))
         self.env = {**os.environ, "CONTAINERS_CONF": str(self.conf)}
 
     # ---- PodProcesses ------------------------------------------------------------------------
@@ -360,7 +360,7 @@ class PodmanContainers:
         )
 
 
-def _containers_conf(runtime: str) -> str:
+def containers_conf(runtime: str) -> str:
     """runc, cgroupfs, file events, and ulimits this sandbox allows (podman's default nofile
     of 1048576 is above its hard limit: "setrlimit RLIMIT_NOFILE: Operation not permitted")."""
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

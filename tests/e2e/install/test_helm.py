@@ -3,6 +3,11 @@
 1. Every values example of charts/edl and charts/edl-trainer, rendered by `helm template`,
    passes a strict server-side dry-run on the session's kube-apiserver, with
    prometheus-operator's and cert-manager's CRDs installed as their Go modules ship them.
+   The trainer chart, told to own its namespace (`namespace.create`), installs with
+   `--take-ownership` into a namespace `kubectl create` made: the namespace gets its
+   PodSecurity labels, the
+   kube-apiserver then refuses a privileged pod there, an upgrade changes a level, and the
+   uninstall keeps the namespace.
 2. On a control plane of its own whose pods run from EDL's images (podman, host network):
    - with another adapter's `v1beta1.external.metrics.k8s.io` in place, `helm install`
      refuses, naming its Service, and creates nothing; `edl-adapter preflight` (the
@@ -29,6 +34,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.image_cluster import ADAPTER, ADAPTER_NS, Cluster, image_cluster
 from tests.e2e.harness.install import wait_rollout
 from tests.e2e.harness.session import Kubectl
@@ -93,6 +99,47 @@ def test_every_values_example_passes_a_strict_server_side_dry_run(
     path.write_text(yaml.safe_dump_all(docs))
     out = kubectl("apply", "--dry-run=server", "--validate=strict", "-f", str(path), timeout_s=90)
     assert out.count("(server dry run)") == len(docs), out
+
+
+PRIVILEGED_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "privileged"},
+    "spec": {
+        "containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True}}]
+    },
+}
+
+
+def test_the_chart_owns_a_created_namespace_and_its_pod_security_is_enforced(
+    control_plane: ControlPlane, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """docs/helm.md's first way: an empty namespace, then --take-ownership, namespace.create."""
+    ns = "edl-psa"
+    homes = {f"HELM_{k.upper()}_HOME": str(tmp_path / k) for k in ("cache", "config", "data")}
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig), **homes}
+    pod = tmp_path / "privileged.json"
+    pod.write_text(json.dumps(PRIVILEGED_POD))
+    try:
+        kubectl("create", "namespace", ns)
+        helm("install", "digits", str(CHARTS / "edl-trainer"), "-n", ns, "--take-ownership",
+             "--set", "namespace.create=true", env=env)  # fmt: skip
+        labels = json.loads(kubectl("get", "namespace", ns, "-o", "json"))["metadata"]["labels"]
+        for mode in ("enforce", "audit", "warn"):
+            assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+        with pytest.raises(AssertionError, match=r'violates PodSecurity "restricted:latest"'):
+            kubectl("apply", "-n", ns, "-f", str(pod))
+        helm("upgrade", "digits", str(CHARTS / "edl-trainer"), "-n", ns, "--set",
+             "namespace.create=true", "--set", "namespace.podSecurity.enforce=baseline",
+             env=env)  # fmt: skip
+        labels = json.loads(kubectl("get", "namespace", ns, "-o", "json"))["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+        helm("uninstall", "digits", "-n", ns, "--wait", env=env)
+        kept = json.loads(kubectl("get", "namespace", ns, "-o", "json"))
+        assert kept["status"]["phase"] == "Active"  # kept, as --create-namespace's would be
+        assert kubectl("get", "deployments,hpa,roles", "-n", ns, "-o", "name") == ""
+    finally:
+        kubectl("delete", "namespace", ns, "--ignore-not-found", "--timeout=100s", timeout_s=120)
 
 
 # ---- install, refuse, uninstall on a control plane whose pods run from the images ----------

@@ -202,3 +202,54 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
 def test_bad_trainer_values_are_one_clear_error(sets: tuple[str, ...], message: str) -> None:
     with pytest.raises(HelmFailed, match=message):
         template("edl-trainer", sets=sets, namespace="ml")
+
+
+NAMESPACES = {"edl": ("edl-system", "edl"), "edl-trainer": ("ml", "digits")}
+
+
+@pytest.mark.parametrize("chart", sorted(NAMESPACES))
+def test_the_namespace_is_left_to_helm_unless_the_chart_is_told_to_own_it(chart: str) -> None:
+    namespace, release = NAMESPACES[chart]
+    assert not kinds(template(chart, namespace=namespace, release=release), "Namespace")
+    docs = template(chart, namespace=namespace, release=release, sets=("namespace.create=true",))
+    ns = one(docs, "Namespace")
+    assert ns["metadata"]["name"] == namespace
+    labels = ns["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+    # helm uninstall leaves it, as it leaves a namespace made by --create-namespace
+    assert ns["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    out = helm("lint", "--strict", str(CHARTS / chart), "--namespace", namespace,
+               "--set", "namespace.create=true")  # fmt: skip
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("chart", sorted(NAMESPACES))
+def test_one_pod_security_level_can_be_changed_or_left_out(chart: str) -> None:
+    namespace, release = NAMESPACES[chart]
+    sets = ("namespace.create=true", "namespace.podSecurity.enforce=baseline",
+            "namespace.podSecurity.audit=")  # fmt: skip
+    labels = one(template(chart, namespace=namespace, release=release, sets=sets), "Namespace")[
+        "metadata"
+    ]["labels"]
+    security = {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")}
+    assert security == {
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }
+
+
+@pytest.mark.parametrize(
+    ("chart", "namespace", "sets", "message"),
+    [
+        ("edl", "edl-system", ("namespace.podSecurity.warn=strict",),
+         'namespace.podSecurity.warn "strict": expected privileged, baseline or restricted'),
+        ("edl", "kube-system", (), 'will not own the namespace "kube-system"'),
+        ("edl-trainer", "default", (), 'will not own the namespace "default"'),
+    ],
+)  # fmt: skip
+def test_bad_namespace_values_are_one_clear_error(
+    chart: str, namespace: str, sets: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(HelmFailed, match=message):
+        template(chart, namespace=namespace, sets=("namespace.create=true", *sets))

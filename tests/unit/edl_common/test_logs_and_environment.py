@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +68,56 @@ def test_every_cli_says_its_version(cli: str) -> None:
     binary = f"{sys.prefix}/bin/{cli}"
     done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == f"{cli} {edl_version()}"
+
+
+HPA_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hpa"
+TOOL_RUNS = {
+    "edl-hpa": [
+        "simulate",
+        str(HPA_EXAMPLE / "hpa.yaml"),
+        "--trace",
+        str(HPA_EXAMPLE / "trace.csv"),
+        "--no-plot",
+    ],
+    "edl-sim": ["scenario", "edl2018-case1", "--out", "{tmp}"],
+}
+
+
+@pytest.mark.parametrize("cli", sorted(TOOL_RUNS))
+def test_the_offline_tools_log_json_and_name_unknown_variables(cli: str, tmp_path: Path) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in TOOL_RUNS[cli]]
+    env = {**os.environ, "EDL_LOG_FROMAT": "json"}
+    text = subprocess.run(
+        [f"{sys.prefix}/bin/{cli}", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert text.returncode == 0, text.stderr
+    assert (
+        f"{cli}: warning: unknown environment variable EDL_LOG_FROMAT is ignored "
+        "(did you mean EDL_LOG_FORMAT?)"
+    ) in text.stderr.splitlines()
+    as_json = subprocess.run(
+        [f"{sys.prefix}/bin/{cli}", *args, "--log-format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    records = [json.loads(line) for line in as_json.stderr.splitlines()]
+    assert {"level": "warning", "logger": cli}.items() <= records[0].items()
+    assert "EDL_LOG_FROMAT" in records[0]["message"]
+    assert as_json.stdout == text.stdout  # the results themselves are not log lines
+
+
+@pytest.mark.parametrize("cli", sorted(TOOL_RUNS))
+def test_a_bad_log_format_variable_is_one_line(cli: str, tmp_path: Path) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in TOOL_RUNS[cli]]
+    done = subprocess.run(
+        [f"{sys.prefix}/bin/{cli}", *args],
+        env={**os.environ, "EDL_LOG_FORMAT": "xml"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"{cli}: error: EDL_LOG_FORMAT='xml': expected text or json\n"

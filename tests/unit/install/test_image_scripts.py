@@ -39,10 +39,10 @@ def test_a_builder_named_but_not_usable_is_one_line(tmp_path: Path) -> None:
     assert "EDL_IMAGE_BUILDER=docker" in line and "daemon" in line, line
 
 
-def deps(*extras: str, paddle: str = "") -> list[str]:
+def deps(*extras: str, paddle: str = "", skip: str = "") -> list[str]:
     done = subprocess.run(
         ["python3", str(ROOT / "images/pyproject-deps.py"), str(ROOT / "pyproject.toml"), *extras],
-        env={"EDL_PADDLE_REQUIREMENT": paddle, "PATH": "/usr/bin:/bin"},
+        env={"EDL_PADDLE_REQUIREMENT": paddle, "EDL_SKIP_REQUIREMENTS": skip, "PATH": "/bin"},
         capture_output=True,
         text=True,
         timeout=30,
@@ -66,6 +66,27 @@ def test_every_image_requirement_is_pinned() -> None:
         for line in (ROOT / "images/constraints.txt").read_text().splitlines()
         if "==" in line and not line.startswith("#")
     }
-    for requirement in deps("paddle", "gpu"):
+    for requirement in deps("paddle", "gpu") + deps("torch", skip="torch"):
         name = requirement.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
         assert name.lower().replace("_", "-") in pins, requirement
+
+
+def test_the_torch_image_installs_the_torch_extra_but_torch_itself() -> None:
+    """torch comes from the machine's install (images/torch-site.py), scikit-learn from pip."""
+    torch = deps("torch", skip="torch")
+    assert not any(r.startswith("torch") for r in torch)
+    assert any(r.startswith("scikit-learn") for r in torch)
+    assert set(deps()) < set(torch)
+
+
+def test_the_torch_tree_without_a_torch_install_is_one_line(tmp_path: Path) -> None:
+    script, missing = str(ROOT / "images/torch-site.py"), tmp_path / "none"
+    done = subprocess.run(
+        ["python3", script, str(missing), str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        done.stderr == f"torch-site: no torch in {missing} (scripts/install-torch.sh installs it)\n"
+    )
+    assert not (tmp_path / "out").exists()

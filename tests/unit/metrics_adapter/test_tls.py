@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ssl
 import stat
+import tempfile
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from metrics_adapter.http.tls import CertReloader, ServingCert, ensure_serving_cert, server_context
@@ -73,3 +75,21 @@ def test_a_rotated_pair_is_served_to_new_handshakes(tmp_path: Path) -> None:
     assert reloader.check()
     assert served_subject(context) == "CN=second"
     assert reloader.reloads == 1
+
+
+def test_a_rotated_pair_loads_without_a_writable_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only root without /tmp: the given pair still reloads (nothing is written)."""
+    ca = make_ca("serving-ca")
+    cert = write_pair(tmp_path, issue(ca, "first", client=False))
+    context = server_context(cert, None)
+    reloader = CertReloader(cert, context)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    with pytest.raises(FileNotFoundError):
+        tempfile.mkdtemp()  # what a read-only root without /tmp gives
+    second = issue(ca, "second", client=False)
+    cert.cert_file.write_bytes(second.pem)
+    cert.key_file.write_bytes(second.key_pem)
+    assert reloader.check()
+    assert served_subject(context) == "CN=second"
