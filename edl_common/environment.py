@@ -28,6 +28,29 @@ PROJECT_VARIABLES = frozenset(
         "EDL_NEED_MMDEBSTRAP",
         "EDL_NEED_RUNC",
         "EDL_PADDLE_REQUIREMENT",
+        # what the agent sets for its trainer (agent/protocol/env.py): a trainer's process
+        # and whatever it starts see them, and they are nobody's misspelt option
+        "EDL_METRICS_DIR",
+        "EDL_TRAINER_INCARNATION",
+        "EDL_METRICS_FLUSH_SECONDS",
+        "EDL_GENERATION",
+        "EDL_FRAMEWORK",
+        "EDL_CONTROL_DIR",
+        "EDL_STATE_DIR",
+        "EDL_MEMBER",
+        "EDL_AGENT_LEASE_FD",
+        "EDL_JOB",
+        "EDL_LOCAL_SAVE_SECONDS",
+        "EDL_CHECKPOINT_SECONDS",
+        "EDL_CHECKPOINT_URL",
+        "EDL_CHECKPOINT_EVERY_STEPS",
+        "EDL_CHECKPOINT_EVERY_SECONDS",
+        "EDL_CHECKPOINT_KEEP",
+        "EDL_MASTER_WAIT_SECONDS",
+        "EDL_REINIT",
+        "EDL_REINIT_WAIT_SECONDS",
+        "EDL_REINIT_LIMIT",
+        "EDL_SAMPLE_LEDGER",
     }
 )
 """``EDL_*`` names that are not options of any CLI but are read elsewhere: always known."""

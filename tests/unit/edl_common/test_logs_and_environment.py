@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edl_common.environment import unknown_variables
+from edl_common.environment import PROJECT_VARIABLES, unknown_variables
 from edl_common.logs import configure_logging, log_format, log_format_in
 
 
@@ -59,6 +59,16 @@ def test_the_projects_own_build_and_test_variables_are_known() -> None:
     """`make` exports EDL_CACHE_DIR into every process it starts: no CLI may warn about it."""
     env = {"EDL_CACHE_DIR": "/c", "EDL_TEST_ARTIFACTS": "/a", "EDL_LOG_FORMAT": "json"}
     assert unknown_variables(env, set()) == []
+
+
+def test_what_the_agent_sets_for_its_trainer_is_known_to_every_cli() -> None:
+    """A trainer's process (and a tool it starts, or a test that trained in-process) has
+    EDL_GENERATION and the rest of the agent's protocol in its environment."""
+    from agent.protocol import env as protocol
+
+    names = {v for k, v in vars(protocol).items() if k.isupper() and isinstance(v, str)}
+    assert {n for n in names if n.startswith("EDL_")} <= PROJECT_VARIABLES
+    assert unknown_variables({"EDL_GENERATION": "3", "EDL_MEMBER": "a"}, set()) == []
 
 
 @pytest.mark.parametrize("cli", ["edl-agent", "edl-adapter", "edl-hpa", "edl-sim"])
