@@ -6,13 +6,14 @@ Each agent serves /metrics on a port it picks itself and runs one rank of
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,17 @@ def start_idle_agent(workdir: Path) -> LocalAgent:
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=out)
     return LocalAgent(0, proc, log)
+
+
+@contextlib.contextmanager
+def idle_agent(workdir: Path) -> Iterator[LocalAgent]:
+    """:func:`start_idle_agent` with its exporter listening; stopped on exit."""
+    started = start_idle_agent(workdir)
+    try:
+        started.wait_for_port(120)
+        yield started
+    finally:
+        stop_agents([started])
 
 
 def stop_agents(agents: Sequence[LocalAgent], timeout: float = 30.0) -> None:

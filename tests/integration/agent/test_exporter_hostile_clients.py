@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.local_agents import LocalAgent, start_idle_agent, stop_agents
+from tests.support.local_agents import LocalAgent, idle_agent
 from tests.support.net import listen_backlog
 from tests.support.slow_clients import HalfOpenConnections, Slowloris
 from tests.support.waiting import wait_for
@@ -26,12 +26,8 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAgent]:
-    started = start_idle_agent(tmp_path_factory.mktemp("exporter"))
-    try:
-        started.wait_for_port(120)
+    with idle_agent(tmp_path_factory.mktemp("exporter")) as started:
         yield started
-    finally:
-        stop_agents([started])
 
 
 def scrape(port: int) -> tuple[int, str]:

@@ -14,19 +14,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.local_agents import LocalAgent, start_idle_agent, stop_agents
+from tests.support.local_agents import LocalAgent, idle_agent
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAgent]:
-    started = start_idle_agent(tmp_path_factory.mktemp("exporter-framing"))
-    try:
-        started.wait_for_port(120)
+    with idle_agent(tmp_path_factory.mktemp("exporter-framing")) as started:
         yield started
-    finally:
-        stop_agents([started])
 
 
 def exchange(port: int, data: bytes) -> bytes:
