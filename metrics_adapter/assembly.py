@@ -46,7 +46,7 @@ from metrics_adapter.scraping.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.scraping.evaluator import MetricEvaluator
 from metrics_adapter.scraping.pod_registry import PodRegistry
 from metrics_adapter.scraping.sources import Component
-from metrics_adapter.scraping.sources.deadline_session import deadline_session
+from metrics_adapter.scraping.sources.deadline_session import DeadlineSession
 from metrics_adapter.scraping.sources.prometheus import PrometheusSource
 from metrics_adapter.scraping.sources.scraper import PodScraper
 from metrics_adapter.scraping.sources.static import StaticPodDiscovery
@@ -242,7 +242,7 @@ class AdapterRuntime:
             self.store,
             self.catalogue,
             self.metrics,
-            deadline_session(pool_size=s.scrape_concurrency),
+            DeadlineSession(pool_size=s.scrape_concurrency),
             interval=s.scrape_interval,
             timeout=s.scrape_timeout,
             max_bytes=s.max_scrape_bytes,

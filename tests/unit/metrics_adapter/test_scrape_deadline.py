@@ -16,10 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from urllib3.connection import HTTPConnection
 
 from metrics_adapter.scraping.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.scraping.pod_registry import PodRegistry, PodTarget
-from metrics_adapter.scraping.sources.deadline_session import deadline_session
+from metrics_adapter.scraping.sources.deadline_session import DeadlineSession, Watchdog
 from metrics_adapter.scraping.sources.scraper import PodScraper
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
@@ -83,7 +84,7 @@ def target() -> Iterator[int]:
 def _scraper(registry: PodRegistry, store: MetricStore, metrics: AdapterMetrics) -> PodScraper:
     catalogue = CatalogueHolder(MetricCatalogue.default())
     return PodScraper(
-        registry, store, catalogue, metrics, deadline_session(), interval=60.0, timeout=8.0
+        registry, store, catalogue, metrics, DeadlineSession(), interval=60.0, timeout=8.0
     )
 
 
@@ -111,3 +112,35 @@ def test_a_trickled_head_ends_at_the_deadline_as_a_timeout(
     assert [w.samples()[-1][1] for _, w in windows] == [7.0]
     # the cut-short head is counted, not logged with urllib3's traceback
     assert "Failed to parse headers" not in caplog.text
+
+
+class _RecordingWatchdog(Watchdog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadlines: list[float] = []
+
+    def arm(self, conn: HTTPConnection, deadline: float) -> None:
+        self.deadlines.append(deadline)
+        super().arm(conn, deadline)
+
+
+def test_each_session_arms_its_own_watchdog_with_the_scrapes_deadline(target: int) -> None:
+    """No watchdog shared between sessions: the one a session is given is the one armed."""
+    watchdog = _RecordingWatchdog()
+    session = DeadlineSession(watchdog=watchdog)
+    catalogue = CatalogueHolder(MetricCatalogue.default())
+    registry = PodRegistry()
+    store = MetricStore(capacity=8, expire_after=600, clock=time.time)
+    scraper = PodScraper(registry, store, catalogue, AdapterMetrics(CollectorRegistry()),
+                         session, interval=60.0, timeout=8.0)  # fmt: skip
+    fine = PodTarget("ml", "fine", scrape_url=f"http://127.0.0.1:{target}/metrics")
+    registry.upsert(fine)
+    before = time.monotonic()
+    assert scraper.scrape(fine) is True
+    assert scraper.scrape(fine) is True  # the reused connection is armed again
+    assert len(watchdog.deadlines) == 2
+    assert all(before + 8.0 <= d <= time.monotonic() + 8.0 for d in watchdog.deadlines)
+    assert DeadlineSession().watchdog is not watchdog
+    # outside a deadline nothing is armed (a plain request through the same session)
+    assert session.get(f"http://127.0.0.1:{target}/metrics", timeout=30).status_code == 200
+    assert len(watchdog.deadlines) == 2
