@@ -501,10 +501,30 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
         sizing.b.register()  # the HPA asks the other replica from now on
         sizing.b.wait_available(timeout_s=60)
         apps.delete_namespaced_deployment("urgent", ns)
-        wait_for(lambda: training_at(3), timeout_s=180, what="the job grown back to 3",
-                 describe=logs)  # fmt: skip
-        settled(3, "grown back, decided by replica b")
         history_store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
+
+        def why_not_three() -> str:
+            """What each replica planned for the job, what it measured, and the pods."""
+            plans = {}
+            for name, adapter in (("a", sizing.a), ("b", sizing.b)):
+                try:
+                    jobs = sizing.debug_page(adapter)["plan"]["jobs"]
+                    plans[name] = [j for j in jobs if j["job"] == f"{ns}/trainer"]
+                except (requests.RequestException, KeyError) as e:
+                    plans[name] = [f"unreadable: {e!r}"]
+            pods = [
+                (p.metadata.name, p.spec.node_name, p.status.phase)
+                for p in core.list_namespaced_pod(ns).items
+            ]
+            measured = history_store.load().observed(f"{ns}/trainer")
+            return (
+                f"plans: {json.dumps(plans, indent=1)}\nhistory: {measured}\npods: {pods}\n"
+                f"{timeline.table()}\n{logs()}"
+            )
+
+        wait_for(lambda: training_at(3), timeout_s=180, what="the job grown back to 3",
+                 describe=why_not_three)  # fmt: skip
+        settled(3, "grown back, decided by replica b")
         wait_for(
             lambda: 3 in history_store.load().observed(f"{ns}/trainer"),
             timeout_s=90,
