@@ -45,7 +45,7 @@ from typing import Any
 from edl_sizing.cluster import Job, Node, Pod, Quota
 from edl_sizing.packing import Packing
 from edl_sizing.resources import Resources
-from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel
+from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, size_model
 
 
 class Reason(enum.Enum):
@@ -229,11 +229,16 @@ class _State:
         return self.job.weight * gain / max(self.share, 1e-12)
 
     def growth_limit(self, policy: SizingPolicy) -> int:
-        """The largest size growth may plan: max, exploration cap, one node ahead."""
+        """The largest size growth may plan: max, exploration cap, one node ahead.
+
+        Or further, up to the largest size measured: a measured size is known, so growth may
+        jump over a measured dip to it (one node ahead alone would stop in front of the dip).
+        """
         job = self.job
         base = max(self.model.largest, job.requested, 1)
         cap = math.floor(policy.exploration * base + 1e-9)
-        return min(job.max_replicas, cap, self.count + self.model.per_node)
+        ahead = max(self.count + self.model.per_node, self.model.largest)
+        return min(job.max_replicas, cap, ahead)
 
     def floor(self) -> int:
         """Fewest workers another job's growth may leave it.
@@ -273,10 +278,14 @@ def decide(
     allocatable = sum((n.allocatable for n in eligible), Resources())
     states: dict[str, _State] = {}
     room = {n.name: n.allocatable - policy.headroom for n in eligible}
+    per_node_of: dict[Resources, int] = {}
     for job in sorted(jobs, key=lambda j: j.key):
         if job.key not in states:
-            per_node = max((_how_many(job.worker, r) for r in room.values()), default=1)
-            model = SizeModel(job.observed, per_node, policy.prior)
+            per_node = per_node_of.get(job.worker)
+            if per_node is None:
+                per_node = max((_how_many(job.worker, r) for r in room.values()), default=1)
+                per_node_of[job.worker] = per_node
+            model = size_model(job.observed, per_node, policy.prior)
             states[job.key] = _State(job, model, job.worker.dominant_share(allocatable), 0)
             states[job.key].error = job_error(job)
     packing = Packing(eligible, room)

@@ -11,7 +11,8 @@ The fit is linear least squares on n / X(n) = a + b (n - 1) + c n (n - 1) with a
 b = sigma/lambda, c = kappa/lambda, constrained to b, c >= 0, plus two prior rows that pull
 sigma and kappa towards the prior with the weight of ``prior_weight`` observations at the
 largest size seen. With fewer than two sizes the prior's sigma and kappa are used as they
-are (one size only fixes lambda).
+are (one size only fixes lambda); with two, only sigma is fitted (two sizes cannot tell
+contention from coherency, and a kappa fitted from them predicts a fall-off no size showed).
 
 The default prior has no coherency cost (kappa 0): until the data show throughput falling
 off, none is assumed. The asymmetry is why: an optimistic prior costs one measured step
@@ -22,6 +23,7 @@ the same reason).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping
@@ -78,13 +80,22 @@ def fit_usl(observed: Mapping[int, float], prior: ScalingPrior = ScalingPrior())
         shape = ScalingCurve(prior.sigma, prior.kappa)
         return ScalingCurve(prior.sigma, prior.kappa, x / shape.speedup(n), 1, largest)
     scale = sum(n / x for n, x in points) / len(points)
-    rows = [((1.0, n - 1.0, n * (n - 1.0)), n / x / scale) for n, x in points]
     w = math.sqrt(max(prior.weight, 0.0))
-    rows.append(((-prior.sigma * w * (largest - 1), w * (largest - 1), 0.0), 0.0))
-    rows.append(
-        ((-prior.kappa * w * largest * (largest - 1), 0.0, w * largest * (largest - 1)), 0.0)
-    )
-    a, b, c = _nonnegative_least_squares(rows)
+    if len(points) < 3:
+        # Two sizes cannot tell contention from coherency: the prior's kappa is kept and
+        # only sigma is fitted, so retrogression is assumed only once three sizes show it.
+        k = prior.kappa
+        rows = [((1.0 + k * n * (n - 1.0), n - 1.0, 0.0), n / x / scale) for n, x in points]
+        rows.append(((-prior.sigma * w * (largest - 1), w * (largest - 1), 0.0), 0.0))
+        a, b, _ = _nonnegative_least_squares(rows, fit_kappa=False)
+        c = k * a
+    else:
+        rows = [((1.0, n - 1.0, n * (n - 1.0)), n / x / scale) for n, x in points]
+        rows.append(((-prior.sigma * w * (largest - 1), w * (largest - 1), 0.0), 0.0))
+        rows.append(
+            ((-prior.kappa * w * largest * (largest - 1), 0.0, w * largest * (largest - 1)), 0.0)
+        )
+        a, b, c = _nonnegative_least_squares(rows)
     if a <= 0:
         return ScalingCurve(prior.sigma, prior.kappa, None, len(points), largest)
     return ScalingCurve(b / a, c / a, 1.0 / (a * scale), len(points), largest)
@@ -93,10 +104,16 @@ def fit_usl(observed: Mapping[int, float], prior: ScalingPrior = ScalingPrior())
 _Row = tuple[tuple[float, float, float], float]
 
 
-def _nonnegative_least_squares(rows: list[_Row]) -> tuple[float, float, float]:
-    """Minimise ||A theta - y|| with b, c >= 0, trying each of the 4 active sets."""
+def _nonnegative_least_squares(
+    rows: list[_Row], fit_kappa: bool = True
+) -> tuple[float, float, float]:
+    """Minimise ||A theta - y|| with b, c >= 0, trying each of the 4 active sets.
+
+    Without ``fit_kappa`` c stays 0 (only the 2 sets with c fixed are tried).
+    """
     best: tuple[float, tuple[float, float, float]] | None = None
-    for free_b, free_c in itertools.product((True, False), repeat=2):
+    kappa_sets = (True, False) if fit_kappa else (False,)
+    for free_b, free_c in itertools.product((True, False), kappa_sets):
         keep = [0] + ([1] if free_b else []) + ([2] if free_c else [])
         solved = _least_squares(rows, keep)
         if solved is None or solved[1] < -1e-12 or solved[2] < -1e-12:
@@ -240,3 +257,22 @@ class SizeModel:
             if gain > best + 1e-12:
                 best, at = gain, m
         return (best if at > n else 0.0), at
+
+
+def size_model(
+    observed: Mapping[int, float], per_node: int, prior: ScalingPrior = ScalingPrior()
+) -> SizeModel:
+    """The :class:`SizeModel` of these values, shared by every round that sees the same ones.
+
+    A model is a function of its inputs alone and is never changed after it is built (its
+    speed-up cache only memoises), so rounds that see a job's same measurements reuse it:
+    fitting dominated a round's time on clusters of many jobs. Bounded (least recently used).
+    """
+    return _size_model(tuple(observed.items()), per_node, prior)
+
+
+@functools.lru_cache(maxsize=8192)
+def _size_model(
+    observed: tuple[tuple[int, float], ...], per_node: int, prior: ScalingPrior
+) -> SizeModel:
+    return SizeModel(dict(observed), per_node, prior)

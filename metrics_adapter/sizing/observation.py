@@ -3,8 +3,13 @@
 Read from the adapter's scraped store (the sources keep these series for the sizer:
 :data:`SERIES`). A throughput observation at size n is taken only when every scraped pod of
 the job reports the same world (``edl_trainer_world_size`` n, one
-``edl_trainer_generation``), that world has n members reporting, and it has not changed
-during the whole window: a rate measured across a rescale would mix two sizes and the pause.
+``edl_trainer_generation``), that world has n members reporting, and it has *trained* during the whole window: the
+window starts no earlier than the first step seen in that generation (the first scrape at
+which ``edl_trainer_samples_total`` moved after the generation appeared). A rate measured
+across a rescale would mix two sizes and the pause; one measured from the generation's change
+would count the new world's start-up (seconds idle, tens of seconds on a loaded node) as slow
+training, and a size measured so looks slower than it is: the sizer would then not grow back
+to it.
 The job's throughput is the sum over its pods of the rate of ``edl_trainer_samples_total``.
 
 A pause observation is the largest new ``edl_trainer_rescale_pause_seconds`` (mean of the
@@ -102,7 +107,7 @@ class ThroughputObserver:
             samples_w = _one(self._store.windows(key, SAMPLES))
             if size_w is None or gen_w is None or samples_w is None:
                 continue
-            size, generation = size_w.latest(), self._steady(gen_w)
+            size, generation = size_w.latest(), self._trained(gen_w, samples_w)
             rate = samples_w.rate(self._window)
             if size is None or generation is None or rate is None or size.value < 1:
                 return None, None
@@ -116,20 +121,30 @@ class ThroughputObserver:
             return None, None
         return int(world_size), total
 
-    def _steady(self, w: MetricWindow) -> float | None:
-        """The generation if it held over the whole window (None: changed or too short)."""
-        samples = w.samples()
-        if not samples:
+    def _trained(self, gen_w: MetricWindow, samples_w: MetricWindow) -> float | None:
+        """The generation if it trained over the whole window (None: changed, or not yet).
+
+        The generation's start is the first of the trailing run of its value (the oldest kept
+        sample when no change is kept); its training starts at the first later scrape at which
+        the samples counter moved. Late by up to one scrape, never early: the pause stays out.
+        """
+        generations = gen_w.samples()
+        if not generations:
             return None
-        t_last, value = samples[-1]
-        covered = False
-        for t, v in reversed(samples):
+        value = generations[-1][1]
+        since = generations[-1][0]
+        for t, v in reversed(generations):
             if v != value:
-                return None
-            if t <= t_last - self._window:
-                covered = True
                 break
-        return value if covered else None
+            since = t
+        counts = [(t, v) for t, v in samples_w.samples() if t >= since]
+        if not counts:
+            return None
+        first = counts[0][1]
+        started = next((t for t, v in counts if v != first), None)
+        if started is None or started > counts[-1][0] - self._window:
+            return None
+        return value
 
     def _pause(self, pods: Iterable[PodKey]) -> tuple[float | None, int]:
         """The newest mean pause over the job's pods, and how many rescales that counts."""

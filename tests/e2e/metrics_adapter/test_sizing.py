@@ -84,9 +84,10 @@ EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 # alone (0.006 s a sample, 64 a step, split over at most 3 workers) is 200 x 23 steps x
 # 0.128 s = 589 s at 3 workers, the test's whole timeout. No gate here: a held job would
 # measure no throughput, and the sizer decides on throughput.
-TRAIN_ARGS = ["--epochs", "200", "--global-batch", "64", "--seed", "3", "--sample-sleep", "0.006"]
-"""Simulated compute of 6 ms per sample of a rank's share: ~0.4 s a step alone, ~0.13 s at 3.
-The job never finishes during the test (it is stopped at the end)."""
+TRAIN_ARGS = ["--epochs", "200", "--global-batch", "64", "--seed", "3", "--sample-sleep", "0.012"]
+"""Simulated compute of 12 ms per sample of a rank's share: ~0.77 s a step alone, ~0.26 s at 3,
+so 3 workers stay measurably faster than 2 (x 1.1 or more) while a loaded machine adds up to
+~2 s to every step. The job never finishes during the test (it is stopped at the end)."""
 WORKER = {"cpu": "1", "memory": "256Mi"}
 
 
@@ -497,18 +498,46 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
         mine = [j for j in page["plan"]["jobs"] if j["job"] == f"{ns}/trainer"]
         print(f"/debug/sizing after the shrink (this job):\n{json.dumps(mine, indent=1)}")
         assert mine and mine[0]["desired"] == 2
+        history_store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
+        # The urgent pod holds the job at 2 until a whole window at 2 is measured: growing back
+        # is then decided between two measured sizes, not against the prior.
+        wait_for(
+            lambda: 2 in history_store.load().observed(f"{ns}/trainer"),
+            timeout_s=180,
+            what="the shared history holding a measurement at 2 workers (a trained window)",
+            describe=lambda: str(history_store.load().observed(f"{ns}/trainer")),
+        )
 
         sizing.b.register()  # the HPA asks the other replica from now on
         sizing.b.wait_available(timeout_s=60)
         apps.delete_namespaced_deployment("urgent", ns)
+
+        def why_not_three() -> str:
+            """What each replica planned for the job, what it measured, and the pods."""
+            plans = {}
+            for name, adapter in (("a", sizing.a), ("b", sizing.b)):
+                try:
+                    jobs = sizing.debug_page(adapter)["plan"]["jobs"]
+                    plans[name] = [j for j in jobs if j["job"] == f"{ns}/trainer"]
+                except (requests.RequestException, KeyError) as e:
+                    plans[name] = [f"unreadable: {e!r}"]
+            pods = [
+                (p.metadata.name, p.spec.node_name, p.status.phase)
+                for p in core.list_namespaced_pod(ns).items
+            ]
+            measured = history_store.load().observed(f"{ns}/trainer")
+            return (
+                f"plans: {json.dumps(plans, indent=1)}\nhistory: {measured}\npods: {pods}\n"
+                f"{timeline.table()}\n{logs()}"
+            )
+
         wait_for(lambda: training_at(3), timeout_s=180, what="the job grown back to 3",
-                 describe=logs)  # fmt: skip
+                 describe=why_not_three)  # fmt: skip
         settled(3, "grown back, decided by replica b")
-        history_store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
         wait_for(
             lambda: 3 in history_store.load().observed(f"{ns}/trainer"),
             timeout_s=90,
-            what="the shared history holding a measurement at 3 workers (a steady window)",
+            what="the shared history holding a measurement at 3 workers (a trained window)",
             describe=lambda: str(history_store.load().observed(f"{ns}/trainer")),
         )
         events = events_for(core, ns, "Deployment", "trainer")  # before the teardown's own

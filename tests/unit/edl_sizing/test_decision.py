@@ -506,6 +506,18 @@ def test_growth_jumps_across_a_dip_to_the_size_that_pays() -> None:
     assert d.nodes == {"gpu-1": 4, "gpu-2": 4}
 
 
+def test_growth_reaches_a_measured_size_beyond_a_dip_more_than_a_node_ahead() -> None:
+    # imagenet on 4-GPU nodes, as its class measured it: 16 is slower than 13, 24 pays
+    imagenet = {3: 472.0, 7: 660.0, 10: 983.0, 12: 985.0, 13: 1146.0, 16: 1063.0, 24: 1900.0}
+    a = gpu_job("a", replicas=13, max_replicas=32, observed=imagenet)
+    placed = ["gpu-1"] * 4 + ["gpu-2"] * 4 + ["gpu-3"] * 4 + ["gpu-4"]
+    plan = decide(gpu_nodes(8), workers(a, placed), [a], now=100.0)
+    assert desired(plan)["a"] >= 24  # one node ahead (17) sees only the dip
+    # unmeasured beyond 16, the model still stops in front of the dip
+    short = replace(a, observed={n: x for n, x in imagenet.items() if n <= 16})
+    assert desired(decide(gpu_nodes(8), workers(a, placed), [short], now=100.0)) == {"a": 13}
+
+
 def test_growth_stops_at_the_fastest_size_it_can_reach() -> None:
     dip = {1: 100.0, 2: 200.0, 3: 300.0, 4: 400.0, 5: 250.0, 6: 300.0, 8: 700.0}
     a = gpu_job("a", replicas=4, observed=dip)

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from edl_sizing import ScalingCurve, ScalingPrior, fit_usl
+from edl_sizing.scaling import SizeModel, size_model
 
 
 @pytest.mark.parametrize(("sigma", "kappa"), [(0.1, 0.01), (0.03, 0.0), (0.0, 0.02), (0.25, 0.005)])
@@ -51,8 +52,20 @@ def test_one_size_fixes_only_lambda() -> None:
 
 def test_two_sizes_without_gain_stop_growth() -> None:
     curve = fit_usl({1: 100.0, 2: 101.0})
-    assert curve.marginal(2) < 0.05
     assert curve.sigma > 0.3
+    # a third worker is predicted within the sizer's hysteresis: no growth for it
+    assert SizeModel({1: 100.0, 2: 101.0}, 8).speedup(3) < 1.05 * 1.01
+
+
+def test_two_sizes_fit_contention_only_three_show_retrogression() -> None:
+    # 2 workers 1.18 x one (e.g. measured across two nodes): two sizes cannot tell
+    # contention from coherency, so no fall-off is assumed and 3 workers are worth a try
+    two = fit_usl({1: 158.0, 2: 186.0})
+    assert two.kappa == 0.0 and two.speedup(3) > two.speedup(2)
+    assert fit_usl({1: 158.0, 2: 186.0}, ScalingPrior(kappa=0.001)).kappa == 0.001
+    # a third size that is slower shows it
+    three = fit_usl({1: 158.0, 2: 186.0, 3: 170.0})
+    assert three.kappa > 0.0 and three.speedup(4) < three.speedup(2)
 
 
 def test_linear_scaling_keeps_marginal_near_one() -> None:
@@ -70,3 +83,14 @@ def test_constraints_never_give_negative_sigma_or_kappa() -> None:
     # Superlinear data (caches) would fit sigma < 0; the model clips it to 0.
     curve = fit_usl({1: 100.0, 2: 230.0, 3: 360.0, 4: 500.0})
     assert curve.sigma >= 0 and curve.kappa >= 0
+
+
+def test_size_model_is_shared_for_equal_inputs_and_predicts_as_a_fresh_one() -> None:
+    observed = {1: 100.0, 2: 190.0, 4: 350.0, 5: 200.0}
+    shared = size_model(dict(observed), 4)
+    assert size_model(dict(observed), 4) is shared
+    fresh = SizeModel(observed, 4)
+    assert [shared.speedup(n) for n in range(1, 13)] == [fresh.speedup(n) for n in range(1, 13)]
+    assert size_model({**observed, 8: 300.0}, 4) is not shared
+    assert size_model(observed, 8) is not shared
+    assert size_model(observed, 4, ScalingPrior(sigma=0.2)) is not shared

@@ -158,6 +158,49 @@ def test_throughput_is_observed_only_for_a_steady_world() -> None:
     assert provider.debug_page()["plan"]["jobs"][0]["curve"]["largestMeasured"] == 2
 
 
+def test_the_new_worlds_start_up_is_not_measured_as_slow_training() -> None:
+    """A rescale's start-up (the new world formed, no step yet) stays out of the rate."""
+    clock = Clock()
+    store = MetricStore(64, 600.0, clock)
+    history = MemoryHistoryStore()
+    sizer, _, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    agents(store, clock, size=2, generation=3, rate=180.0, seconds=12)
+    sizer.run_once()
+    assert history.load().observed("ml/trainer") == {2: 180.0}
+    # Generation 4 (still 2 workers) starts up for 6 s, then trains at 300 samples/s.
+    for _ in range(6):
+        clock.t += 1.0
+        for i in range(2):
+            store.ingest(
+                PodKey("ml", f"trainer-{i}"),
+                [
+                    Sample("edl_trainer_samples_total", {}, 1000 + 90.0 * 12),
+                    Sample("edl_trainer_world_size", {}, 2),
+                    Sample("edl_trainer_generation", {}, 4),
+                ],
+            )
+    done = 1000 + 90.0 * 12
+    for step in range(1, 13):
+        clock.t += 1.0
+        for i in range(2):
+            store.ingest(
+                PodKey("ml", f"trainer-{i}"),
+                [
+                    Sample("edl_trainer_samples_total", {}, done + 150.0 * step),
+                    Sample("edl_trainer_world_size", {}, 2),
+                    Sample("edl_trainer_generation", {}, 4),
+                ],
+            )
+        sizer.run_once()
+        measured = history.load().observed("ml/trainer")[2]
+        # Until it has trained a whole 10 s window the old figure stands; then only 300 counts
+        # (a window from the generation's change would have folded in ~130-240 first).
+        assert measured == 180.0 if step <= 10 else measured > 180.0, (step, measured)
+    observed = history.load().observed("ml/trainer")[2]
+    only_300 = [180.0 + 120.0 * (1 - 0.7**k) for k in (1, 2)]  # the history's mean, alpha 0.3
+    assert any(observed == pytest.approx(x) for x in only_300), observed
+
+
 def test_a_world_in_flux_is_not_observed() -> None:
     clock = Clock()
     store = MetricStore(64, 600.0, clock)
