@@ -3,14 +3,14 @@
 Read from the adapter's scraped store (the sources keep these series for the sizer:
 :data:`SERIES`). A throughput observation at size n is taken only when every scraped pod of
 the job reports the same world (``edl_trainer_world_size`` n, one
-``edl_trainer_generation``), that world has n members reporting, and it has *trained* during the whole window: the
-window starts no earlier than the first step seen in that generation (the first scrape at
-which ``edl_trainer_samples_total`` moved after the generation appeared). A rate measured
-across a rescale would mix two sizes and the pause; one measured from the generation's change
-would count the new world's start-up (seconds idle, tens of seconds on a loaded node) as slow
-training, and a size measured so looks slower than it is: the sizer would then not grow back
-to it.
-The job's throughput is the sum over its pods of the rate of ``edl_trainer_samples_total``.
+``edl_trainer_generation``), that world has n members reporting, and it has *trained* during
+the whole window: the window starts no earlier than the first step seen in that generation
+(the first scrape at which ``edl_trainer_samples_total`` moved after the generation
+appeared). A rate measured across a rescale would mix two sizes and the pause; one measured
+from the generation's change would count the new world's start-up (seconds idle, tens of
+seconds on a loaded node) as slow training, and a size measured so looks slower than it is:
+the sizer would then not grow back to it. The job's throughput is the sum over its pods of
+the rate of ``edl_trainer_samples_total``.
 
 A pause observation is the largest new ``edl_trainer_rescale_pause_seconds`` (mean of the
 rescales a pod counted since the last look) among the job's pods: every member waits
