@@ -6,14 +6,21 @@ test's inputs may take seconds each, and a slow machine is not a failing propert
 failed on `too_slow`: 2 inputs in 62 s). Tests set `max_examples` and nothing else; a unit test
 (tests/unit/architecture/test_hypothesis_profile.py) fails if one sets a deadline or replaces
 the suppressed health checks.
+
+Every test also gets the process environment back as it found it
+(:func:`tests.support.environment.restored_environment`): an in-process trainer exports its
+world into ``os.environ`` on purpose, and later tests must not see it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.support.environment import restored_environment
 
 _LAYERS = ("unit", "integration", "e2e")
 
@@ -34,3 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for layer in _LAYERS:
             if layer in parts:
                 item.add_marker(getattr(pytest.mark, layer))
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """What a test sets in ``os.environ`` ends with it."""
+    with restored_environment():
+        yield
