@@ -44,7 +44,6 @@ class _PodSeries:
     last_ingest: float = 0.0
     memo: dict[Hashable, object] = field(default_factory=dict)
     last_prune: float = 0.0
-    last_refusal_log: float = -math.inf
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,11 @@ class MetricStore:
         self._on_refused = on_refused
         self._lock = threading.RLock()
         self._pods: dict[PodKey, _PodSeries] = {}
+        self._refusals_logged: dict[PodKey, float] = {}
+        """When each refusing pod was last logged, apart from its data: a pod whose every
+        scrape is refused whole has none, and its entry expired and took the time along (the
+        warning came every expiry, ~75 s, not every 300 s). Entries older than the interval
+        are dropped, so this holds only pods logged in the last 300 s."""
         self._changes = 0
 
     @property
@@ -132,34 +136,35 @@ class MetricStore:
             entry.memo.clear()
             self._changes += 1
             if refused:
-                self._refused(pod, entry, refused, now)
+                self._refused(pod, refused, now)
         return stored
 
     def refuse(self, pod: PodKey, count: int) -> None:
         """Count and log ``count`` label sets of ``pod`` refused before ingest.
 
-        That is a scrape that alone exceeds ``max_series_per_pod``.
+        That is a scrape that alone exceeds ``max_series_per_pod``; nothing of it is stored.
         """
         with self._lock:
-            entry = self._pods.get(pod)
-            if entry is None:
-                entry = self._pods[pod] = _PodSeries(last_ingest=self._clock())
-            self._refused(pod, entry, count, self._clock())
+            self._refused(pod, count, self._clock())
 
-    def _refused(self, pod: PodKey, entry: _PodSeries, count: int, now: float) -> None:
+    def _refused(self, pod: PodKey, count: int, now: float) -> None:
         if self._on_refused is not None:
             self._on_refused(count)
-        if now - entry.last_refusal_log >= _REFUSAL_LOG_INTERVAL:
-            entry.last_refusal_log = now
-            log.warning(
-                "pod %s/%s exceeds the series cap (%d label sets, --max-series-per-pod): "
-                "refused %d new label sets (logged at most every %.0f s)",
-                pod.namespace,
-                pod.name,
-                self.max_series_per_pod,
-                count,
-                _REFUSAL_LOG_INTERVAL,
-            )
+        logged = self._refusals_logged
+        if now - logged.get(pod, -math.inf) < _REFUSAL_LOG_INTERVAL:
+            return
+        for key in [k for k, t in logged.items() if now - t >= _REFUSAL_LOG_INTERVAL]:
+            del logged[key]
+        logged[pod] = now
+        log.warning(
+            "pod %s/%s exceeds the series cap (%d label sets, --max-series-per-pod): "
+            "refused %d new label sets (logged at most every %.0f s)",
+            pod.namespace,
+            pod.name,
+            self.max_series_per_pod,
+            count,
+            _REFUSAL_LOG_INTERVAL,
+        )
 
     def _prune(self, entry: _PodSeries, now: float) -> None:
         """Drop label sets whose newest sample is older than ``prune_after``.

@@ -47,6 +47,22 @@ def test_new_label_sets_beyond_the_cap_are_refused_counted_and_logged_once(
     assert store.ingest(HOSTILE, gpus(0, 10)) == 10
 
 
+def test_a_pod_refused_whole_is_logged_every_300_s_not_at_each_expiry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its scrapes are refused before ingest, so it has no data to keep a log time with."""
+    clock = ManualClock()
+    store = MetricStore(8, expire_after=75, clock=clock, max_series_per_pod=10)
+    with caplog.at_level(logging.WARNING, logger="metrics_adapter.scraping.store"):
+        for _ in range(60):  # 10 minutes of scrapes every 10 s, each over the cap alone
+            store.refuse(HOSTILE, 11)
+            store.expire()
+            clock.t += 10
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings  # at 0 s and at 300 s
+    assert HOSTILE not in store.pods()  # a refused scrape stores nothing
+
+
 def test_label_sets_not_seen_for_the_prune_window_are_dropped() -> None:
     clock = ManualClock()
     store = MetricStore(8, 600, clock, max_series_per_pod=10, prune_after=30)
