@@ -143,11 +143,30 @@ def test_a_stale_plan_is_not_served() -> None:
     assert provider.debug_page()["stale"] is True
 
 
-def test_throughput_is_observed_only_for_a_steady_world() -> None:
+def observing() -> tuple[Clock, MetricStore, MemoryHistoryStore, Sizer, SizingProvider]:
+    """A sizer observing a scraped store, with its clock and the history it writes."""
     clock = Clock()
     store = MetricStore(64, 600.0, clock)
     history = MemoryHistoryStore()
     sizer, provider, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    return clock, store, history, sizer, provider
+
+
+def scrape_two(store: MetricStore, samples_each: float, generation: int) -> None:
+    """Both members of a world of 2 scraped once (no pause histogram)."""
+    for i in range(2):
+        store.ingest(
+            PodKey("ml", f"trainer-{i}"),
+            [
+                Sample("edl_trainer_samples_total", {}, samples_each),
+                Sample("edl_trainer_world_size", {}, 2),
+                Sample("edl_trainer_generation", {}, generation),
+            ],
+        )
+
+
+def test_throughput_is_observed_only_for_a_steady_world() -> None:
+    clock, store, history, sizer, provider = observing()
     agents(store, clock, size=2, generation=3, rate=180.0, seconds=5)
     sizer.run_once()
     assert history.load().observed("ml/trainer") == {}  # 5 s of a 10 s window: not yet
@@ -160,37 +179,18 @@ def test_throughput_is_observed_only_for_a_steady_world() -> None:
 
 def test_the_new_worlds_start_up_is_not_measured_as_slow_training() -> None:
     """A rescale's start-up (the new world formed, no step yet) stays out of the rate."""
-    clock = Clock()
-    store = MetricStore(64, 600.0, clock)
-    history = MemoryHistoryStore()
-    sizer, _, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    clock, store, history, sizer, _ = observing()
     agents(store, clock, size=2, generation=3, rate=180.0, seconds=12)
     sizer.run_once()
     assert history.load().observed("ml/trainer") == {2: 180.0}
     # Generation 4 (still 2 workers) starts up for 6 s, then trains at 300 samples/s.
+    done = 1000 + 90.0 * 12
     for _ in range(6):
         clock.t += 1.0
-        for i in range(2):
-            store.ingest(
-                PodKey("ml", f"trainer-{i}"),
-                [
-                    Sample("edl_trainer_samples_total", {}, 1000 + 90.0 * 12),
-                    Sample("edl_trainer_world_size", {}, 2),
-                    Sample("edl_trainer_generation", {}, 4),
-                ],
-            )
-    done = 1000 + 90.0 * 12
+        scrape_two(store, done, generation=4)
     for step in range(1, 13):
         clock.t += 1.0
-        for i in range(2):
-            store.ingest(
-                PodKey("ml", f"trainer-{i}"),
-                [
-                    Sample("edl_trainer_samples_total", {}, done + 150.0 * step),
-                    Sample("edl_trainer_world_size", {}, 2),
-                    Sample("edl_trainer_generation", {}, 4),
-                ],
-            )
+        scrape_two(store, done + 150.0 * step, generation=4)
         sizer.run_once()
         measured = history.load().observed("ml/trainer")[2]
         # Until it has trained a whole 10 s window the old figure stands; then only 300 counts
@@ -202,10 +202,7 @@ def test_the_new_worlds_start_up_is_not_measured_as_slow_training() -> None:
 
 
 def test_a_world_in_flux_is_not_observed() -> None:
-    clock = Clock()
-    store = MetricStore(64, 600.0, clock)
-    history = MemoryHistoryStore()
-    sizer, _, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    clock, store, history, sizer, _ = observing()
     agents(store, clock, size=2, generation=3, rate=180.0, seconds=6)
     agents(store, clock, size=2, generation=4, rate=180.0, seconds=6)  # a rescale in the window
     sizer.run_once()
@@ -228,10 +225,7 @@ def test_a_world_in_flux_is_not_observed() -> None:
 
 
 def test_rescale_pauses_are_measured_from_the_histogram_deltas() -> None:
-    clock = Clock()
-    store = MetricStore(64, 600.0, clock)
-    history = MemoryHistoryStore()
-    sizer, _, _, _ = build(StaticCapacitySource(snapshot()), clock, store, history)
+    clock, store, history, sizer, _ = observing()
     agents(store, clock, size=2, generation=3, rate=100.0, seconds=2, pauses=(2.0, 5.0))
     sizer.run_once()  # baseline: what happened before the adapter looked is not counted
     assert history.load().pause("ml/trainer") == 0.0
