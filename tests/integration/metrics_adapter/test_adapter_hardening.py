@@ -248,10 +248,10 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, agents: int, pki: Pki) -> 
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory, agents: int, pki: Pki) -> Iterator[Adapter]:
-    """The same, but a handshake may take a minute: the fuzz never stalls one, and on a loaded
-    machine 32 concurrent handshakes once outlasted 3 s. The server then closes the connection
-    before reading the request (there is no HTTP to answer in), which the fuzz saw as "no HTTP
-    answer" for a request that was never read."""
+    """The same, but a handshake may take a minute: the fuzz never stalls one. Against 3 s, one
+    case of 10,000 once got no answer beside two burners and another test run, with nothing
+    logged: most likely its handshake outlasted the deadline on the server's side after the
+    client had finished its own (TLS 1.3), so the server closed before reading the request."""
     adapter = _delegated(tmp_path_factory, agents, pki, "fuzzed", "60s")
     yield adapter
     adapter.proc.stop()
