@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -27,7 +26,7 @@ class PodScraper:
     """Every ``interval``, GETs each pod's ``scrape_url`` and stores the catalogue's series.
 
     Each scrape runs on a worker pool with a connect/read timeout *and* a total deadline
-    (``timeout``, the response head included when ``session`` is a `DeadlineSession`), and a
+    (``timeout``, the response head included: ``session`` is a `DeadlineSession`), and a
     body limit (``max_bytes``); a pod still in flight is not scraped again.
     Failures are counted by reason; the pod's samples simply stop arriving, go stale and expire.
     A scrape with more samples of the needed series than the store keeps per pod is refused
@@ -40,7 +39,7 @@ class PodScraper:
         store: MetricStore,
         catalogue: CatalogueHolder,
         metrics: AdapterMetrics,
-        session: requests.Session,
+        session: DeadlineSession,
         interval: float,
         timeout: float,
         max_bytes: int = 8 << 20,
@@ -112,18 +111,12 @@ class PodScraper:
         self._store.ingest(pod.key, samples)
         return True
 
-    def _deadline(self, at: float) -> contextlib.AbstractContextManager[None]:
-        """The session's deadline when it keeps one (else urllib3's per-read timeout only)."""
-        if isinstance(self._session, DeadlineSession):
-            return self._session.deadline(at)
-        return contextlib.nullcontext()
-
     def _fetch(self, url: str, scan: ExpositionScan) -> None:
         """GETs ``url`` and feeds its body to ``scan`` as it arrives (never held whole)."""
         deadline = time.monotonic() + self._timeout
         try:
             with (
-                self._deadline(deadline),
+                self._session.deadline(deadline),
                 self._session.get(
                     url,
                     timeout=(min(self._timeout, 3.0), self._timeout),
