@@ -22,9 +22,8 @@ def restored_environment(environ: MutableMapping[str, str] | None = None) -> Ite
     try:
         yield
     finally:
-        if dict(env) != saved:
-            for name in [n for n in env if n not in saved]:
-                del env[name]
-            for name, value in saved.items():
-                if env.get(name) != value:
-                    env[name] = value
+        for name in [n for n in env if n not in saved]:
+            del env[name]
+        for name, value in saved.items():
+            if env.get(name) != value:
+                env[name] = value
