@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -67,15 +68,28 @@ def kill_everything(job: Job) -> None:
     psutil.wait_procs(trainers, timeout=30)
 
 
-def started_steps(ledger: Path) -> int:
-    """The highest global step any trainer began (its intent is logged before the step)."""
-    steps = [
-        int(json.loads(line)["s"])
+def intents(ledger: Path) -> list[dict[str, Any]]:
+    """Every step intent the trainers logged (each rank logs its own before the step)."""
+    return [
+        json.loads(line)
         for path in ledger.glob("ledger-*.jsonl")
         for line in path.read_text().splitlines()
         if '"s":' in line
     ]
-    return max(steps)
+
+
+def started_steps(ledger: Path) -> int:
+    """The highest global step any trainer began (its intent is logged before the step)."""
+    return max(int(record["s"]) for record in intents(ledger))
+
+
+def begun_samples(ledger: Path, step: int) -> int:
+    """The samples of `step` that its ranks had logged when the job was killed.
+
+    The kill may land between the two ranks' intents for the last step; then only one
+    rank's share of it was begun (and is redone).
+    """
+    return sum(len(record["ids"]) for record in intents(ledger) if record["s"] == step)
 
 
 def metric(text: str, name: str) -> float:
@@ -120,6 +134,7 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
         )
         kill_everything(job)
         last_started = started_steps(job.ledger)
+        last_begun = begun_samples(job.ledger, last_started)
         manifests = checkpoints.manifests()
         assert manifests and manifests[0].step <= last_started < STEPS
         expected: Manifest = manifests[0]
@@ -160,7 +175,11 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
         assert restored_from == {expected.step: expected.name}  # the last usable checkpoint
         redone = range(expected.step, last_started + 1)
         assert report.rolled_back_steps == len(redone)
-        assert report.redone_samples == sum(step_sizes()[s] for s in redone)
+        # Every earlier step was begun by both ranks (a rank logs step s+1 only after the
+        # all-reduce of s, which needs the other's step s); the last, by one or by both.
+        sizes = step_sizes()
+        assert 0 < last_begun <= sizes[last_started]
+        assert report.redone_samples == sum(sizes[s] for s in redone[:-1]) + last_begun
         assert f"restoring from checkpoint {expected.name} (step {expected.step}" in logs
         assert metric(rank0, "edl_trainer_checkpoint_invalid_total") == (1 if corrupt else 0)
         assert metric(rank0, "edl_trainer_checkpoint_last_step") == STEPS  # the finish
