@@ -181,7 +181,10 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
         assert 0 < last_begun <= sizes[last_started]
         assert report.redone_samples == sum(sizes[s] for s in redone[:-1]) + last_begun
         assert f"restoring from checkpoint {expected.name} (step {expected.step}" in logs
-        assert metric(rank0, "edl_trainer_checkpoint_invalid_total") == (1 if corrupt else 0)
+        # Each trainer that restores reads the corrupt one again (a world of 1 may form, and
+        # restore, before the second agent joins under load): at least once, never without it.
+        invalid = metric(rank0, "edl_trainer_checkpoint_invalid_total")
+        assert invalid >= 1 if corrupt else invalid == 0
         assert metric(rank0, "edl_trainer_checkpoint_last_step") == STEPS  # the finish
         assert metric(rank0, "edl_trainer_checkpoint_seconds_count") >= 1
         if corrupt:
