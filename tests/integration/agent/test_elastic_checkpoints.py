@@ -78,18 +78,18 @@ def intents(ledger: Path) -> list[dict[str, Any]]:
     ]
 
 
-def started_steps(ledger: Path) -> int:
+def started_steps(records: list[dict[str, Any]]) -> int:
     """The highest global step any trainer began (its intent is logged before the step)."""
-    return max(int(record["s"]) for record in intents(ledger))
+    return max(int(record["s"]) for record in records)
 
 
-def begun_samples(ledger: Path, step: int) -> int:
+def begun_samples(records: list[dict[str, Any]], step: int) -> int:
     """The samples of `step` that its ranks had logged when the job was killed.
 
     The kill may land between the two ranks' intents for the last step; then only one
     rank's share of it was begun (and is redone).
     """
-    return sum(len(record["ids"]) for record in intents(ledger) if record["s"] == step)
+    return sum(len(record["ids"]) for record in records if record["s"] == step)
 
 
 def metric(text: str, name: str) -> float:
@@ -133,8 +133,9 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
             describe=exit_codes(job.procs),
         )
         kill_everything(job)
-        last_started = started_steps(job.ledger)
-        last_begun = begun_samples(job.ledger, last_started)
+        before_the_kill = intents(job.ledger)
+        last_started = started_steps(before_the_kill)
+        last_begun = begun_samples(before_the_kill, last_started)
         manifests = checkpoints.manifests()
         assert manifests and manifests[0].step <= last_started < STEPS
         expected: Manifest = manifests[0]
