@@ -127,7 +127,7 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
             what="a world of 1 training",
             describe=logs,
         )
-        last_pause(wait_for(lambda: agents_agree(1, gen), timeout_s=20, what="metrics of 1"))
+        last_pause(wait_for(lambda: agents_agree(1, gen), timeout_s=90, what="metrics of 1"))
         for size in (3, 2, 1):
             before = watch.global_step()
             t0 = time.monotonic()
@@ -141,7 +141,7 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
             took = time.monotonic() - t0
             seen = wait_for(
                 functools.partial(agents_agree, size, gen),
-                timeout_s=20,
+                timeout_s=90,
                 what=f"every agent exporting world_size {size}, generation {gen}",
                 describe=logs,
             )

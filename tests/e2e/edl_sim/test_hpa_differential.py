@@ -266,7 +266,7 @@ def test_model_decides_like_the_real_controller(
     log = control_plane.controller_manager.log
     syncs = wait_for(
         lambda: read_syncs(log, ns, "trainer", since=t_created) or None,
-        timeout_s=10,
+        timeout_s=60,
         what="HPA syncs in the kube-controller-manager log",
     )
     # The recording, for replaying offline (`pickle.load` -> syncs, metric and pod reads).
