@@ -411,20 +411,33 @@ def test_with_the_real_edl_agent(tmp_path: Path) -> None:
 
             # However fast the machine lets it step, every step is 32 samples: the two rates
             # the adapter derives from the agent's counters agree (read a moment apart, so
-            # allow what the window moved), and no rate beats one step per 0.1 s sleep by more
-            # than scrape jitter can explain (samples are stamped when scraped, ±one interval
-            # of skew on a few-second window; a double count would be 2x).
+            # allow what the window moved), and the rate settles at no more than one step per
+            # 0.1 s sleep. Samples are stamped when scraped and counters move when the trainer
+            # flushes, so a reading can overshoot by (lag change) / (window span): on a loaded
+            # machine that was 1.56x on a young window (CI). The span grows to the catalogue's
+            # 30 s, so the overshoot dies away however slow the machine; a double count stays
+            # at 2x on every window and never reads 1.5x or less.
             def consistent() -> tuple[float, float] | None:
                 samples, steps = rate(), rate("steps_per_second")
                 return (samples, steps) if samples == pytest.approx(32 * steps, rel=0.05) else None
 
-            seen = wait_for(
+            def settled() -> tuple[float, float] | None:
+                seen = consistent()
+                return seen if seen is not None and 0 < seen[0] <= 32 / 0.1 * 1.5 else None
+
+            wait_for(
                 consistent,
                 timeout_s=60,
                 what="samples_per_second = 32 x steps_per_second",
                 interval_s=0.5,
             )
-            assert 0 < seen[0] <= 32 / 0.1 * 1.5, (seen, trainer.tail())
+            wait_for(
+                settled,
+                timeout_s=90,
+                what="a samples rate of at most 1.5 x 320/s",
+                interval_s=0.5,
+                describe=trainer.tail,
+            )
         finally:
             adapter.proc.stop()
     finally:
