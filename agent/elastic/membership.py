@@ -43,9 +43,11 @@ class MembershipSettings:
     """EDL_MEMBER_TTL: a member whose heartbeat has not changed for this long is gone."""
     debounce: float = DEFAULTS["debounce"]
     """EDL_DEBOUNCE: the longest the live set must be still before a new generation is
-    written. Adaptive: a lone change waits `JOIN_QUIET_SHARE` of it, each further change of
-    the pending set widens the window by as much, so a burst is batched while a single
-    joiner is not held the full debounce. A planned leave does not wait (`leave`)."""
+    written. Adaptive: a lone change to a steady world (no change for a debounce) waits
+    `LONE_QUIET_SHARE` of it; otherwise a change waits `JOIN_QUIET_SHARE` of it and each
+    further change of the pending set widens the window by as much, so a burst is batched
+    while a single joiner is not held the full debounce. A planned leave does not wait
+    (`leave`)."""
     max_debounce: float = DEFAULTS["max_debounce"]
     """EDL_MAX_DEBOUNCE: a pending change is written after this long even if joins keep coming."""
     poll_interval: float = DEFAULTS["poll_interval"]
@@ -66,7 +68,15 @@ class _Seen:
 
 
 JOIN_QUIET_SHARE = 0.25
-"""The quiet a lone membership change waits, as a share of the debounce (per change seen)."""
+"""The quiet a membership change waits, as a share of the debounce (per change seen)."""
+
+LONE_QUIET_SHARE = 0.05
+"""The quiet a lone change waits when the world was steady for a debounce before it.
+
+A join that breaks a debounce of stillness is most likely alone (a replacement pod, a
+scale-up of one): it is written almost at once. A second change inside that quiet, or any
+change while the world is still settling, is a burst and gets `JOIN_QUIET_SHARE` per change.
+"""
 
 
 @dataclass
@@ -76,6 +86,8 @@ class _Pending:
     live: frozenset[str] = field(default_factory=frozenset)
     changes: int = 1
     """How often the pending live set changed: the burst so far."""
+    lone: bool = False
+    """It broke a steady world (no change seen for a debounce before it)."""
 
 
 class Membership:
@@ -97,6 +109,8 @@ class Membership:
         self._seen: dict[str, _Seen] = {}
         self._known: World | None = None
         self._pending: _Pending | None = None
+        self._changed_at = float("-inf")
+        """When this agent last saw the world or the live set change (`LONE_QUIET_SHARE`)."""
         self._last_beat = float("-inf")
         self._last_beat_ok = clock()
         self._unreachable_since: float | None = None
@@ -150,6 +164,8 @@ class Membership:
     def _quiet_needed(self, pending: _Pending) -> float:
         """The adaptive debounce: a share of `debounce` per change seen, at most all of it."""
         debounce = self._settings.debounce
+        if pending.lone and pending.changes == 1:
+            return debounce * LONE_QUIET_SHARE
         return min(debounce, debounce * JOIN_QUIET_SHARE * pending.changes)
 
     def pending_for(self) -> float:
@@ -403,6 +419,7 @@ class Membership:
                     current.generation,
                     current.size,
                 )
+        self._changed_at = self._clock()
         if current.finished and not (known is not None and known.finished):
             log.info(
                 "generation %d is finished (step %s): the job is done",
@@ -414,8 +431,11 @@ class Membership:
     def _due(self, live: list[Member], now: float) -> bool:
         keys = frozenset(m.key for m in live)
         if self._pending is None:
-            self._pending = _Pending(since=now, last_change=now, live=keys)
+            steady = self._known is not None and now - self._changed_at >= self._settings.debounce
+            self._pending = _Pending(since=now, last_change=now, live=keys, lone=steady)
+            self._changed_at = now
         elif keys != self._pending.live:
+            self._changed_at = now
             self._pending.live, self._pending.last_change = keys, now
             self._pending.changes += 1
         quiet = now - self._pending.last_change >= self._quiet_needed(self._pending)
@@ -452,6 +472,7 @@ class Membership:
         )
         self._known = world
         self._pending = None
+        self._changed_at = self._clock()
         return True
 
 

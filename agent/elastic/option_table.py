@@ -137,8 +137,9 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         duration(allow_zero=True),
         "1s",
         "joins wait for the live set to be still before a new generation is written: a lone "
-        "change a quarter of this, each further change in the window a quarter more, up to "
-        "this (a burst becomes one); a planned leave is written at once",
+        "change to a world still for this long 5 % of this, otherwise a quarter of this and "
+        "each further change in the window a quarter more, up to this (a burst becomes one); "
+        "a planned leave is written at once",
         MEMBERSHIP,
     ),
     Option(

@@ -13,6 +13,7 @@ from agent.elastic.world import Member, World
 SETTINGS = MembershipSettings(
     min_size=1, max_size=3, heartbeat_interval=1.0, ttl=5.0, debounce=1.0, max_debounce=4.0
 )
+WIDE = MembershipSettings(max_size=8, ttl=5.0, debounce=1.0, max_debounce=4.0)
 
 
 class Clock:
@@ -278,34 +279,57 @@ def test_a_member_outside_the_world_leaves_without_writing_one(tmp_path: Path) -
     assert World.from_json((tmp_path / "world.json").read_text()).generation == 1
 
 
-def test_a_lone_joiner_waits_a_quarter_of_the_debounce_a_burst_is_batched(tmp_path: Path) -> None:
-    settings = MembershipSettings(max_size=8, ttl=5.0, debounce=1.0, max_debounce=4.0)
-    job = Job(tmp_path, settings)
+def test_a_lone_joiner_to_a_steady_world_is_written_at_once_a_burst_is_batched(
+    tmp_path: Path,
+) -> None:
+    job = Job(tmp_path, WIDE)
     for name in "ab":
         job.add(name)
-    job.run(2)
+    job.run(2)  # the world of a, b forms and stays still for more than a debounce
     job.add("c")
-    job.run(0.6)  # seen at +0.2, quiet 0.25 s later: written at +0.6, not after a full second
+    job.run(0.1, step=0.01)  # seen at the first tick, written 50 ms (5 % of 1 s) later
     assert job.ids("a") == ["a", "b", "c"]
     before = job.agents["a"].world.generation  # type: ignore[union-attr]
-    for name in "def":  # a burst: each joiner comes inside the window the previous one opened
+    for name in "de":  # the world is still settling: a quarter of the debounce per change
         job.add(name)
         job.run(0.2)
+    assert job.ids("a") == ["a", "b", "c"]  # d, e pending: 0.5 s of quiet after e
+    job.add("f")
     job.run(2)
     world = job.agents["a"].world
     assert world is not None and [m.id for m in world.members] == list("abcdef")
     assert world.generation == before + 1  # the burst became one generation
 
 
-def test_a_pending_change_says_when_it_is_due(tmp_path: Path) -> None:
-    job = Job(tmp_path)
+def test_a_second_change_inside_the_lone_quiet_makes_it_a_burst(tmp_path: Path) -> None:
+    job = Job(tmp_path, WIDE)
     for name in "ab":
         job.add(name)
     job.run(2)
-    assert job.agents["a"].due_in() is None  # nothing pending
+    before = job.agents["a"].world.generation  # type: ignore[union-attr]
+    job.add("c")
+    job.run(0.02, step=0.01)  # inside c's 50 ms
+    job.add("d")
+    job.run(0.1, step=0.01)  # past c's 50 ms: a burst now, no one writes c alone
+    assert job.ids("a") == ["a", "b"]
+    job.run(1)
+    assert job.ids("a") == ["a", "b", "c", "d"]
+    assert job.agents["a"].world.generation == before + 1  # type: ignore[union-attr]
+
+
+def test_a_pending_change_says_when_it_is_due(tmp_path: Path) -> None:
+    job = Job(tmp_path, WIDE)
+    for name in "ab":
+        job.add(name)
+    job.run(0.6)  # the world of a, b: just written, not yet still for a debounce
+    assert job.ids("a") == ["a", "b"] and job.agents["a"].due_in() is None  # nothing pending
     job.add("c")
     job.run(0.2)  # a saw c: pending, due a quarter of the 1 s debounce later
     assert job.agents["a"].due_in() == pytest.approx(0.25)
     job.clock.now += 0.25
     job.agents["a"].tick()
     assert job.ids("a") == ["a", "b", "c"] and job.agents["a"].due_in() is None
+    job.run(2)  # still for a debounce: a lone change is due 5 % of it after it was seen
+    job.add("d")
+    job.agents["a"].tick()
+    assert job.agents["a"].due_in() == pytest.approx(0.05)
