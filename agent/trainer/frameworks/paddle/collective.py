@@ -9,6 +9,7 @@ This module imports Paddle; the agent process never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -24,6 +25,7 @@ from agent.trainer.frameworks.base import ReduceOp, Reducer
 from agent.trainer.frameworks.paddle import FRAMEWORK
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
 from agent.trainer.frameworks.paddle.inprocess import StoreKeeper, form_group, self_test
+from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
 
 _OPS: dict[ReduceOp, Any] = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 
@@ -59,7 +61,9 @@ class PaddleCollective(ArrayCollective):
             self._group = form_group(world, int(timeout_seconds), self._stores).group
         else:
             os.environ.update(FRAMEWORK.launch_env(world))  # its store: at world.master
-            dist.init_parallel_env()
+            host, _, port = world.master.rpartition(":")
+            with StoreNoDelay(int(port)) if host and port.isdigit() else contextlib.nullcontext():
+                dist.init_parallel_env()
 
     def _all_reduce(self, values: npt.NDArray[np.int64], op: ReduceOp) -> npt.NDArray[np.int64]:
         tensor = paddle.to_tensor(values, dtype="int64")

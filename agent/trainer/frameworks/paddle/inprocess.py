@@ -30,6 +30,7 @@ import paddle.distributed as dist
 from agent.protocol.errors import ElasticError
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.paddle import FRAMEWORK
+from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,9 @@ def self_test(backend: str) -> str | None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        store = core.TCPStore("127.0.0.1", port, True, 1, 10)
-        pg = core.ProcessGroupGloo.create(store, 0, 1, GID_BASE - 1)
+        with StoreNoDelay(port):
+            store = core.TCPStore("127.0.0.1", port, True, 1, 10)
+            pg = core.ProcessGroupGloo.create(store, 0, 1, GID_BASE - 1)
         group = group_cls(0, GID_BASE - 1, [0], pg=pg, name="edl_self_test")
         probe = paddle.to_tensor([2.0])
         dist.all_reduce(probe, group=group)
@@ -112,9 +114,10 @@ def form_group(world: TrainerWorld, timeout_seconds: int, stores: StoreKeeper) -
     gid = GID_BASE + world.generation
     # num_workers 1: rank 0's store does not wait in its constructor for clients that
     # connect only once it exists; the gloo rendezvous below waits for every rank's keys.
-    store = core.TCPStore(host, int(port), world.rank == 0, 1, timeout_seconds)
-    stores.append(store)
-    pg = core.ProcessGroupGloo.create(store, world.rank, world.world_size, gid)
+    with StoreNoDelay(int(port)):  # ~40 ms per store round trip otherwise (store_nodelay.py)
+        store = core.TCPStore(host, int(port), world.rank == 0, 1, timeout_seconds)
+        stores.append(store)
+        pg = core.ProcessGroupGloo.create(store, world.rank, world.world_size, gid)
     group = group_cls(
         world.rank, gid, list(range(world.world_size)), pg=pg, name=f"edl_g{world.generation}"
     )
