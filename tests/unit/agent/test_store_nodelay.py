@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
+from tests.support.net import free_port
 from tests.support.waiting import wait_for
 
 
@@ -66,9 +67,7 @@ def test_no_proc_nothing_changes(tmp_path: Path) -> None:
 def test_paddle_s_own_store_gets_it() -> None:
     """The real TCPStore: its server's listener and its client connection are tuned."""
     core = pytest.importorskip("paddle.base.core")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     with StoreNoDelay(port) as tuner:
         store = core.TCPStore("127.0.0.1", port, True, 1, 10)
         store.set("k", "v")
