@@ -310,14 +310,27 @@ def exits(nodes: dict[str, subprocess.Popen[bytes]], log_of: Callable[[str], Pat
     return "; ".join(parts) or "every node still runs"
 
 
-def kill_groups(procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    """SIGKILL to each launcher's process group (it runs in its own session)."""
+def kill_groups(procs: dict[str, subprocess.Popen[bytes]], workdir: Path) -> None:
+    """SIGKILL to each launcher's process group (it runs in its own session), then to every
+    process still running from `workdir`: torchrun's and Paddle's launchers start their
+    workers in sessions of their own, and a launcher that exited leaves them orphaned (they
+    trained on, two cores' worth, under every later figure of the run)."""
     for proc in procs.values():
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.wait(10)
+    strays = []
+    for p in psutil.process_iter(["cmdline"]):
+        if p.pid != os.getpid() and any(str(workdir) in a for a in p.info["cmdline"] or ()):
+            strays.append(p)
+    for p in strays:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(strays, timeout=10)
 
 
 # -- Paddle's own elastic launcher --------------------------------------------------------------
@@ -390,7 +403,7 @@ def bench_paddle(
             lambda name: tmp / f"launcher-{name}.log",
         )
     finally:
-        kill_groups(launchers)
+        kill_groups(launchers, tmp)
         etcd_proc.kill()
         etcd_proc.wait(10)
 
@@ -463,7 +476,7 @@ def bench_torchrun(tmp: Path) -> list[tuple[str, dict[str, float]]]:
     try:
         return launcher_events("torchrun", launch, nodes, first_at)
     finally:
-        kill_groups(nodes)
+        kill_groups(nodes, tmp)
 
 
 def show(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
