@@ -220,10 +220,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 def _delegated(
-    tmp_path_factory: pytest.TempPathFactory, agents: int, pki: Pki, name: str, handshake: str
+    tmp_path_factory: pytest.TempPathFactory,
+    agents: int,
+    pki: Pki,
+    name: str,
+    handshake: str,
+    head: str = "500ms",
 ) -> Adapter:
-    """Delegated requestheader authentication (no cluster: authorization off), a 500 ms
-    request-head deadline, and the TLS handshake deadline given."""
+    """Delegated requestheader authentication (no cluster: authorization off), and the TLS
+    handshake and request-head deadlines given."""
     return launch(
         tmp_path_factory.mktemp(name),
         pods(agents, 2),
@@ -234,7 +239,7 @@ def _delegated(
         "--requestheader-allowed-names=front-proxy-client",
         "--authorization=none",
         f"--tls-handshake-timeout={handshake}",
-        "--request-header-timeout=500ms",
+        f"--request-header-timeout={head}",
     )
 
 
@@ -248,11 +253,15 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, agents: int, pki: Pki) -> 
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory, agents: int, pki: Pki) -> Iterator[Adapter]:
-    """The same, but a handshake may take a minute: the fuzz never stalls one. Against 3 s, one
-    case of 10,000 once got no answer beside two burners and another test run, with nothing
-    logged: most likely its handshake outlasted the deadline on the server's side after the
-    client had finished its own (TLS 1.3), so the server closed before reading the request."""
-    adapter = _delegated(tmp_path_factory, agents, pki, "fuzzed", "60s")
+    """The same, but a handshake may take a minute and a head 5 s: the fuzz never stalls
+    either. Against 3 s, one case of 10,000 once got no answer beside two burners and another
+    test run, with nothing logged: most likely its handshake outlasted the deadline on the
+    server's side after the client had finished its own (TLS 1.3). With the handshake at 60 s
+    and the head at 500 ms, one case of 10,000 got no answer beside two burners: the server
+    closes a connection that sent no byte within the head deadline after its handshake, as it
+    should, and under that load one of the 32 client threads can take longer than 500 ms to
+    send. The truncated cases (about 5 %) still end on this deadline, as 408s."""
+    adapter = _delegated(tmp_path_factory, agents, pki, "fuzzed", "60s", head="5s")
     yield adapter
     adapter.proc.stop()
 
