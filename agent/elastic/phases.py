@@ -856,6 +856,10 @@ def _finished(s: State, o: Observation, rules: Rules, r: _Round) -> State:
 
 
 def _leaving(s: State, o: Observation, rules: Rules, r: _Round) -> State:
+    if s.running is not None and o.timings is not None and o.timings.first_step is not None:
+        # A rescale it stepped out of just before the leave still ends at that step: the
+        # pause it lived through is counted and logged like any other.
+        r.do(Stepped(s.running.generation, o.timings))
     if o.exit is not None:
         status = s.status
         return _done(

@@ -441,6 +441,27 @@ CASES = [
         check={"status": 134},
     ),
     Case(
+        "leaving: a first step in the new world just before the leave ends its rescale",
+        running(G2, phase=Phase.LEAVING, decided=T0 - 1, deadline=T0 + 29),
+        seen(timings=STEPPING),
+        Phase.LEAVING,
+        (Stepped,),
+    ),
+    Case(
+        "leaving: the trainer gone after its first step there, the rescale still ends",
+        running(G2, phase=Phase.LEAVING, decided=T0 - 1, deadline=T0 + 29),
+        seen(timings=STEPPING, exit=ended(RESCALE_EXIT)),
+        Phase.DONE,
+        (Stepped,),
+    ),
+    Case(
+        "leaving: no step in the new world yet, nothing to end",
+        running(G2, phase=Phase.LEAVING, decided=T0 - 1, deadline=T0 + 29),
+        seen(timings=Timings(started=1.0, imported=1.0, master=1.0)),
+        Phase.LEAVING,
+        (),
+    ),
+    Case(
         "leaving: not gone within the drain bound, stopped",
         running(phase=Phase.LEAVING, decided=T0 - 30, deadline=T0),
         seen(),
