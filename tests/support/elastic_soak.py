@@ -279,15 +279,34 @@ class Soak:
     def settled(self) -> bool:
         """The newest world has everyone (or is full) and trains: every member stepped in
         it, half a second ago or more."""
+        return self.unsettled() == ""
+
+    def unsettled(self) -> str:
+        """Why the world has not settled ("" once it has): what a failed wait reports."""
         generation, members = self.world()
-        if not members or not set(members) <= set(self.alive):
-            return False
+        if not members:
+            return f"no world yet (generation {generation})"
+        where = f"generation {generation} {members}, alive {self.alive}"
+        if not set(members) <= set(self.alive):
+            return f"{where}: {sorted(set(members) - set(self.alive))} gone but still members"
         if len(members) < self.settings.max_world and set(self.alive) - set(members):
-            return False  # a joiner is not in yet
-        firsts = [self.first_step(m, generation) for m in members]
-        if any(f is None for f in firsts):
-            return False
-        return time.time() - max(f for f in firsts if f is not None) > 0.5
+            return f"{where}: {sorted(set(self.alive) - set(members))} not in yet"
+        firsts = {m: self.first_step(m, generation) for m in members}
+        waiting = sorted(m for m, f in firsts.items() if f is None)
+        if waiting:
+            return f"{where}: no first step yet on {waiting}"
+        if time.time() - max(f for f in firsts.values() if f is not None) <= 0.5:
+            return f"{where}: stepped under half a second ago"
+        return ""
+
+    def log_tail(self, name: str, lines: int = 6) -> str:
+        """The last agent lines of member `name`'s log (framework noise left out)."""
+        try:
+            text = (self.job.tmp / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        agent = [line for line in text.splitlines() if line.startswith("edl-agent")]
+        return "\n    ".join(agent[-lines:]) or "(no agent line)"
 
     def reap(self) -> None:
         for name in list(self.alive):
@@ -392,7 +411,12 @@ class Soak:
             mid = False
             while len(self.actions) < s.events and not self.done():
                 if not mid and not self.wait_settled(s.settle_timeout):
-                    self.log(f"soak: world not settled after {s.settle_timeout:.0f} s")
+                    self.log(
+                        f"soak: world not settled after {s.settle_timeout:.0f} s: "
+                        f"{self.unsettled()}"
+                    )
+                    for name in sorted(set(self.alive) | set(self.world()[1])):
+                        self.log(f"  {name}: {self.log_tail(name)}")
                 self.reap()
                 kind, name = self.choose(removal=mid)
                 if kind == "wait":
