@@ -55,6 +55,10 @@ RECORD = re.compile(r"rescale to generation (\d+)(?: \(([^)]*)\))?: pause ([0-9.
 LEDGER_NAME = re.compile(r"^ledger-(.+)-g(\d+)-r(\d+)-(\d+)\.jsonl$")
 GLOBAL_BATCH = 64
 STEPS_PER_EPOCH = -(-NUM_TRAIN // GLOBAL_BATCH)
+TRAINER_WAIT_SECONDS = 60.0
+"""Longest wait for a member's next trainer incarnation when an event needs one."""
+MAX_PASSED_OVER = 5
+"""Events that found no trainer to act on before a run gives up (a bound, not a figure)."""
 AGENT_RECORD_SECONDS = 5.0
 """An agent logs a rescale within a poll of its trainer's first step; one SIGKILLed within
 this long after that step may not have (it is no survivor: it left the job)."""
@@ -336,26 +340,66 @@ class Soak:
             kids = psutil.Process(self.job.procs[name].pid).children()
         except psutil.Error:
             return None
-        return kids[0] if kids else None
+        live = [k for k in kids if not gone(k)]
+        return live[0] if live else None
 
-    def fire(self, kind: str, name: str) -> None:
+    def freeze_trainer(self, name: str) -> tuple[psutil.Process, float] | None:
+        """SIGSTOPs the process group of member `name`'s live trainer: it, and when it stood
+        still; None: it has none.
+
+        A trainer that is stopped cannot end on its own before the next signal lands. Signalled
+        as it ran, one that was leaving for a rescale (a restart in process mode) took a kill
+        as a zombie and its agent started the next incarnation: the member stayed in the job
+        while the soak counted it gone. One that ended before it stopped is passed over for
+        the agent's next incarnation (bounded: `TRAINER_WAIT_SECONDS`).
+        """
+        deadline = time.monotonic() + TRAINER_WAIT_SECONDS
+        for _ in range(int(TRAINER_WAIT_SECONDS / 0.05) + 1):
+            trainer = self.trainer(name)
+            if trainer is not None:
+                try:
+                    at = time.time()
+                    os.killpg(trainer.pid, signal.SIGSTOP)
+                    for _ in range(200):  # the stop lands when the kernel next runs it
+                        status = trainer.status()
+                        if status in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+                            break
+                        time.sleep(0.05)
+                    if status == psutil.STATUS_STOPPED:
+                        return trainer, at
+                except (ProcessLookupError, psutil.Error):
+                    pass  # it ended first: wait for the next incarnation
+            if time.monotonic() >= deadline or self.job.procs[name].poll() is not None:
+                return None
+            time.sleep(0.05)
+        return None
+
+    def fire(self, kind: str, name: str) -> float | None:
+        """Fires event `kind` at member `name`: when it landed; None: it had no trainer to
+        act on."""
         proc = self.job.procs[name]
-        trainer = self.trainer(name)
-        if kind == "sigterm":
-            proc.send_signal(signal.SIGTERM)
-        elif kind == "kill_agent":
-            proc.kill()
-        elif kind in ("kill_trainer", "kill_pod", "stop_trainer") and trainer is not None:
-            sig = signal.SIGSTOP if kind == "stop_trainer" else signal.SIGKILL
-            try:
-                os.killpg(trainer.pid, sig)
-            except ProcessLookupError:
-                pass
-            if kind == "stop_trainer":
-                self.stopped.append(trainer)
-                self.frozen[name] = trainer
-            if kind == "kill_pod":
+        if kind in ("sigterm", "kill_agent"):
+            at = time.time()
+            if kind == "sigterm":
+                proc.send_signal(signal.SIGTERM)
+            else:
                 proc.kill()
+            return at
+        frozen = self.freeze_trainer(name)
+        if frozen is None:
+            return None
+        trainer, at = frozen
+        if kind == "stop_trainer":
+            self.stopped.append(trainer)
+            self.frozen[name] = trainer
+            return at
+        try:
+            os.killpg(trainer.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if kind == "kill_pod":
+            proc.kill()
+        return at
 
     def choose(self, removal: bool = False) -> tuple[str, str]:
         """The next event, from what is legal now (a state holder must survive removals).
@@ -408,7 +452,7 @@ class Soak:
                 self.join()
             if not self.wait_settled(180):
                 raise AssertionError(f"the first world never trained; see {self.job.tmp}")
-            mid = False
+            mid, passed_over = False, 0
             while len(self.actions) < s.events and not self.done():
                 if not mid and not self.wait_settled(s.settle_timeout):
                     self.log(
@@ -428,7 +472,14 @@ class Soak:
                 if kind == "join":
                     name = self.join()
                 else:
-                    self.fire(kind, name)
+                    landed = self.fire(kind, name)
+                    if landed is None:
+                        passed_over += 1
+                        self.log(f"soak: {name} had no live trainer for {kind}; passed over")
+                        if passed_over > MAX_PASSED_OVER:
+                            raise AssertionError(f"{passed_over} events found no trainer")
+                        continue
+                    at = landed
                     self.alive.remove(name)
                     self.stateful.discard(name)
                 self.actions.append(Action(len(self.actions), kind, name, at, generation, mid))
