@@ -29,7 +29,14 @@ from edl_common.options import (
 from edl_sizing import defaults
 from edl_sizing.decision import SizingPolicy
 from edl_sizing.resources import RESOURCE_NAMES, Resources
-from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.settings import (
+    MAX_SAMPLES_PER_SERIES,
+    STALE_AFTER_INTERVALS,
+    STALE_AFTER_MIN_S,
+    AdapterSettings,
+    AuthMode,
+    SourceKind,
+)
 from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES
 
 ENV_PREFIX = "EDL_ADAPTER_"
@@ -275,7 +282,8 @@ OPTIONS: tuple[Option, ...] = (
         "stale_after",
         duration(),
         None,
-        "age after which a pod's value is no longer served (default: 3 x interval, min 15s)",
+        "age after which a pod's value is no longer served (default: "
+        f"{STALE_AFTER_INTERVALS} x interval, min {format_duration(STALE_AFTER_MIN_S)})",
         "metrics",
     ),
     _opt(
@@ -289,7 +297,8 @@ OPTIONS: tuple[Option, ...] = (
         "samples_per_series",
         integer(1),
         None,
-        "samples kept per series (default: longest window / interval + 2, at most 256)",
+        "samples kept per series (default: longest window / interval + 2, at most "
+        f"{MAX_SAMPLES_PER_SERIES})",
         "metrics",
     ),
     _opt(
