@@ -86,12 +86,9 @@ def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_old_import_paths_still_reach_the_trainer_library() -> None:
-    """Scripts written against the first layout keep working (the aliases docs/agent.md names)."""
-    import agent.collective
+def test_the_documented_old_import_path_still_reaches_the_trainer_library() -> None:
+    """Scripts written against the first layout keep working (the alias docs/agent.md names)."""
     import agent.training
-    from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
     from agent.trainer.session import start_session
 
     assert agent.training.start_session is start_session
-    assert agent.collective.GradientAllReduce is GradientAllReduce
