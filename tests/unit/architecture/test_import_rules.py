@@ -104,9 +104,7 @@ def room_of(module: str) -> str | None:
 
 def top_level_modules() -> list[str]:
     """The adapter's top-level modules (``metrics_adapter/<name>.py``, but ``__init__``)."""
-    return sorted(
-        p.stem for p in (REPO / "metrics_adapter").glob("*.py") if p.stem != "__init__"
-    )
+    return sorted(p.stem for p in (REPO / "metrics_adapter").glob("*.py") if p.stem != "__init__")
 
 
 def violations() -> list[str]:
