@@ -25,7 +25,7 @@ from typing import TextIO
 from edl_common.durations import format_duration
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
-from edl_common.logs import add_log_format_argument, tool_logger
+from edl_common.logs import add_log_format_argument, json_chosen, tool_logger
 from edl_common.options import (
     PATH,
     SWITCH,
@@ -388,7 +388,11 @@ def main(
         return _run(args, stdout)
 
     return run_command(
-        PROG, command_line, [ErrorExit((SimulationError, PlotError, OSError), EXIT_FAILURE)], stderr
+        PROG,
+        command_line,
+        [ErrorExit((SimulationError, PlotError, OSError), EXIT_FAILURE)],
+        stderr,
+        json_logs=lambda: json_chosen(sys.argv[1:] if argv is None else argv, os.environ),
     )
 
 

@@ -20,7 +20,7 @@ from typing import TextIO
 from edl_common.durations import format_duration
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
-from edl_common.logs import add_log_format_argument, tool_logger
+from edl_common.logs import add_log_format_argument, json_chosen, tool_logger
 from edl_common.options import (
     PATH,
     SWITCH,
@@ -434,6 +434,7 @@ def main(
         command_line,
         [ErrorExit((HpaError,), EXIT_FAILURE), ErrorExit((OSError,), EXIT_FAILURE, _os_error)],
         stderr,
+        json_logs=lambda: json_chosen(sys.argv[1:] if argv is None else argv, os.environ),
     )
 
 
