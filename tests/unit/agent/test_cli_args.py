@@ -92,3 +92,13 @@ def test_the_documented_old_import_path_still_reaches_the_trainer_library() -> N
     from agent.trainer.session import start_session
 
     assert agent.training.start_session is start_session
+
+
+def test_the_readme_names_every_on_finished_value() -> None:
+    """What a finished job does is the user's choice: the README lists every value."""
+    from agent.elastic.option_table import ELASTIC_OPTIONS
+
+    (option,) = [o for o in ELASTIC_OPTIONS if o.name == "on_finished"]
+    readme = " ".join((Path(__file__).resolve().parents[3] / "README.md").read_text().split())
+    assert option.kind.choices and all(f"`{v}`" in readme for v in option.kind.choices)
+    assert f"`{option.default}` (the default" in readme
