@@ -31,13 +31,18 @@ from edl_sizing.decision import SizingPolicy
 from edl_sizing.resources import RESOURCE_NAMES, Resources
 from metrics_adapter.settings import (
     MAX_SAMPLES_PER_SERIES,
+    SELF_SIGNED_HOSTNAMES,
     STALE_AFTER_INTERVALS,
     STALE_AFTER_MIN_S,
     AdapterSettings,
     AuthMode,
     SourceKind,
 )
-from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES
+from metrics_adapter.sizing.backends import (
+    CAPACITY_SOURCES,
+    FALLBACK_HISTORY_NAMESPACE,
+    HISTORY_STORES,
+)
 
 ENV_PREFIX = "EDL_ADAPTER_"
 
@@ -93,7 +98,7 @@ OPTIONS: tuple[Option, ...] = (
         PATH,
         None,
         "serving certificate (PEM); without cert and key a self-signed ECDSA one for "
-        "localhost, 127.0.0.1, ::1 and edl-metrics-adapter.edl-system.svc is generated at start",
+        f"{', '.join(SELF_SIGNED_HOSTNAMES)}, 127.0.0.1 and ::1 is generated at start",
         "serving",
     ),
     _opt("tls_private_key_file", PATH, None, "serving private key (PEM)", "serving"),
@@ -350,7 +355,8 @@ OPTIONS: tuple[Option, ...] = (
         "sizing_history_namespace",
         TEXT,
         None,
-        "history ConfigMap namespace (default: the adapter's own, else edl-system)",
+        "history ConfigMap namespace (default: the adapter's own, else "
+        f"{FALLBACK_HISTORY_NAMESPACE})",
         "sizing",
     ),
     _opt(

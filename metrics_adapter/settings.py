@@ -22,6 +22,9 @@ STALE_AFTER_MIN_S = 15.0
 """...but never sooner than this many seconds."""
 MAX_SAMPLES_PER_SERIES = 256
 """Without ``--samples-per-series``: enough for the longest window, at most this many."""
+SELF_SIGNED_HOSTNAMES = ("localhost", "edl-metrics-adapter", "edl-metrics-adapter.edl-system.svc")
+"""Without ``--tls-cert-file``: the DNS names of the generated serving certificate (and
+127.0.0.1, ::1)."""
 
 
 class SourceKind(enum.Enum):
