@@ -35,7 +35,12 @@ from agent.trainer.frameworks.base import Framework
 from agent.trainer_process import TrainerSupervisor
 from edl_common.environment import unknown_variables
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
-from edl_common.logs import add_log_format_argument, configure_logging, log_format_in
+from edl_common.logs import (
+    add_log_format_argument,
+    configure_logging,
+    json_chosen,
+    log_format_in,
+)
 from edl_common.options import Parser, read
 from edl_common.options import add_arguments as add_options
 
@@ -258,4 +263,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             ErrorExit((AgentError,), EXIT_FAILURE),
         ],
         debug=lambda: debug,
+        json_logs=lambda: json_chosen(sys.argv[1:] if argv is None else argv, env),
     )

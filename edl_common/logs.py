@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import logging
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
 from edl_common.environment import unknown_variables
@@ -20,21 +20,35 @@ FORMATS = ("text", "json")
 ENV = "EDL_LOG_FORMAT"
 
 
+def json_line(
+    created: float, level: str, logger: str, message: str, exception: str | None = None
+) -> str:
+    """One log record as one line of JSON.
+
+    Its fields: time (RFC 3339, UTC), level, logger, message, and the exception's traceback
+    when there is one.
+    """
+    when = dt.datetime.fromtimestamp(created, dt.UTC)
+    doc: dict[str, object] = {
+        "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "level": level.lower(),
+        "logger": logger,
+        "message": message,
+    }
+    if exception is not None:
+        doc["exception"] = exception
+    return json.dumps(doc, ensure_ascii=False)
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time (RFC 3339, UTC), level, logger, message, exception."""
+    """One JSON object per record (`json_line`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line of JSON."""
-        when = dt.datetime.fromtimestamp(record.created, dt.UTC)
-        doc: dict[str, object] = {
-            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, ensure_ascii=False)
+        exception = self.formatException(record.exc_info) if record.exc_info else None
+        return json_line(
+            record.created, record.levelname, record.name, record.getMessage(), exception
+        )
 
 
 def add_log_format_argument(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +110,18 @@ def log_format_in(argv: list[str] | tuple[str, ...], env: Mapping[str, str]) -> 
     if flag is not None and flag not in FORMATS:
         raise ValueError(f"--log-format {flag!r}: expected text or json")
     return log_format(flag, env)
+
+
+def json_chosen(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether `argv` (before any ``--``) or `env` asks for JSON logs.
+
+    For the error boundary, which may end the command before its parser has run. An unknown
+    format is text (its own error says so).
+    """
+    try:
+        return log_format_in(list(argv), env) == "json"
+    except ValueError:
+        return False
 
 
 class ToolFormatter(logging.Formatter):

@@ -13,6 +13,7 @@ empty flag or variable counts as not given.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -171,6 +172,25 @@ class Option:
         if self.kind in (SWITCH, TOGGLE):
             return "off" if self.default in (None, "false") else "on"
         return "" if self.default is None else self.default
+
+
+def field_default(cls: type[Any], name: str) -> Any:
+    """The default of dataclass `cls`'s field `name`, for a table row that fills that field.
+
+    The row's default is then written once, on the field, even where `cls` has other fields
+    without defaults (so that no instance can be built here).
+
+    Raises:
+        KeyError: `cls` has no field `name`, or the field has no default.
+    """
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            break
+    raise KeyError(f"{cls.__name__}.{name} has no default")
 
 
 def read(

@@ -52,7 +52,14 @@ from metrics_adapter.scraping.sources.scraper import PodScraper
 from metrics_adapter.scraping.sources.static import StaticPodDiscovery
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
-from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.settings import (
+    MAX_SAMPLES_PER_SERIES,
+    STALE_AFTER_INTERVALS,
+    STALE_AFTER_MIN_S,
+    AdapterSettings,
+    AuthMode,
+    SourceKind,
+)
 from metrics_adapter.sizing import backends
 from metrics_adapter.sizing.backends import BackendContext
 from metrics_adapter.sizing.metrics import SizingMetrics
@@ -135,8 +142,12 @@ class AdapterRuntime:
         )
         interval = settings.scrape_interval
         window = self.catalogue.current.max_window_seconds
-        self.stale_after = settings.stale_after or max(15.0, 3 * interval)
-        capacity = settings.samples_per_series or min(256, math.ceil(window / interval) + 2)
+        self.stale_after = settings.stale_after or max(
+            STALE_AFTER_MIN_S, STALE_AFTER_INTERVALS * interval
+        )
+        capacity = settings.samples_per_series or min(
+            MAX_SAMPLES_PER_SERIES, math.ceil(window / interval) + 2
+        )
         expire = settings.expire_after or 2 * window + self.stale_after
         self.store = MetricStore(
             capacity,

@@ -18,13 +18,20 @@ from typing import Any
 
 import metrics_adapter
 from edl_common.environment import unknown_variables
-from edl_common.error_boundary import EXIT_USAGE, ErrorExit, run_command
-from edl_common.logs import add_log_format_argument, configure_logging, log_format
+from edl_common.error_boundary import EXIT_FAILURE, EXIT_USAGE, ErrorExit, run_command
+from edl_common.logs import (
+    add_log_format_argument,
+    configure_logging,
+    json_chosen,
+    log_format,
+    tool_logger,
+)
 from edl_common.options import Parser, add_arguments, read
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.errors import ConfigError, SourceError
 from metrics_adapter.kube_client import make_api_client
 from metrics_adapter.options import ENV_PREFIX, GROUPS, OPTIONS, settings_from
+from metrics_adapter.preflight import Refused
 from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
 
 log = logging.getLogger("metrics_adapter")
@@ -58,29 +65,44 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("-f", "--filename", required=True, help="manifests file, - for stdin")
     preflight.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG, ~/.kube/config")
     preflight.add_argument("--take-over", action="store_true", help="warn instead of refusing")
+    add_log_format_argument(preflight)
     return parser
 
 
 def run_preflight(args: argparse.Namespace) -> int:
-    """`edl-adapter preflight`: prints its lines, returns its exit status."""
+    """`edl-adapter preflight`: its result on stdout, its warnings logged; 0 when it passes.
+
+    Raises:
+        Refused: the install would take over another Service's APIService.
+    """
     from metrics_adapter import preflight
 
+    try:
+        logger = tool_logger("edl-adapter", args.log_format, os.environ, _known(), sys.stderr)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     source = sys.stdin if args.filename == "-" else None
     try:
         text = source.read() if source else Path(args.filename).read_text()
     except OSError as e:
-        raise ConfigError(f"preflight: cannot read {args.filename}: {e.strerror}") from e
+        raise ConfigError(f"cannot read {args.filename}: {e.strerror}") from e
     kubeconfig: Path | None = args.kubeconfig or Path(
         os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
     )
     if not args.kubeconfig and kubeconfig is not None and not kubeconfig.is_file():
         kubeconfig = None  # in a pod: its ServiceAccount
-    status, lines = preflight.check(
+    result, warnings = preflight.check(
         text, preflight.live_apiservices(make_api_client(kubeconfig)), args.take_over
     )
-    for line in lines:
-        print(line, file=sys.stderr if status else sys.stdout)
-    return status
+    for line in warnings:
+        logger.warning("%s", line)
+    print(result)
+    return 0
+
+
+def _known() -> set[str]:
+    """The ``EDL_*`` variables `edl-adapter` reads (+ edl_common.environment's own)."""
+    return {o.env for o in OPTIONS if o.env}
 
 
 def settings_from_args(
@@ -230,13 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(
             settings.log_level, fmt, "%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-        known = {o.env for o in OPTIONS if o.env}  # + edl_common.environment.PROJECT_VARIABLES
-        for line in unknown_variables(os.environ, known):
+        for line in unknown_variables(os.environ, _known()):
             log.warning("%s", line)
         return serve(settings)
 
     return run_command(
-        "edl-adapter", command_line, [ErrorExit((SourceError,), EXIT_USAGE)], debug=lambda: debug
+        "edl-adapter",
+        command_line,
+        [ErrorExit((SourceError,), EXIT_USAGE), ErrorExit((Refused,), EXIT_FAILURE)],
+        debug=lambda: debug,
+        json_logs=lambda: json_chosen(sys.argv[1:] if argv is None else argv, os.environ),
     )
 
 

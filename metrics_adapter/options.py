@@ -29,8 +29,20 @@ from edl_common.options import (
 from edl_sizing import defaults
 from edl_sizing.decision import SizingPolicy
 from edl_sizing.resources import RESOURCE_NAMES, Resources
-from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
-from metrics_adapter.sizing.backends import CAPACITY_SOURCES, HISTORY_STORES
+from metrics_adapter.settings import (
+    MAX_SAMPLES_PER_SERIES,
+    SELF_SIGNED_HOSTNAMES,
+    STALE_AFTER_INTERVALS,
+    STALE_AFTER_MIN_S,
+    AdapterSettings,
+    AuthMode,
+    SourceKind,
+)
+from metrics_adapter.sizing.backends import (
+    CAPACITY_SOURCES,
+    FALLBACK_HISTORY_NAMESPACE,
+    HISTORY_STORES,
+)
 
 ENV_PREFIX = "EDL_ADAPTER_"
 
@@ -86,7 +98,7 @@ OPTIONS: tuple[Option, ...] = (
         PATH,
         None,
         "serving certificate (PEM); without cert and key a self-signed ECDSA one for "
-        "localhost, 127.0.0.1, ::1 and edl-metrics-adapter.edl-system.svc is generated at start",
+        f"{', '.join(SELF_SIGNED_HOSTNAMES)}, 127.0.0.1 and ::1 is generated at start",
         "serving",
     ),
     _opt("tls_private_key_file", PATH, None, "serving private key (PEM)", "serving"),
@@ -275,7 +287,8 @@ OPTIONS: tuple[Option, ...] = (
         "stale_after",
         duration(),
         None,
-        "age after which a pod's value is no longer served (default: 3 x interval, min 15s)",
+        "age after which a pod's value is no longer served (default: "
+        f"{STALE_AFTER_INTERVALS} x interval, min {format_duration(STALE_AFTER_MIN_S)})",
         "metrics",
     ),
     _opt(
@@ -289,7 +302,8 @@ OPTIONS: tuple[Option, ...] = (
         "samples_per_series",
         integer(1),
         None,
-        "samples kept per series (default: longest window / interval + 2, at most 256)",
+        "samples kept per series (default: longest window / interval + 2, at most "
+        f"{MAX_SAMPLES_PER_SERIES})",
         "metrics",
     ),
     _opt(
@@ -341,7 +355,8 @@ OPTIONS: tuple[Option, ...] = (
         "sizing_history_namespace",
         TEXT,
         None,
-        "history ConfigMap namespace (default: the adapter's own, else edl-system)",
+        "history ConfigMap namespace (default: the adapter's own, else "
+        f"{FALLBACK_HISTORY_NAMESPACE})",
         "sizing",
     ),
     _opt(

@@ -77,10 +77,10 @@ def planned_apiservices(text: str) -> list[dict[str, Any]]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
     except yaml.YAMLError as e:
-        raise ConfigError(f"preflight: the manifests are not YAML: {e}") from e
+        raise ConfigError(f"the manifests are not YAML: {e}") from e
     found = [d for d in docs if d.get("kind") == "APIService"]
     if not found:
-        raise ConfigError("preflight: the manifests hold no APIService (nothing to check)")
+        raise ConfigError("the manifests hold no APIService (nothing to check)")
     return found
 
 
@@ -112,29 +112,40 @@ def live_apiservices(api_client: Any) -> Callable[[str], Mapping[str, Any] | Non
         except k8s.ApiException as e:
             if e.status == 404:
                 return None
-            raise ConfigError(
-                f"preflight: reading APIService {name}: HTTP {e.status} {e.reason}"
-            ) from e
+            raise ConfigError(f"reading APIService {name}: HTTP {e.status} {e.reason}") from e
         result: Mapping[str, Any] = api_client.sanitize_for_serialization(obj)
         return result
 
     return read
 
 
+class Refused(Exception):
+    """The install would take over an APIService another Service serves (exit status 1)."""
+
+
 def check(
     text: str, live: Callable[[str], Mapping[str, Any] | None], take_over: bool
-) -> tuple[int, list[str]]:
-    """The preflight's exit status and lines: 1 and one line per conflict, unless `take_over`."""
+) -> tuple[str, list[str]]:
+    """The preflight's result line, and a warning for each APIService taken over.
+
+    Raises:
+        Refused: without `take_over`, another Service serves one of the planned APIServices;
+            its one line names each and what to do.
+        ConfigError: the manifests are not YAML or hold no APIService.
+    """
     planned = planned_apiservices(text)
+    names = ", ".join(str((p.get("metadata") or {}).get("name")) for p in planned)
     found = conflicts(planned, live)
     if not found:
-        names = ", ".join(str((p.get("metadata") or {}).get("name")) for p in planned)
-        return 0, [f"preflight: ok: no other Service serves {names}"]
-    if take_over:
-        return 0, [f"preflight: warning: {c.describe()} (--take-over)" for c in found]
-    lines = [f"preflight: refused: {c.describe()}" for c in found]
-    lines.append(
-        "preflight: leave those APIServices out (manifests/overlays/custom-only for the "
-        "external one) or pass --take-over"
+        return f"preflight: ok: no other Service serves {names}", []
+    if not take_over:
+        raise Refused(
+            "; ".join(c.describe() for c in found) + "; leave "
+            + ("that APIService" if len(found) == 1 else "those APIServices")
+            + " out (manifests/overlays/custom-only for the external one) or pass --take-over"
+        )  # fmt: skip
+    taken = ", ".join(c.apiservice for c in found)
+    return (
+        f"preflight: ok: taking over {taken} (--take-over)",
+        [f"{c.describe()} (--take-over)" for c in found],
     )
-    return 1, lines

@@ -16,6 +16,16 @@ from pathlib import Path
 from edl_sizing.resources import Resources
 from metrics_adapter.errors import ConfigError
 
+STALE_AFTER_INTERVALS = 3
+"""Without ``--stale-after``: a pod's value goes stale after this many scrape intervals..."""
+STALE_AFTER_MIN_S = 15.0
+"""...but never sooner than this many seconds."""
+MAX_SAMPLES_PER_SERIES = 256
+"""Without ``--samples-per-series``: enough for the longest window, at most this many."""
+SELF_SIGNED_HOSTNAMES = ("localhost", "edl-metrics-adapter", "edl-metrics-adapter.edl-system.svc")
+"""Without ``--tls-cert-file``: the DNS names of the generated serving certificate (and
+127.0.0.1, ::1)."""
+
 
 class SourceKind(enum.Enum):
     """Where pods and samples come from."""
@@ -85,11 +95,13 @@ class AdapterSettings:
     max_scrape_bytes: int
     """Largest /metrics body accepted."""
     stale_after: float | None
-    """Seconds after which a pod's newest sample is stale (default: 3 x interval, >= 15 s)."""
+    """Seconds after which a pod's newest sample is stale (default: `STALE_AFTER_INTERVALS` x
+    interval, at least `STALE_AFTER_MIN_S`)."""
     expire_after: float | None
     """Seconds after which a silent pod's data is dropped (default: 2 x window + stale)."""
     samples_per_series: int | None
-    """Samples kept per series (default: enough for the longest window, at most 256)."""
+    """Samples kept per series (default: enough for the longest window, at most
+    `MAX_SAMPLES_PER_SERIES`)."""
     metrics_config: Path | None
     """Metric catalogue YAML (default: EDL's built-in catalogue); reloaded on change."""
     reload_interval: float

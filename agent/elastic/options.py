@@ -35,12 +35,13 @@ class ElasticOptions:
     membership, needed when several members share one network namespace)."""
     work_dir: Path
     """EDL_ELASTIC_DIR: this member's control channel and local state copy."""
-    on_finished: str = "idle"
+    on_finished: str
     """--on-finished / EDL_ON_FINISHED: once the job is finished, ``idle`` until SIGTERM (a
     Deployment), ``exit`` 0 (a Job, a local run) or ``scale-to-zero`` (idle, and scale
-    `deployment` to 0)."""
-    deployment: str = ""
-    """--deployment / EDL_DEPLOYMENT: this job's Deployment (for ``scale-to-zero``)."""
+    `deployment` to 0). Its default is the table's (`agent.elastic.option_table`)."""
+    deployment: str
+    """--deployment / EDL_DEPLOYMENT: this job's Deployment (for ``scale-to-zero``; empty
+    without one)."""
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
     """--checkpoint-* / EDL_CHECKPOINT_*: durable checkpoints (`agent.checkpoints`)."""
     membership_settings: MembershipSettings = field(default_factory=MembershipSettings)

@@ -25,7 +25,7 @@ from typing import TextIO
 from edl_common.durations import format_duration
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
-from edl_common.logs import add_log_format_argument, tool_logger
+from edl_common.logs import add_log_format_argument, json_chosen, tool_logger
 from edl_common.options import (
     PATH,
     SWITCH,
@@ -80,6 +80,8 @@ HPAS = "HPAs (hpa-throughput, edl)"
 SIZER = "the sizer (edl) and the 2018 rule (edl-2018)"
 _POLICY = PolicySettings()
 _SIZING = _POLICY.sizing
+_SIM = SimSettings()
+"""The tables' defaults are these settings' field defaults, written there."""
 
 
 def _opt(name: str, kind: Kind, default: str | None, help: str, group: str = "") -> Option:
@@ -99,7 +101,7 @@ RUN: tuple[Option, ...] = (
         INPUTS,
     ),
     _opt("policy", POLICY_NAMES, "all", "the policies to compare"),
-    _opt("seed", integer(), "0", "seeds the rescale pauses"),
+    _opt("seed", integer(), str(_SIM.seed), "seeds the rescale pauses"),
     _opt("json", SWITCH, None, "print one JSON object instead"),
     _opt("plot", PATH, None, "write utilisation and workers over time (PNG)"),
     _opt("title", TEXT, None, "the plot's title (default: the workload file's name)"),
@@ -110,7 +112,13 @@ RUN: tuple[Option, ...] = (
         "average utilisation over [0, WINDOW] (default: each policy's makespan)",
     ),
     _opt("quiet", SWITCH, None, "no progress on stderr"),
-    _opt("start_delay", duration(allow_zero=True), "5s", "from binding to Running", CLUSTER),
+    _opt(
+        "start_delay",
+        duration(allow_zero=True),
+        format_duration(_SIM.start_delay),
+        "from binding to Running",
+        CLUSTER,
+    ),
     _opt(
         "reinit",
         choice("in-process", "restart"),
@@ -120,9 +128,11 @@ RUN: tuple[Option, ...] = (
     ),
     _opt("pause_up", duration(allow_zero=True), None, "fixed pause of a scale-up", CLUSTER),
     _opt("pause_down", duration(allow_zero=True), None, "fixed pause of a scale-down", CLUSTER),
-    _opt("placement", choice("spread", "pack"), "spread", "where the scheduler binds", CLUSTER),
+    _opt(
+        "placement", choice("spread", "pack"), _SIM.placement, "where the scheduler binds", CLUSTER
+    ),
     _opt("preemption", SWITCH, None, "higher-priority pods evict lower-priority ones", CLUSTER),
-    _opt("max_time", duration(), "720h", "simulated time at most", CLUSTER),
+    _opt("max_time", duration(), format_duration(_SIM.max_time), "simulated time at most", CLUSTER),
     _opt(
         "hpa_sync_period",
         duration(),
@@ -142,7 +152,7 @@ RUN: tuple[Option, ...] = (
     _opt(
         "target_efficiency",
         SHARE,
-        "0.8",
+        f"{_POLICY.throughput_target_efficiency:g}",
         "hpa-throughput's per-pod target, as a share of one worker's throughput",
         HPAS,
     ),
@@ -226,7 +236,13 @@ RUN: tuple[Option, ...] = (
         "rescales per job per hour after which it neither grows nor gives workers",
         SIZER,
     ),
-    _opt("max_load_desired", SHARE, "0.97", "the 2018 rule's load ceiling", SIZER),
+    _opt(
+        "max_load_desired",
+        SHARE,
+        f"{_POLICY.max_load_desired:g}",
+        "the 2018 rule's load ceiling",
+        SIZER,
+    ),
 )
 """The options of ``edl-sim run`` (`edl_common.options`)."""
 REQUIRED = ("workload", "curves", "cluster")
@@ -277,7 +293,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         start_delay=args.start_delay,
         pauses=pauses,
         placement=args.placement,
-        preemption=args.preemption,
+        preemption=bool(args.preemption),
         max_time=args.max_time,
         until=args.window or 0.0,
     )
@@ -301,7 +317,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         sizing_interval=args.sizing_interval,
         history_interval=args.history_interval,
         observe_window=args.observe_window,
-        prime_history=args.prime_history,
+        prime_history=bool(args.prime_history),
         class_history=not args.no_class_history,
         sizing=sizing,
         max_load_desired=args.max_load_desired,
@@ -372,7 +388,11 @@ def main(
         return _run(args, stdout)
 
     return run_command(
-        PROG, command_line, [ErrorExit((SimulationError, PlotError, OSError), EXIT_FAILURE)], stderr
+        PROG,
+        command_line,
+        [ErrorExit((SimulationError, PlotError, OSError), EXIT_FAILURE)],
+        stderr,
+        json_logs=lambda: json_chosen(sys.argv[1:] if argv is None else argv, os.environ),
     )
 
 

@@ -17,9 +17,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TextIO
 
+from edl_common.durations import format_duration
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.errors import ConfigError
-from edl_common.logs import add_log_format_argument, tool_logger
+from edl_common.logs import add_log_format_argument, json_chosen, tool_logger
 from edl_common.options import (
     PATH,
     SWITCH,
@@ -31,6 +32,7 @@ from edl_common.options import (
     add_arguments,
     choice,
     duration,
+    field_default,
     integer,
     number,
     read,
@@ -48,7 +50,7 @@ from edl_sim.hpa.spec import (
     ResourceMetricSource,
 )
 from edl_sim.hpa.trace import MetricTrace, PrometheusQuery, load_prometheus, load_trace
-from edl_sim.hpa.tune import GRID, TOLERANCE_GRID, Objective, Tuner
+from edl_sim.hpa.tune import GRID, MAX_ROUNDS, TOLERANCE_GRID, Objective, Tuner
 
 
 def _timestamp(text: str) -> float:
@@ -88,6 +90,15 @@ def _opt(name: str, kind: Kind, default: str | None, help: str, group: str = "")
     return Option(name, "--" + name.replace("_", "-"), None, kind, default, help, group)
 
 
+def _seconds(cls: type, name: str) -> str:
+    """The default of `cls.name` (seconds) as the table writes a duration."""
+    return format_duration(field_default(cls, name))
+
+
+def _number(cls: type, name: str) -> str:
+    return f"{field_default(cls, name):g}"
+
+
 COMMON: tuple[Option, ...] = (
     _opt("trace", PATH, None, "CSV or JSON trace: time_seconds,metric,pod|object,value", TRACE),
     _opt("prometheus_url", TEXT, None, "Prometheus base URL, e.g. http://127.0.0.1:9090", TRACE),
@@ -96,34 +107,52 @@ COMMON: tuple[Option, ...] = (
     _opt("end", TIMESTAMP, None, "range end", TRACE),
     _opt("step", duration(), "15s", "range step", TRACE),
     _opt("metric", TEXT, None, "metric name for the queried series (default __name__)", TRACE),
-    _opt("pod_label", TEXT, "pod", "label naming the pod", TRACE),
-    _opt("sync_period", duration(), "15s", "--horizontal-pod-autoscaler-sync-period", CONTROLLER),
-    _opt("tolerance", number(0), "0.1", "--horizontal-pod-autoscaler-tolerance", CONTROLLER),
+    _opt(
+        "pod_label",
+        TEXT,
+        field_default(PrometheusQuery, "pod_label"),
+        "label naming the pod",
+        TRACE,
+    ),
+    _opt(
+        "sync_period",
+        duration(),
+        _seconds(ControllerSettings, "sync_period"),
+        "--horizontal-pod-autoscaler-sync-period",
+        CONTROLLER,
+    ),
+    _opt(
+        "tolerance",
+        number(0),
+        _number(ControllerSettings, "tolerance"),
+        "--horizontal-pod-autoscaler-tolerance",
+        CONTROLLER,
+    ),
     _opt(
         "downscale_stabilization",
         duration(allow_zero=True),
-        "5m",
+        _seconds(ControllerSettings, "downscale_stabilization"),
         "--horizontal-pod-autoscaler-downscale-stabilization",
         CONTROLLER,
     ),
     _opt(
         "cpu_initialization_period",
         duration(allow_zero=True),
-        "5m",
+        _seconds(ControllerSettings, "cpu_initialization_period"),
         "--horizontal-pod-autoscaler-cpu-initialization-period",
         CONTROLLER,
     ),
     _opt(
         "initial_readiness_delay",
         duration(allow_zero=True),
-        "30s",
+        _seconds(ControllerSettings, "initial_readiness_delay"),
         "--horizontal-pod-autoscaler-initial-readiness-delay",
         CONTROLLER,
     ),
     _opt(
         "configurable_tolerance",
         TOGGLE,
-        "true",
+        "true" if field_default(ControllerSettings, "configurable_tolerance") else "false",
         "feature gate HPAConfigurableTolerance (beta, on by default in v1.35; "
         "--no-configurable-tolerance models v1.33-1.34, where it is off)",
         CONTROLLER,
@@ -138,12 +167,24 @@ COMMON: tuple[Option, ...] = (
     _opt(
         "load_model",
         choice(*(m.value for m in LoadModel)),
-        LoadModel.SPLIT.value,
+        field_default(SimulationSettings, "load_model").value,
         "split: per-pod values are total load / running pods; replay: as recorded",
         CLUSTER,
     ),
-    _opt("pod_startup", duration(allow_zero=True), "0", "time a new pod is Pending", CLUSTER),
-    _opt("rescale_cost", duration(allow_zero=True), "0", "training time lost per change", CLUSTER),
+    _opt(
+        "pod_startup",
+        duration(allow_zero=True),
+        _seconds(SimulationSettings, "pod_startup"),
+        "time a new pod is Pending",
+        CLUSTER,
+    ),
+    _opt(
+        "rescale_cost",
+        duration(allow_zero=True),
+        _seconds(SimulationSettings, "rescale_cost"),
+        "training time lost per change",
+        CLUSTER,
+    ),
     _opt("duration", duration(), None, "time to simulate (default: the trace)", CLUSTER),
     _opt(
         "request",
@@ -164,10 +205,28 @@ SIMULATE: tuple[Option, ...] = (
 TUNE: tuple[Option, ...] = (
     *COMMON,
     _opt("reach_within", duration(), None, "objective: reach targets within this", OBJECTIVE),
-    _opt("under_weight", number(0), "1", "cost of an under-provisioned replica-second", OBJECTIVE),
-    _opt("over_weight", number(0), "0", "cost of an over-provisioned replica-second", OBJECTIVE),
-    _opt("pause_weight", number(0), "1", "cost of a paused replica-second", OBJECTIVE),
-    _opt("max_rounds", integer(1), "3", "coordinate-descent rounds", OBJECTIVE),
+    _opt(
+        "under_weight",
+        number(0),
+        _number(Objective, "under_weight"),
+        "cost of an under-provisioned replica-second",
+        OBJECTIVE,
+    ),
+    _opt(
+        "over_weight",
+        number(0),
+        _number(Objective, "over_weight"),
+        "cost of an over-provisioned replica-second",
+        OBJECTIVE,
+    ),
+    _opt(
+        "pause_weight",
+        number(0),
+        _number(Objective, "pause_weight"),
+        "cost of a paused replica-second",
+        OBJECTIVE,
+    ),
+    _opt("max_rounds", integer(1), str(MAX_ROUNDS), "coordinate-descent rounds", OBJECTIVE),
     _opt(
         "search_tolerance",
         SWITCH,
@@ -375,6 +434,7 @@ def main(
         command_line,
         [ErrorExit((HpaError,), EXIT_FAILURE), ErrorExit((OSError,), EXIT_FAILURE, _os_error)],
         stderr,
+        json_logs=lambda: json_chosen(sys.argv[1:] if argv is None else argv, os.environ),
     )
 
 

@@ -27,6 +27,9 @@ from edl_sim.hpa.spec import (
 )
 from edl_sim.hpa.trace import MetricTrace
 
+MAX_ROUNDS = 3
+"""Coordinate-descent rounds at most, unless told otherwise (``edl-hpa tune --max-rounds``)."""
+
 
 @dataclass(frozen=True)
 class BehaviorParams:
@@ -184,7 +187,7 @@ class Tuner:
         controller: ControllerSettings,
         objective: Objective,
         grid: dict[str, tuple[object, ...]] | None = None,
-        max_rounds: int = 3,
+        max_rounds: int = MAX_ROUNDS,
     ) -> None:
         self._spec = spec
         self._trace = trace

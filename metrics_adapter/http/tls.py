@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from metrics_adapter.settings import SELF_SIGNED_HOSTNAMES
+
 log = logging.getLogger(__name__)
 
 
@@ -104,9 +106,7 @@ def ensure_serving_cert(
     owned = None if cert_dir else Path(tempfile.mkdtemp(prefix="edl-adapter-cert-"))
     directory = cert_dir or owned
     assert directory is not None
-    pair = generate_self_signed(
-        directory, ["localhost", "edl-metrics-adapter", "edl-metrics-adapter.edl-system.svc"]
-    )
+    pair = generate_self_signed(directory, list(SELF_SIGNED_HOSTNAMES))
     return ServingCert(pair.cert_file, pair.key_file, generated=True, owned_dir=owned)
 
 

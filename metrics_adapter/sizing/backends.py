@@ -52,16 +52,23 @@ def _static_capacity(ctx: BackendContext) -> CapacitySource:
         raise ConfigError(str(e)) from e
 
 
+FALLBACK_HISTORY_NAMESPACE = "edl-system"
+"""The history ConfigMap's namespace when neither the flag nor the adapter's own says."""
+
+
 def history_namespace(settings: AdapterSettings) -> str:
-    """The history ConfigMap's namespace: the flag, else the adapter's own, else edl-system."""
+    """The history ConfigMap's namespace.
+
+    The flag, else the adapter's own, else `FALLBACK_HISTORY_NAMESPACE`.
+    """
     if settings.sizing_history_namespace:
         return settings.sizing_history_namespace
     if os.environ.get("POD_NAMESPACE"):
         return os.environ["POD_NAMESPACE"]
     try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "edl-system"
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or FALLBACK_HISTORY_NAMESPACE
     except OSError:
-        return "edl-system"
+        return FALLBACK_HISTORY_NAMESPACE
 
 
 def _configmap_history(ctx: BackendContext) -> HistoryStore:

@@ -1,6 +1,6 @@
 """ConfigMapHistoryStore: the sizing history in one ConfigMap, shared by every adapter replica.
 
-The ConfigMap (``edl-sizing-history`` in the adapter's namespace by default) holds the
+The ConfigMap (``--sizing-history-configmap`` in ``--sizing-history-namespace``) holds the
 history's JSON under ``data.history``. Writes are compare-and-swap on the resourceVersion:
 a replica that lost the race reads again and reapplies its change, so two replicas never
 overwrite each other's observations. RBAC: ``get``/``update`` on that ConfigMap and
@@ -30,7 +30,7 @@ class ConfigMapHistoryStore:
         self,
         api_client: Any,
         namespace: str,
-        name: str = "edl-sizing-history",
+        name: str,
         attempts: int = 5,
         new_history: Callable[[], SizeHistory] = SizeHistory,
     ) -> None:

@@ -14,8 +14,8 @@ import fcntl
 import os
 import shutil
 import subprocess
-import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import yaml
 
 from tests.e2e.harness.certs import ClusterPKI, make_cluster_pki
 from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port
+from tests.support.waiting import WaitTimeout, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
@@ -350,26 +351,22 @@ class ControlPlane:
             raise HarnessError(f"{method} {url} -> {r.status_code}: {r.text[:500]}")
         return r
 
-    def _wait_healthy(self, proc: ManagedProcess, check: Any) -> None:
-        deadline = time.monotonic() + self.settings.ready_timeout_s
-        last = "no attempt"
-        attempts = 0
-        while time.monotonic() < deadline and attempts < 2000:
-            attempts += 1
-            if not proc.alive():
-                raise HarnessError(proc.describe_failure("exited before becoming healthy"))
-            try:
-                if check():
-                    return
-                last = "check returned false"
-            except (requests.RequestException, ValueError, HarnessError, KeyError) as e:
-                last = repr(e)
-            time.sleep(0.5)  # a poll bounded by the deadline and the attempt count above
-        raise HarnessError(
-            proc.describe_failure(
-                f"not healthy within {self.settings.ready_timeout_s:.0f} s (last: {last})"
+    def _wait_healthy(self, proc: ManagedProcess, check: Callable[[], object]) -> None:
+        """Polls `check` until it holds (an exception is "not yet").
+
+        Raises:
+            HarnessError: `proc` exited first, or the deadline passed; with its log tail.
+        """
+        try:
+            wait_for(
+                check,
+                timeout_s=self.settings.ready_timeout_s,
+                what=f"{proc.name} healthy",
+                give_up=lambda: None if proc.alive() else "it exited",
             )
-        )
+        except WaitTimeout as e:
+            what = "exited before becoming healthy" if not proc.alive() else "not healthy in time"
+            raise HarnessError(proc.describe_failure(f"{what} ({e})")) from e
 
     def _write_kubeconfig(self) -> None:
         assert self.pki is not None

@@ -4,9 +4,11 @@ show a pod's own error (ErrImagePull, CreateContainerConfigError, ...) instead o
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +37,24 @@ class PodStartFailed(AssertionError):
     """A pod of the rollout reports a container that cannot start; the message is its error."""
 
 
+@contextlib.contextmanager
+def images_lock() -> Iterator[None]:
+    """Held while `make images` runs from a test session: no other session's build is half
+    done (with its stage images untagged for a moment) while it is held."""
+    cache = Path(os.environ.get("EDL_CACHE_DIR", Path.home() / ".cache" / "edl"))
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / "images.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_images(timeout_s: float = 3600.0) -> dict[str, str]:
     """`make images` with podman (instant when the images are up to date): name -> reference.
 
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
     """
-    cache = Path(os.environ.get("EDL_CACHE_DIR", Path.home() / ".cache" / "edl"))
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / "images.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with images_lock():
         try:
             done = subprocess.run(
                 ["bash", str(BUILD_IMAGES)],

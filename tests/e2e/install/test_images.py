@@ -1,6 +1,8 @@
 """What `make images` builds, run as a user would run it: `podman run`, no cluster.
 
-The adapter image is small and has no shell; under a read-only root without a writable /tmp
+The adapter image is small and has no shell; `make images` leaves no untagged image of ours
+behind, and no image carries a console script of a package it does not install; under a
+read-only root without a writable /tmp
 the adapter and the agent say in one line what they need, and run when they get it; the
 PyTorch CPU trainer image trains the torch example as an elastic job of one under
 `edl-agent` (read-only root; the agent's folders and torch's TMPDIR on one volume).
@@ -21,6 +23,7 @@ import pytest
 import requests
 
 from tests.e2e.harness.containers import containers_conf
+from tests.e2e.harness.install import images_lock
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -86,6 +89,49 @@ def test_the_adapter_image_is_small_and_has_no_shell(
         assert done.returncode != 0 and "no such file or directory" in done.stderr, tool
     version = podman(podman_env, "run", "--rm", "--pull", "never", image, "--version")
     assert version.returncode == 0 and version.stdout.startswith("edl-adapter ")
+
+
+def test_make_images_leaves_no_untagged_image_of_ours(
+    edl_images: dict[str, str], podman_env: dict[str, str]
+) -> None:
+    """Every image made from images/Containerfile (label edl.stage on its stages, edl.build-key
+    on the final images) is tagged: the stages as localhost/edl-build:* (the next build's
+    cache); a stage image a build replaced is gone, not left as <none>."""
+    with images_lock():  # no build of another session half done meanwhile
+        for label in ("edl.stage", "edl.build-key"):
+            listed = podman(podman_env, "images", "--filter", f"label={label}",
+                            "--format", "{{.ID}} {{.Repository}}:{{.Tag}}")  # fmt: skip
+            assert listed.returncode == 0, listed.stderr
+            rows = listed.stdout.splitlines()
+            assert rows, f"no image with the label {label}: the check would see nothing"
+            assert [r for r in rows if "<none>" in r] == [], rows
+            dangling = podman(podman_env, "images", "-q", "--filter", "dangling=true",
+                              "--filter", f"label={label}")  # fmt: skip
+            assert dangling.returncode == 0 and dangling.stdout.split() == [], dangling
+    stages = podman(podman_env, "images", "--filter", "label=edl.stage",
+                    "--format", "{{.Repository}}")  # fmt: skip
+    assert any(r.endswith("/edl-build") for r in stages.stdout.split()), stages.stdout
+
+
+def test_the_images_carry_no_console_script_of_the_offline_tools(
+    edl_images: dict[str, str], podman_env: dict[str, str]
+) -> None:
+    """edl_sim is not installed in the images, so neither is edl-hpa nor edl-sim (they could
+    only fail with ModuleNotFoundError); each image's own command is there and runs."""
+    own = {"adapter": "edl-adapter", "trainer": "edl-agent", "trainer-torch": "edl-agent"}
+    for name, command in own.items():
+        image = edl_images[name]
+        for absent in ("edl-sim", "edl-hpa"):
+            done = podman(podman_env, "run", "--rm", "--pull", "never",
+                          "--entrypoint", f"/opt/edl/bin/{absent}", image)  # fmt: skip
+            assert done.returncode != 0, (name, absent, done.stdout)
+            assert "no such file or directory" in done.stderr.lower(), (name, absent, done.stderr)
+        version = podman(podman_env, "run", "--rm", "--pull", "never",
+                         "--entrypoint", f"/opt/edl/bin/{command}", image, "--version")  # fmt: skip
+        assert version.returncode == 0 and version.stdout.startswith(f"{command} "), version
+    python = ["--entrypoint", "/opt/edl/bin/python", edl_images["adapter"]]
+    no_sim = podman(podman_env, "run", "--rm", "--pull", "never", *python, "-c", "import edl_sim")
+    assert no_sim.returncode == 1 and "ModuleNotFoundError" in no_sim.stderr, no_sim
 
 
 def test_without_a_writable_tmp_the_adapter_says_what_it_needs_and_runs_with_it(

@@ -337,7 +337,7 @@ def test_requestheader_mtls_from_a_front_proxy(tmp_path: Path) -> None:
 
 AGENT_TRAINER = """
 import time
-from agent.training import start_session
+from agent.trainer.session import start_session
 session = start_session()
 rec = session.recorder
 for _ in range(3000):  # bounded: about 5 minutes

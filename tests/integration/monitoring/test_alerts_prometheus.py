@@ -32,7 +32,7 @@ STALL_SECONDS = 60  # the alert's threshold: no step for over a minute
 # stepping after it while staying alive (as a rank in a hung collective does). Bounded.
 TRAINER = r"""
 import sys, time
-from agent.training import start_session
+from agent.trainer.session import start_session
 budget = int(sys.argv[1])
 rec = start_session().recorder
 step, deadline = 0, time.monotonic() + 600

@@ -86,12 +86,19 @@ def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_old_import_paths_still_reach_the_trainer_library() -> None:
-    """Scripts written against the first layout keep working (the aliases docs/agent.md names)."""
-    import agent.collective
+def test_the_documented_old_import_path_still_reaches_the_trainer_library() -> None:
+    """Scripts written against the first layout keep working (the alias docs/agent.md names)."""
     import agent.training
-    from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
     from agent.trainer.session import start_session
 
     assert agent.training.start_session is start_session
-    assert agent.collective.GradientAllReduce is GradientAllReduce
+
+
+def test_the_readme_names_every_on_finished_value() -> None:
+    """What a finished job does is the user's choice: the README lists every value."""
+    from agent.elastic.option_table import ELASTIC_OPTIONS
+
+    (option,) = [o for o in ELASTIC_OPTIONS if o.name == "on_finished"]
+    readme = " ".join((Path(__file__).resolve().parents[3] / "README.md").read_text().split())
+    assert option.kind.choices and all(f"`{v}`" in readme for v in option.kind.choices)
+    assert f"`{option.default}` (the default" in readme

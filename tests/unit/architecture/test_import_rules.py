@@ -1,7 +1,9 @@
 """The import rules of docs/architecture.md, checked over every module of the code base.
 
 A new edge between packages or between the adapter's rooms fails here until the rule (and the
-page) says it is allowed: the layout stays what the page tells a newcomer.
+page) says it is allowed: the layout stays what the page tells a newcomer. So does a new
+package folder or a new top-level module of the adapter that the page does not name, and a
+relative import (the rules read absolute module paths).
 """
 
 from __future__ import annotations
@@ -28,11 +30,23 @@ PACKAGE_RULES: dict[str, frozenset[str]] = {
     "edl_sim": frozenset({"edl_common", "edl_sizing"}),
 }
 
-# Inside metrics_adapter: each room and the rooms it may import ("." is the top level:
-# errors, settings, periodic tasks, file watches, the Kubernetes client and its Reflector,
-# self-metrics; the CLI, options and assembly are "assembly" and nothing but the entry point
-# imports them).
-TOP_LEVEL_ASSEMBLY = frozenset({"cli", "options", "assembly", "__main__"})
+# The adapter's top-level modules, each named on the page: those every room may import (the
+# room "."), and those nothing but the entry point imports (the CLI, its option table, the
+# wiring, the preflight check).
+TOP_LEVEL_SHARED = frozenset(
+    {
+        "errors",
+        "settings",
+        "periodic",
+        "filewatch",
+        "kube_client",
+        "kube_reflector",
+        "selfmetrics",
+        "bounded_cache",
+    }
+)
+TOP_LEVEL_ASSEMBLY = frozenset({"cli", "options", "assembly", "preflight", "__main__"})
+# Inside metrics_adapter: each room and the rooms it may import.
 ROOM_RULES: dict[str, frozenset[str]] = {
     ".": frozenset(),
     "auth": frozenset({".", "http"}),
@@ -56,9 +70,15 @@ def modules(package: str) -> Iterator[tuple[Path, str]]:
 
 
 def imports(path: Path) -> Iterator[tuple[int, str]]:
-    """Every module ``path`` imports (at any depth: a lazy import counts too)."""
+    """Every module ``path`` imports (at any depth: a lazy import counts too).
+
+    A relative import is yielded as ``.`` followed by what it names (`violations` refuses it).
+    """
     tree = ast.parse(path.read_text(), str(path))
     for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            yield node.lineno, "." * node.level + (node.module or "")
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -77,17 +97,30 @@ def room_of(module: str) -> str | None:
         return parts[1]
     if parts[1] in TOP_LEVEL_ASSEMBLY:
         return None
-    if (REPO / "metrics_adapter" / f"{parts[1]}.py").is_file():
+    if parts[1] in TOP_LEVEL_SHARED:
         return "."
     return "<not a module>"
 
 
+def top_level_modules() -> list[str]:
+    """The adapter's top-level modules (``metrics_adapter/<name>.py``, but ``__init__``)."""
+    return sorted(p.stem for p in (REPO / "metrics_adapter").glob("*.py") if p.stem != "__init__")
+
+
 def violations() -> list[str]:
-    found: list[str] = []
+    found: list[str] = [
+        f"metrics_adapter/{name}.py: a top-level module neither shared nor for the entry point "
+        "only: add it to TOP_LEVEL_SHARED or TOP_LEVEL_ASSEMBLY here and to the page"
+        for name in top_level_modules()
+        if name not in TOP_LEVEL_SHARED | TOP_LEVEL_ASSEMBLY
+    ]
     for package, allowed in PACKAGE_RULES.items():
         for path, module in modules(package):
             where = f"{path.relative_to(REPO)}"
             for line, target in imports(path):
+                if target.startswith("."):
+                    found.append(f"{where}:{line}: relative import {target}: write it absolute")
+                    continue
                 top = target.split(".")[0]
                 if top in OURS and top != package and top not in allowed:
                     found.append(f"{where}:{line}: {package} may not import {target}")
@@ -113,6 +146,29 @@ def violations() -> list[str]:
     return found
 
 
+def page_gaps(page: str) -> list[str]:
+    """What of the code base docs/architecture.md (text `page`) does not name.
+
+    Every package folder (``name/``) and every top-level module of the adapter, either in
+    backquotes (`` `kube_client` ``) or as its file (``cli.py``).
+    """
+    gaps: list[str] = []
+    for package in OURS:
+        root = REPO / package
+        for folder in [root, *sorted(p for p in root.rglob("*") if p.is_dir())]:
+            if folder.name == "__pycache__" or not (folder / "__init__.py").exists():
+                continue
+            rel = folder.relative_to(REPO).as_posix()
+            if not re.search(rf"(^|\s){re.escape(folder.name)}/", page):
+                gaps.append(f"{rel}/ is not on the page")
+    for name in top_level_modules():
+        if name == "__main__":
+            continue  # the entry point: `python -m metrics_adapter`
+        if f"`{name}`" not in page and not re.search(rf"(^|\s){re.escape(name)}\.py\b", page):
+            gaps.append(f"metrics_adapter/{name}.py is not on the page")
+    return gaps
+
+
 def _stdlib(name: str) -> bool:
     return name in sys.stdlib_module_names or name == "__future__"
 
@@ -122,15 +178,23 @@ def test_every_import_keeps_the_rules_of_docs_architecture() -> None:
 
 
 def test_the_rules_catch_a_broken_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sizer module that reads the clock, and an adapter room reaching for the CLI, are found."""
+    """A broken tree: a sizer module that reads the clock, an adapter room reaching for the CLI,
+    the simulator reaching into the adapter, a relative import, and a top-level module of the
+    adapter that neither the rules nor the page name: each is found."""
     fake = tmp_path
     for package in OURS:
         (fake / package).mkdir()
         (fake / package / "__init__.py").write_text("")
     (fake / "edl_sizing" / "decision.py").write_text("import time\nimport metrics_adapter.cli\n")
     (fake / "metrics_adapter" / "cli.py").write_text("")
+    (fake / "metrics_adapter" / "errors.py").write_text("")
+    (fake / "metrics_adapter" / "stray.py").write_text("")
     (fake / "metrics_adapter" / "api").mkdir()
+    (fake / "metrics_adapter" / "api" / "__init__.py").write_text("")
     (fake / "metrics_adapter" / "api" / "routes.py").write_text("from metrics_adapter import cli\n")
+    (fake / "metrics_adapter" / "api" / "wire.py").write_text("from ..errors import ConfigError\n")
+    (fake / "metrics_adapter" / "auth").mkdir()
+    (fake / "metrics_adapter" / "auth" / "__init__.py").write_text("")
     (fake / "edl_sim" / "x.py").write_text("from metrics_adapter.api import routes\n")
     monkeypatch.setattr(sys.modules[__name__], "REPO", fake)
     found = "\n".join(violations())
@@ -138,15 +202,21 @@ def test_the_rules_catch_a_broken_import(tmp_path: Path, monkeypatch: pytest.Mon
     assert "edl_sizing may not import metrics_adapter.cli" in found
     assert "only the entry point imports metrics_adapter.cli" in found
     assert "edl_sim may not import metrics_adapter.api" in found
+    assert "metrics_adapter/api/wire.py:1: relative import ..errors: write it absolute" in found
+    assert "metrics_adapter/stray.py: a top-level module neither shared" in found
+    assert "metrics_adapter/errors.py" not in found
+    gaps = page_gaps("metrics_adapter/\n  api/  routes\n  `errors` cli.py\n")
+    assert sorted(gaps) == [
+        "agent/ is not on the page",
+        "edl_common/ is not on the page",
+        "edl_sim/ is not on the page",
+        "edl_sizing/ is not on the page",
+        "metrics_adapter/auth/ is not on the page",
+        "metrics_adapter/stray.py is not on the page",
+    ]
 
 
-def test_the_page_lists_every_folder_of_the_code_base() -> None:
-    """docs/architecture.md names each package folder (a new room gets its line)."""
-    page = (REPO / "docs" / "architecture.md").read_text()
-    for package in OURS:
-        for folder in sorted(p for p in (REPO / package).rglob("*") if p.is_dir()):
-            if folder.name == "__pycache__" or not (folder / "__init__.py").exists():
-                continue
-            rel = folder.relative_to(REPO).as_posix()
-            name = rel.split("/")[-1]
-            assert re.search(rf"(^|\s){re.escape(name)}/", page), f"{rel} is not on the page"
+def test_the_page_names_every_folder_and_every_top_level_module_of_the_adapter() -> None:
+    """docs/architecture.md names each package folder and each `metrics_adapter/*.py` (a new
+    room or top-level module gets its line)."""
+    assert page_gaps((REPO / "docs" / "architecture.md").read_text()) == []

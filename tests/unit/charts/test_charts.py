@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,21 @@ def test_bad_namespace_values_are_one_clear_error(
 ) -> None:
     with pytest.raises(HelmFailed, match=message):
         template(chart, namespace=namespace, sets=("namespace.create=true", *sets))
+
+
+def test_the_least_privilege_table_lists_the_verbs_the_trainer_role_grants() -> None:
+    """docs/helm.md's "Least privilege" rows, one per resource, say exactly the Role's verbs."""
+    page = (ROOT / "docs" / "helm.md").read_text()
+    after = page.split("### Least privilege", 1)[1]
+    section = after[after.index("\n| rule ") + 1 :].split("\n\n", 1)[0]
+    documented: dict[str, set[str]] = {}
+    words = {"ConfigMap": ["configmaps"], "Leases": ["leases"], "Events": ["events"],
+             "Deployment": ["deployments", "deployments/scale"]}  # fmt: skip
+    for row in section.splitlines()[2:]:
+        rule = row.split("|")[1]
+        verbs = set(re.findall(r"`([a-z]+)`", rule.split(":", 1)[1]))
+        for resource in words[rule.split()[0].rstrip(":")]:
+            documented[resource] = verbs
+    role = one(template("edl-trainer", namespace="ml", release="digits"), "Role")
+    granted = {r: set(rule["verbs"]) for rule in role["rules"] for r in rule["resources"]}
+    assert documented == granted

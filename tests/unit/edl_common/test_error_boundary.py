@@ -3,7 +3,9 @@ anything else is one line and 1, with a traceback only when asked to debug."""
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 
 import pytest
 
@@ -50,6 +52,25 @@ def test_an_unexpected_error_is_one_line_and_1_with_the_traceback_only_when_debu
     status, text = run(KeyError("gpu"), debug=True)
     assert status == EXIT_FAILURE
     assert text.startswith("edl-x: error: unexpected KeyError: 'gpu'\nTraceback")
+
+
+def test_with_json_logs_the_line_is_one_json_record_the_traceback_inside() -> None:
+    def body() -> int:
+        raise KeyError("gpu")
+
+    for debug in (False, True):
+        err = io.StringIO()
+        asked = functools.partial(bool, debug)
+        status = run_command("edl-x", body, (), err, asked, json_logs=lambda: True)
+        (line,) = err.getvalue().splitlines()
+        record = json.loads(line)
+        assert status == EXIT_FAILURE
+        assert (record["level"], record["logger"], record["message"]) == (
+            "error", "edl-x", "unexpected KeyError: 'gpu'")  # fmt: skip
+        assert ("Traceback" in record.get("exception", "")) is debug
+    err = io.StringIO()
+    assert run_command("edl-x", lambda: int("x"), (), err, json_logs=lambda: False) == 1
+    assert err.getvalue().startswith("edl-x: error: unexpected ValueError")
 
 
 def boom(*args: object, **kwargs: object) -> int:

@@ -17,6 +17,7 @@ from agent.elastic.supervisor import ElasticSettings
 from edl_common import errors
 from edl_common.durations import format_duration, parse_duration
 from edl_common.errors import ConfigError
+from edl_common.options import field_default
 from edl_common.quantity import QuantityError, format_quantity, milli_value, parse_quantity
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -134,6 +135,35 @@ def test_no_flag_and_no_variable_give_the_dataclasses_defaults() -> None:
     assert elastic is not None
     assert elastic.membership_settings == MembershipSettings()
     assert elastic.timeouts == ElasticSettings()
+
+
+def test_the_simulators_tables_default_to_their_settings_fields() -> None:
+    """edl-hpa's and edl-sim's rows take their defaults from the settings they fill."""
+    from edl_sim.cluster.cli import parse_run_args, settings_from
+    from edl_sim.cluster.engine import SimSettings
+    from edl_sim.cluster.policy import PolicySettings
+    from edl_sim.hpa import cli as hpa_cli
+    from edl_sim.hpa.controller import ControllerSettings
+    from edl_sim.hpa.tune import MAX_ROUNDS, Objective
+
+    sim, policy = settings_from(
+        parse_run_args(["--workload", "w", "--curves", "c", "--cluster", "n"])
+    )
+    assert (sim, policy) == (SimSettings(), PolicySettings())
+    args = hpa_cli.parse(["tune", "hpa.yaml", "--trace", "t.csv"])
+    assert hpa_cli._controller_settings(args) == ControllerSettings()
+    assert (args.under_weight, args.over_weight, args.pause_weight) == (
+        Objective().under_weight,
+        Objective().over_weight,
+        Objective().pause_weight,
+    )
+    assert args.max_rounds == MAX_ROUNDS
+
+
+def test_field_default_reads_a_dataclass_field_or_says_there_is_none() -> None:
+    assert field_default(ElasticSettings, "drain_timeout") == ElasticSettings().drain_timeout
+    with pytest.raises(KeyError):
+        field_default(ElasticSettings, "no_such_field")
 
 
 def test_the_docs_tables_are_generated_from_the_option_tables() -> None:

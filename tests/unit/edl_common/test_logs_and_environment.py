@@ -131,3 +131,62 @@ def test_a_bad_log_format_variable_is_one_line(cli: str, tmp_path: Path) -> None
     )
     assert done.returncode == 2
     assert done.stderr == f"{cli}: error: EDL_LOG_FORMAT='xml': expected text or json\n"
+
+
+def adapter_without_a_static_file(*flags: str) -> subprocess.CompletedProcess[str]:
+    """`edl-adapter serve` that logs at start, then ends on a usage error (no --static-file)."""
+    return subprocess.run(
+        [f"{sys.prefix}/bin/edl-adapter", "serve", "--authentication", "none",
+         "--authorization", "none", *flags],
+        env={**os.environ, "EDL_ADAPTER_SCRAPE_INTERVL": "2s"},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_adapter_names_unknown_variables_and_ends_in_one_error_line() -> None:
+    done = adapter_without_a_static_file()
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert lines[0].endswith(
+        "WARNING metrics_adapter: unknown environment variable EDL_ADAPTER_SCRAPE_INTERVL is "
+        "ignored (did you mean EDL_ADAPTER_SCRAPE_INTERVAL?)"
+    )
+    assert lines[-1] == "edl-adapter: error: --source static needs --static-file"
+
+
+def test_the_adapter_logs_json_down_to_its_error_line() -> None:
+    done = adapter_without_a_static_file("--log-format", "json")
+    assert done.returncode == 2
+    records = [json.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
+    assert {"level": "warning", "logger": "metrics_adapter"}.items() <= records[0].items()
+    assert "EDL_ADAPTER_SCRAPE_INTERVL" in records[0]["message"]
+    assert {
+        "level": "error",
+        "logger": "edl-adapter",
+        "message": "--source static needs --static-file",
+    }.items() <= records[-1].items()
+    assert records[-1]["time"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("cli", "args", "message"),
+    [
+        ("edl-hpa", ["simulate", "missing.yaml", "--trace", "t.csv"], "No such file"),
+        ("edl-sim", ["run", "--seed", "x"], "--seed='x': not an integer"),
+        ("edl-sim", ["run", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        ("edl-adapter", ["serve", "--port", "x"], "--port='x': not an integer"),
+    ],
+)
+def test_with_json_logs_the_error_line_is_one_json_record(
+    cli: str, args: list[str], message: str, tmp_path: Path
+) -> None:
+    """Parse errors included: the line is JSON as soon as the command line asks for it."""
+    done = subprocess.run(
+        [f"{sys.prefix}/bin/{cli}", *args, "--log-format", "json"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode in (1, 2)
+    (line,) = done.stderr.splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["logger"]) == ("error", cli)
+    assert message in record["message"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 from tests.support.kustomize import ROOT
@@ -90,3 +92,21 @@ def test_the_torch_tree_without_a_torch_install_is_one_line(tmp_path: Path) -> N
         done.stderr == f"torch-site: no torch in {missing} (scripts/install-torch.sh installs it)\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_the_images_keep_only_the_console_scripts_whose_package_they_install() -> None:
+    """pip writes every script of pyproject.toml into the app stage; the one of a package the
+    stage does not copy (edl_sim: edl-hpa, edl-sim) would fail with ModuleNotFoundError, so the
+    stage removes exactly those."""
+    containerfile = (ROOT / "images/Containerfile").read_text()
+    stage = containerfile.split("FROM deps AS app", 1)[1].split("\nFROM ", 1)[0]
+    copied = set(re.findall(r"^COPY (\w+) /tmp/edl/src/\1$", stage, re.MULTILINE))
+    assert {"agent", "metrics_adapter", "edl_common", "edl_sizing"} <= copied
+    assert "edl_sim" not in copied  # docs/architecture.md: not in the adapter image
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    without_package = {
+        name for name, target in scripts.items() if target.split(".")[0] not in copied
+    }
+    assert without_package == {"edl-hpa", "edl-sim"}
+    (removal,) = re.findall(r"&& rm (/opt/edl-app/bin/\S+(?: /opt/edl-app/bin/\S+)*)", stage)
+    assert {Path(p).name for p in removal.split()} == without_package

@@ -57,7 +57,7 @@ class FakeCore:
 
 
 def store_with(core: FakeCore, attempts: int = 5) -> ConfigMapHistoryStore:
-    store = ConfigMapHistoryStore(None, "edl-system", attempts=attempts)
+    store = ConfigMapHistoryStore(None, "edl-system", "edl-sizing-history", attempts=attempts)
     store._core = core
     return store
 

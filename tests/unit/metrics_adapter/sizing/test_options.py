@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,9 @@ def test_unknown_backend_names_say_which_exist() -> None:
     assert sorted(HISTORY_STORES) == ["configmap", "memory"]
 
 
-def test_runtime_with_a_static_capacity_serves_desired_replicas(tmp_path: Path) -> None:
+def static_sizing_runtime(tmp_path: Path) -> AdapterRuntime:
+    """The assembled adapter, sizing one job (Deployment default/digits) on a static capacity,
+    after its first round."""
     pods = tmp_path / "pods.yaml"
     pods.write_text("pods: []\n")
     cluster = tmp_path / "cluster.yaml"
@@ -99,6 +102,11 @@ def test_runtime_with_a_static_capacity_serves_desired_replicas(tmp_path: Path) 
     runtime = AdapterRuntime(settings)
     assert runtime.sizer is not None
     runtime.sizer.run_once()
+    return runtime
+
+
+def test_runtime_with_a_static_capacity_serves_desired_replicas(tmp_path: Path) -> None:
+    runtime = static_sizing_runtime(tmp_path)
     client = runtime.app.test_client()
     path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/desired_replicas"
     (item,) = client.get(f"{path}?labelSelector=edl.paddlepaddle.org%2Fjob%3Ddigits").get_json()[
@@ -109,3 +117,34 @@ def test_runtime_with_a_static_capacity_serves_desired_replicas(tmp_path: Path) 
     assert "edl_adapter_sizing_desired_replicas" in text
     assert client.get("/debug/sizing").get_json()["plan"]["jobs"][0]["desired"] == 2
     assert isinstance(runtime.metrics.registry, CollectorRegistry)
+
+
+def test_runtime_serves_desired_replicas_as_the_object_metric_of_the_jobs_deployment(
+    tmp_path: Path,
+) -> None:
+    """What an HPA with an Object metric on its Deployment reads (hpa-sizing-object.yaml), for
+    clusters whose external.metrics.k8s.io belongs to KEDA: the same value as the External one."""
+    client = static_sizing_runtime(tmp_path).app.test_client()
+    group = "/apis/custom.metrics.k8s.io/v1beta2"
+    resources = client.get(group).get_json()["resources"]
+    assert "deployments.apps/desired_replicas" in [r["name"] for r in resources]
+    answer = client.get(f"{group}/namespaces/default/deployments.apps/digits/desired_replicas")
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert (body["kind"], body["apiVersion"]) == (
+        "MetricValueList",
+        "custom.metrics.k8s.io/v1beta2",
+    )
+    (item,) = body["items"]
+    assert item["describedObject"] == {
+        "kind": "Deployment",
+        "namespace": "default",
+        "name": "digits",
+        "apiVersion": "apps/v1",
+    }
+    assert item["metric"] == {"name": "desired_replicas", "selector": None}
+    assert item["value"] == "2"
+    assert item["windowSeconds"] == round(default_settings().sizing_interval)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", item["timestamp"])
+    other = client.get(f"{group}/namespaces/default/deployments.apps/other/desired_replicas")
+    assert other.status_code == 404 and other.get_json()["kind"] == "Status"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from agent.cli import build_parser, parse_args
 from agent.elastic.runner import elastic_options
 from edl_sim.hpa.manifest import parse_hpa
 from metrics_adapter.api.selectors import LabelSelector
-from metrics_adapter.providers.sizing import DESIRED_REPLICAS
+from metrics_adapter.providers.sizing import DESIRED_REPLICAS, OBJECT_METRIC
 from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
@@ -48,6 +49,51 @@ def test_sizing_hpa_reads_desired_replicas_of_its_job() -> None:
     behavior = raw["spec"]["behavior"]
     assert behavior["scaleUp"]["tolerance"] == behavior["scaleDown"]["tolerance"] == "0"
     # The sizer's bounds agree with the HPA's.
+    annotations = deploy["metadata"]["annotations"]
+    assert int(annotations[MAX_WORKERS]) == hpa.spec.max_replicas
+    assert int(annotations[MIN_WORKERS]) == hpa.spec.min_replicas
+
+
+def with_object_metric_hpa(tmp_path: Path) -> list[dict[str, Any]]:
+    """The example with hpa-sizing-object.yaml in place of hpa-sizing.yaml, as its
+    kustomization's comment says for a cluster whose External API belongs to KEDA."""
+    here = tmp_path / "digits-trainer"
+    shutil.copytree(ROOT / EXAMPLE, here)
+    kustomization = yaml.safe_load((here / "kustomization.yaml").read_text())
+    resources = kustomization["resources"]
+    resources[resources.index("hpa-sizing.yaml")] = "hpa-sizing-object.yaml"
+    (here / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return render(str(here))
+
+
+def test_object_metric_hpa_reads_desired_replicas_of_the_example_deployment(
+    tmp_path: Path,
+) -> None:
+    """hpa-sizing-object.yaml: its Object metric describes the example's own Deployment, on the
+    resource the adapter serves desired_replicas on (deployments.apps)."""
+    docs = with_object_metric_hpa(tmp_path)
+    deploy = one(docs, "Deployment")
+    raw = one(docs, "HorizontalPodAutoscaler")
+    assert raw["metadata"]["namespace"] == deploy["metadata"]["namespace"]
+    hpa = parse_hpa(raw)  # a valid autoscaling/v2 HPA
+    target = hpa.spec.scale_target_ref
+    assert (target.api_version, target.kind, target.name) == (
+        deploy["apiVersion"],
+        deploy["kind"],
+        deploy["metadata"]["name"],
+    )
+    (metric,) = raw["spec"]["metrics"]
+    assert metric["type"] == "Object"
+    described = metric["object"]["describedObject"]
+    assert described == {
+        "apiVersion": deploy["apiVersion"],
+        "kind": deploy["kind"],
+        "name": deploy["metadata"]["name"],
+    }
+    group = deploy["apiVersion"].split("/")[0]
+    assert OBJECT_METRIC.group_resource == f"{deploy['kind'].lower()}s.{group}"
+    assert metric["object"]["metric"] == {"name": OBJECT_METRIC.metric}
+    assert metric["object"]["target"] == {"type": "AverageValue", "averageValue": "1"}
     annotations = deploy["metadata"]["annotations"]
     assert int(annotations[MAX_WORKERS]) == hpa.spec.max_replicas
     assert int(annotations[MIN_WORKERS]) == hpa.spec.min_replicas
