@@ -20,9 +20,10 @@ same inputs always give the same plan. One round, in order:
 4. **Granted workers.** A job's workers that are created but not yet bound keep their place
    while they fit (they were granted in an earlier round).
 5. **Growth.** One worker at a time to the job with the highest
-   ``weight * marginal speed-up / dominant share of one worker`` (a job already growing
-   this round counts ``rescale_margin`` times that: it rescales anyway, so scarce room goes
-   to fewer jobs in larger steps), while the job is below
+   ``weight * relative speed-up / dominant share of one worker``, the relative speed-up being
+   the share by which the worker speeds its own job up, ``log(S(n + 1) / S(n))`` (a job
+   already growing this round counts ``rescale_margin`` times that: it rescales anyway, so
+   scarce room goes to fewer jobs in larger steps), while the job is below
    its maximum, a worker fits a node, the marginal speed-up is at least the job's
    threshold, the job's last growth is older than the hold-off, and the size stays within
    ``exploration`` x the largest size measured. A job's growth in the round must pay back
@@ -220,13 +221,20 @@ class _State:
         return self.model.curve
 
     def value(self, n: int) -> float:
-        """Marginal value of the job's n-th worker: what removing it costs."""
-        return self.job.weight * self.model.marginal(n - 1) / max(self.share, 1e-12)
+        """Marginal value of the job's n-th worker: what removing it costs.
+
+        ``weight * log(S(n) / S(n - 1)) / share``: the share of the job's speed the worker
+        gives (not its speed-up in workers), so a worker is worth more to a job at 8 than to
+        one at 28 of the same class though it adds about as many samples to either. The sum
+        over jobs of ``weight * log(speed)`` is what growth and displacement raise.
+        """
+        return self.job.weight * _log_gain(self.model, n - 1, n) / max(self.share, 1e-12)
 
     def growth_value(self, policy: SizingPolicy) -> float:
         """What the next worker is worth to growth: the best mean gain over the next node."""
-        gain, _ = self.model.ahead(self.count, self.growth_limit(policy))
-        return self.job.weight * gain / max(self.share, 1e-12)
+        n, limit = self.count, self.growth_limit(policy)
+        gains = (_log_gain(self.model, n, m) / (m - n) for m in range(n + 1, limit + 1))
+        return self.job.weight * max(gains, default=0.0) / max(self.share, 1e-12)
 
     def growth_limit(self, policy: SizingPolicy) -> int:
         """The largest size growth may plan: max, exploration cap, one node ahead.
@@ -259,6 +267,20 @@ class _State:
     def over_budget(self, policy: SizingPolicy) -> bool:
         """Whether it has used its rescales for this hour."""
         return self.job.recent_rescales >= policy.rescale_budget_per_hour
+
+
+_FIRST_WORKER = 1e6
+"""The log gain of a job's first worker (from no speed at all): more than any other."""
+
+
+def _log_gain(model: SizeModel, n: int, m: int) -> float:
+    """``log(S(m) / S(n))``: by what share going from n to m workers speeds the job up."""
+    here, there = model.speedup(n), model.speedup(m)
+    if there <= 0:
+        return -_FIRST_WORKER
+    if here <= 0:
+        return _FIRST_WORKER
+    return math.log(there / here)
 
 
 def decide(

@@ -283,12 +283,45 @@ def test_growth_takes_a_worker_worth_less_than_half_as_much_elsewhere() -> None:
         "shrank to 6: its workers are worth more to ns/linear "
         "(marginal speed-up 0.90 there, 0.05 here)"
     )
-    # Worth more, but not twice as much (the rescale margin): nothing moves.
-    close = job("close", replicas=7, observed={1: 100.0, 2: 195.0, 4: 370.0, 8: 650.0})
-    pods = workers(close, ["node-1"] * 7) + workers(linear, ["node-1"])
-    assert desired(decide(nodes(1, cpu=8), pods, [close, linear], now=100.0)) == {
-        "close": 7, "linear": 1,
+    # Worth more, but not twice as much (the rescale margin): nothing moves. Linear's 4th
+    # worker speeds it up by a third; close's 5th adds a sixth to close's speed.
+    close = job("close", replicas=5, observed={1: 100.0, 2: 195.0, 4: 370.0, 8: 650.0})
+    three = job("linear", replicas=3, observed={1: 100.0, 2: 200.0, 3: 300.0})
+    pods = workers(close, ["node-1"] * 5) + workers(three, ["node-1"] * 3)
+    assert desired(decide(nodes(1, cpu=8), pods, [close, three], now=100.0)) == {
+        "close": 5, "linear": 3,
     }  # fmt: skip
+    # Without the margin the worker moves: it speeds linear up by more than close loses.
+    policy = SizingPolicy(rescale_margin=1.0)
+    assert desired(decide(nodes(1, cpu=8), pods, [close, three], policy, now=100.0)) == {
+        "close": 4, "linear": 4,
+    }  # fmt: skip
+
+
+CASE1 = {1: 104.0, 2: 200.0, 4: 398.0, 8: 759.0, 16: 1346.0, 32: 2184.0, 60: 3046.0}
+"""Case 1's class curve as measured (a straight line between the sizes, 0.7 of one worker per
+worker from 8 to 16, 0.5 from 16 to 32)."""
+
+
+def test_a_worker_goes_where_it_speeds_its_job_up_by_the_larger_share() -> None:
+    # Two jobs of one class on a full node: big (first come) at 28, small (late) at 8. One
+    # more worker adds 0.69 of one worker's speed to small (a tenth of its speed) and 0.5 to
+    # big (a 38th): small takes big's workers until the next one is no longer worth twice
+    # as much to it (the rescale margin), and the round after nothing moves back.
+    big = job("big", replicas=28, max_replicas=60, observed=CASE1)
+    small = job("small", replicas=8, max_replicas=60, observed=CASE1)
+    pods = workers(big, ["node-1"] * 28) + workers(small, ["node-1"] * 8)
+    plan = decide(nodes(1, cpu=36), pods, [big, small], now=100.0)
+    assert desired(plan) == {"big": 23, "small": 13}
+    assert plan.jobs["ns/small"].message == (
+        "grew to 13 (+5): the room of 5 workers of ns/big (marginal speed-up 0.50 there), "
+        "marginal speed-up 0.69"
+    )
+    assert plan.jobs["ns/big"].limited_by.value == "low_marginal_gain"
+    big, small = replace(big, replicas=23), replace(small, replicas=13, last_rescale=100.0)
+    pods = workers(big, ["node-1"] * 23) + workers(small, ["node-1"] * 13)
+    again = decide(nodes(1, cpu=36), pods, [big, small], now=200.0)
+    assert desired(again) == {"big": 23, "small": 13}
 
 
 def test_growth_never_takes_below_min_nor_from_higher_priority() -> None:
@@ -321,8 +354,9 @@ def test_taken_room_is_kept_until_the_donor_has_scaled_down() -> None:
 def test_taken_workers_come_from_as_few_jobs_as_possible() -> None:
     # Two equally flat donors on one node; linear (measured at 2) grows by 2: both workers
     # come from one donor (one rescale), though the other's last worker is worth the same.
-    a = job("a", replicas=4, observed=FLAT)
-    b = job("b", replicas=4, observed=FLAT)
+    flatter = {1: 100.0, 2: 110.0, 4: 118.0, 8: 122.0}
+    a = job("a", replicas=4, observed=flatter)
+    b = job("b", replicas=4, observed=flatter)
     linear = job("linear", replicas=2, observed={1: 100.0, 2: 200.0})
     pods = workers(a, ["node-1"] * 4) + workers(b, ["node-1"] * 4) + workers(linear, ["n-1"] * 2)
     cluster = [*nodes(1, cpu=8), *nodes(1, cpu=2, prefix="n")]
