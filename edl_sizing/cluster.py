@@ -135,7 +135,8 @@ class Job:
     may a job still below its own request)."""
     recent_rescales: int = 0
     """Rescales of the job within the last hour (the caller counts them): at the policy's
-    budget it neither grows nor gives workers to another job's growth."""
+    budget it grows no further than ``requested`` and gives no workers to another job's
+    growth."""
     job_class: str | None = None
     """The ``edl.paddlepaddle.org/class`` label: jobs of one class share a size history (the
     decision does not read it; the caller merges the class's measurements into

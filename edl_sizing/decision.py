@@ -83,7 +83,8 @@ class SizingPolicy:
     is not made (a size is not left for a predicted gain within the model's noise)."""
     rescale_budget_per_hour: int = 8
     """A job that rescaled this many times in the last hour (``Job.recent_rescales``) neither
-    grows nor gives workers to another job's growth; only protected demand shrinks it."""
+    grows (but back to its request) nor gives workers to another job's growth; only
+    protected demand shrinks it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +266,15 @@ class _State:
         return requested
 
     def over_budget(self, policy: SizingPolicy) -> bool:
-        """Whether it has used its rescales for this hour."""
+        """Whether it has used its rescales for this hour.
+
+        It then grows no further than its request: below it, protected demand (or a job
+        short of its own request) took its workers, and growing back undoes a shrink that
+        was not its choice. Shrinks for protected demand count in the job's rescales, so
+        without that a job shrunk eight times for new arrivals stayed small for an hour
+        beside free room (the GPU trace's job-092: at 8 of the 16 it asked for, with 23
+        GPUs free).
+        """
         return self.job.recent_rescales >= policy.rescale_budget_per_hour
 
 
@@ -686,8 +695,8 @@ def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
         return Reason.LOW_MARGINAL_GAIN
     if not s.grown and job.last_rescale is not None and now - job.last_rescale < policy.hold_off_s:
         return Reason.HOLD_OFF
-    if not s.grown and s.over_budget(policy):
-        return Reason.HOLD_OFF
+    if s.over_budget(policy) and s.count + 1 > job.requested:
+        return Reason.HOLD_OFF  # over budget it only grows back to its request
     return None
 
 

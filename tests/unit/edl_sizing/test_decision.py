@@ -591,6 +591,18 @@ def test_a_job_that_used_its_rescale_budget_does_not_grow() -> None:
     }
 
 
+def test_a_job_over_its_rescale_budget_still_grows_back_to_its_request() -> None:
+    # protected demand took it from its request of 6 to 2, and used its budget doing so
+    budget = SizingPolicy().rescale_budget_per_hour
+    a = job("a", replicas=2, requested=6, recent_rescales=budget)
+    plan = decide(nodes(1, cpu=8), workers(a, ["node-1"] * 2), [a], now=100.0)
+    assert desired(plan) == {"a": 6} and reasons(plan) == {"a": "hold_off"}
+    # at its request, over budget, it stays
+    home = replace(a, replicas=6)
+    plan = decide(nodes(1, cpu=8), workers(a, ["node-1"] * 6), [home], now=100.0)
+    assert desired(plan) == {"a": 6} and reasons(plan) == {"a": "hold_off"}
+
+
 def test_a_growth_within_the_hysteresis_is_not_made() -> None:
     almost_flat = {1: 100.0, 2: 200.0, 3: 204.0}  # a third worker: +2 %
     a = job("a", replicas=2, observed=almost_flat, max_replicas=3, min_marginal_speedup=0.0)

@@ -180,3 +180,26 @@ def test_edl_late_arrivals_are_not_held_small_beside_the_first_job(tmp_path: Pat
     at = {j.name: _world_at(j.worlds, 200.0) for j in result.jobs}
     assert min(at["b"], at["c"], at["d"]) * 3 >= at["a"], at
     assert all(j.finished is not None for j in result.jobs)
+
+
+def test_edl_a_job_shrunk_for_a_service_grows_back_to_its_request_over_budget(
+    tmp_path: Path,
+) -> None:
+    """A job asking for 8 of 8 CPUs; a priority-1000 service takes 1, 2, ... 7 of them.
+
+    Each step shrinks the job (7 rescales, past a budget of 4 per hour). When the service
+    leaves at 800 s the job grows back to its request: the shrinks were not its choice.
+    (Before, the budget held it at 1 worker beside 7 free CPUs until the hour rolled on.)
+    """
+    job = ("a", 0, 1, 8, 8, 1, "1Gi", 0, 400_000, "lin", 0)
+    service = [(100 * i, i, 1, "1Gi", 0, 1000) for i in range(1, 8)] + [(800, 0, 1, "1Gi", 0, 1000)]
+    args = inputs(
+        tmp_path, [job], nodes=[("n", 1, 8, "16Gi", 0)], curves=LINEAR_16, background=service
+    )
+    options = parse_run_args([*args, "--policy", "edl", "--rescale-budget", "4"])
+    workload = load_workload(options.workload, options.curves, options.cluster, options.background)
+    sim, policy = settings_from(options)
+    (result,) = compare(workload, ["edl"], sim, policy)
+    (a,) = result.jobs
+    assert _world_at(a.worlds, 790.0) == 1, a.worlds
+    assert _world_at(a.worlds, 950.0) == 8, a.worlds
