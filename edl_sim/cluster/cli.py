@@ -233,7 +233,7 @@ RUN: tuple[Option, ...] = (
         "rescale_budget",
         integer(0),
         str(_SIZING.rescale_budget_per_hour),
-        "rescales per job per hour after which it neither grows nor gives workers",
+        "rescales per job per hour after which it neither grows past its request nor gives workers",
         SIZER,
     ),
     _opt(
