@@ -11,18 +11,29 @@ generation is its rank 0's port of that generation's parity.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.net import free_port
 
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[3]
 
-PROCESS = """
+RUN_BOUND_SECONDS = 600.0
+"""How long the three processes may take in all: a bound on a hang, not a speed (each imports
+torch, ~3 s idle; a generation waits for a peer still importing; beside heavy work on 2
+cores the run took over 150 s)."""
+INIT_TIMEOUT = 300
+"""Each generation's group formation, bounded like the run (a peer may still be importing)."""
+
+PROCESS = (
+    f"INIT_TIMEOUT = {INIT_TIMEOUT}\n"
+    + """
 import json, sys
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.base import ReduceOp
@@ -36,23 +47,18 @@ for generation, members in plan:
     rank = members.index(me)
     master = f"127.0.0.1:{ports[members[0]][generation % 2]}"
     coll.init(TrainerWorld(rank, len(members), generation, master=master, backend="gloo"),
-              in_process=True, timeout_seconds=60)
+              in_process=True, timeout_seconds=INIT_TIMEOUT)
     total = coll.all_reduce_ints([me + 1], ReduceOp.MAX)
     low = coll.all_reduce_ints([me], ReduceOp.MIN)
     blob = coll.broadcast_bytes(f"state of g{generation}".encode() if rank == 0 else b"", 0)
     print(json.dumps([generation, rank, total[0], low[0], blob.decode()]), flush=True)
-coll.init(TrainerWorld(), in_process=True, timeout_seconds=60)  # leaves the last group
+coll.init(TrainerWorld(), in_process=True, timeout_seconds=INIT_TIMEOUT)  # leaves the last group
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(RUN_BOUND_SECONDS + 60)
 def test_one_process_group_per_generation_across_sizes_and_a_moving_rank_0() -> None:
     plan = [(1, [0, 1]), (2, [0, 1, 2]), (3, [0, 2]), (4, [2, 0]), (5, [2, 0, 1])]
     ports = json.dumps([[free_port(), free_port()] for _ in range(3)])
@@ -66,9 +72,18 @@ def test_one_process_group_per_generation_across_sizes_and_a_moving_rank_0() -> 
         )
         for me in range(3)
     ]
+    deadline = time.monotonic() + RUN_BOUND_SECONDS
+    ended = []
+    try:
+        for proc in procs:
+            ended.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        tails = [proc.communicate()[1][-1500:] for proc in procs[len(ended) :]]
+        pytest.fail(f"not done within {RUN_BOUND_SECONDS:.0f} s; stderr tails: {tails}")
     outputs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=150)
+    for proc, (out, err) in zip(procs, ended, strict=True):
         assert proc.returncode == 0, err[-2000:]
         outputs.append([json.loads(line) for line in out.splitlines()])
     for me, lines in enumerate(outputs):
