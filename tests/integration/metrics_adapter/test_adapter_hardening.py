@@ -19,7 +19,6 @@ import datetime
 import http.server
 import json
 import os
-import shutil
 import socket
 import ssl
 import threading
@@ -621,7 +620,6 @@ def test_chunked_with_any_content_length_is_refused_with_a_status(
     assert "Transfer-Encoding together with Content-Length" in status["message"]
 
 
-@pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) missing")
 def test_the_listen_backlog_is_the_one_asked_for(two_namespaces: Adapter) -> None:
     assert listen_backlog(two_namespaces.port) == 1024  # asyncio's default was 100
 
