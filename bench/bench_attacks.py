@@ -25,8 +25,8 @@ Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given
 
 The scenarios above talk to the adapter directly. `acceptance` (the default) runs issue 25's
 attacks on the adapter behind a real kube-apiserver and prints each goal, met or missed
-(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target`,
-`--hostile-minutes 10`).
+(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target,
+path-confusion,framing,backlog`, `--hostile-minutes 10`).
 
 Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [acceptance slow ...]``
 """
@@ -699,7 +699,7 @@ def main() -> None:
     parser.add_argument("--serve-filled", nargs=2)
     parser.add_argument(
         "--attacks",
-        default="keepalive,selectors,exporter,hostile-target",
+        default="keepalive,selectors,exporter,hostile-target,path-confusion,framing,backlog",
         help="acceptance: which attacks, comma-separated",
     )
     parser.add_argument(
