@@ -487,12 +487,20 @@ def keepalive(cluster: Cluster, port: int, seconds: float, count: int) -> list[G
     )
 
 
-def fresh_healthz(port: int) -> int | str:
+def stranger_context() -> ssl.SSLContext:
+    """A TLS client that trusts anything and shows no certificate."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def fresh_healthz(port: int) -> int | str:
+    """A stranger's `GET /healthz` on a new TLS connection: the status, or the error's name."""
     try:
-        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30)) as s:
+        with stranger_context().wrap_socket(
+            socket.create_connection(("127.0.0.1", port), timeout=30)
+        ) as s:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             return int(s.recv(12)[9:12])
     except (OSError, ValueError) as e:
@@ -861,11 +869,10 @@ def _status_of(raw: bytes) -> tuple[int, str | None]:
 def _tls_exchange(port: int, data: bytes) -> bytes:
     """Sends `data` on a fresh TLS connection (no client certificate) and reads until the
     server closes (bounded)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
     got = b""
-    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30)) as s:
+    with stranger_context().wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=30)
+    ) as s:
         s.sendall(data)
         for _ in range(1000):
             try:
