@@ -8,6 +8,7 @@ and how many the server closed (re-opened at once).
     python bench/attack_holder.py idle-tls PORT COUNT      # GET /healthz, then idle (TLS)
     python bench/attack_holder.py idle-tcp PORT COUNT      # connect, send nothing
     python bench/attack_holder.py slowloris PORT COUNT     # a head one byte a second
+    python bench/attack_holder.py burst PORT COUNT         # COUNT connects at once, each second
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support.slow_clients import HalfOpenConnections, IdleKeepAlive, Slowloris
+from tests.support.slow_clients import ConnectBurst, HalfOpenConnections, IdleKeepAlive, Slowloris
 
 
 def _client_context() -> ssl.SSLContext:
@@ -39,12 +40,16 @@ def holder(kind: str, port: int, count: int) -> Any:
         return HalfOpenConnections(port, partial=0, idle=count)
     if kind == "slowloris":
         return Slowloris(port, count)
-    raise SystemExit(f"attack_holder: unknown kind {kind!r} (idle-tls, idle-tcp, slowloris)")
+    if kind == "burst":
+        return ConnectBurst(port, count)
+    raise SystemExit(f"attack_holder: unknown kind {kind!r} (idle-tls, idle-tcp, slowloris, burst)")
 
 
 def status(held: Any) -> dict[str, int]:
     if isinstance(held, IdleKeepAlive):
         return {"opened": held.opened, "dropped": held.dropped}
+    if isinstance(held, ConnectBurst):
+        return {"opened": held.opened, "dropped": held.failed, "slow": held.slow}
     if isinstance(held, HalfOpenConnections):
         return {"opened": sum(s is not None for s in held.socks), "dropped": held.dropped}
     return {"opened": held.count, "dropped": held.dropped}

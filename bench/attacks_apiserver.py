@@ -22,6 +22,21 @@ same run, then each goal and whether it was met. Attackers run in a process of t
 - `hostile-target`: pods whose /metrics answers garbage, huge, slow or label-churning bodies
   (normal until the attack starts), for `--hostile-minutes` (10). Goal: RSS flat (the least
   squares slope over the run's second half under 1 MB/min), the legitimate query unharmed.
+
+Three short ones (15 s a phase) on the HTTP front end:
+
+- `path-confusion`: issue 25's `…/namespaces/scratch/pods/a://h/…/namespaces/ml/…` and its
+  variants (`tests/support/path_confusion.py`) through kube-apiserver, as a user allowed only
+  in `scratch` and as the cluster admin (who gets no SubjectAccessReview, so only the routing
+  stands between the path and `ml`). Goal: no answer routed to `ml` (its value, or the
+  adapter's own refusal naming namespace `ml`).
+- `framing`: `Transfer-Encoding: chunked` beside `Content-Length: 0` (both orders), and a TLS
+  close_notify + half-close right after the request, straight to the adapter. Goals: every
+  answer a 400 Status; no log line per connection (issue 25: `returning true from
+  eof_received()` for each).
+- `backlog`: the listen backlogs the kernel holds for the adapter and the agent's exporter
+  (sock_diag, what `ss -ltn` shows), and 1,000 simultaneous connects to the adapter every
+  second. Goals: 1,024 and 512 (at most `net.core.somaxconn`), the legitimate query unharmed.
 """
 
 from __future__ import annotations
@@ -55,7 +70,10 @@ from tests.e2e.harness.controlplane import (  # noqa: E402
     ControlPlaneSettings,
     ensure_binaries,
 )
-from tests.support.net import free_port  # noqa: E402
+from tests.support.net import free_port, listen_backlog  # noqa: E402
+from tests.support.path_confusion import confused_paths  # noqa: E402
+from tests.support.pki import issue, load_issued  # noqa: E402
+from tests.support.slow_clients import request_then_close_notify  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 API = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -469,12 +487,20 @@ def keepalive(cluster: Cluster, port: int, seconds: float, count: int) -> list[G
     )
 
 
-def fresh_healthz(port: int) -> int | str:
+def stranger_context() -> ssl.SSLContext:
+    """A TLS client that trusts anything and shows no certificate."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def fresh_healthz(port: int) -> int | str:
+    """A stranger's `GET /healthz` on a new TLS connection: the status, or the error's name."""
     try:
-        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30)) as s:
+        with stranger_context().wrap_socket(
+            socket.create_connection(("127.0.0.1", port), timeout=30)
+        ) as s:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             return int(s.recv(12)[9:12])
     except (OSError, ValueError) as e:
@@ -709,7 +735,292 @@ def hostile_target(cluster: Cluster, port: int, seconds: float, minutes: float) 
     )
 
 
-ATTACKS = ("keepalive", "selectors", "exporter", "hostile-target")
+# ----------------------------------------------------------------- the front end's own attacks
+
+SHORT_S = 15.0
+"""The phases below are short: each attack is a few hundred requests or a connect burst."""
+
+
+def _scratch_user(cluster: Cluster) -> tuple[str, str]:
+    """A user allowed to read custom metrics in namespace `scratch` only: its client
+    certificate and key files, issued by the cluster CA."""
+    cp = cluster.cp
+    assert cp.pki is not None
+    user = "scratch-reader"
+    cp.request("POST", "/api/v1/namespaces", ok=(201, 409), json={"metadata": {"name": "scratch"}})
+    rules = [{"apiGroups": ["custom.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list"]}]
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/scratch"
+    cp.request("POST", f"{rbac}/roles", ok=(201, 409),
+               json={"metadata": {"name": "metrics-reader"}, "rules": rules})  # fmt: skip
+    binding = {
+        "metadata": {"name": "metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "metrics-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }  # fmt: skip
+    cp.request("POST", f"{rbac}/rolebindings", ok=(201, 409), json=binding)
+    pair = issue(load_issued(cp.pki.ca.cert, cp.pki.ca.key), user)
+    cert, key = cluster.work / f"{user}.crt", cluster.work / f"{user}.key"
+    cert.write_bytes(pair.pem)
+    key.write_bytes(pair.key_pem)
+    return str(cert), str(key)
+
+
+def routed_to(namespace: str, status: int, body: str) -> bool:
+    """Whether an answer shows the request was served for `namespace`: its value, or the
+    adapter's own refusal there (`... in the namespace "<namespace>"`)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return False
+    if doc.get("kind") == "MetricValueList":
+        return any(i["describedObject"].get("namespace") == namespace for i in doc["items"])
+    return status == 403 and f'in the namespace "{namespace}"' in str(doc.get("message", ""))
+
+
+def path_confusion(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
+    """Issue 25's path and its variants through kube-apiserver, as a user allowed only in
+    `scratch` and as the cluster admin (no SubjectAccessReview: the routing alone decides)."""
+    pods = [
+        *legit_pods(port),
+        pod("ml", "trainer-1", f"http://127.0.0.1:{port}/pod/1"),
+        pod("scratch", "a", f"http://127.0.0.1:{port}/pod/2"),
+    ]
+    adapter = cluster.adapter("attack-paths", pods, "--scrape-interval=2s")
+    user = _scratch_user(cluster)
+    paths = confused_paths("scratch", "ml", "trainer-1")
+    session = cluster.session()
+    stranger = requests.Session()
+    stranger.trust_env = False
+    stranger.cert, stranger.verify = user, session.verify
+    own = f"{cluster.cp.server}{API}/namespaces/ml/pods/trainer-1/samples_per_second"
+    wait_for(  # RBAC may take a moment; the user is refused in `ml` (kube-apiserver's 403)
+        lambda: stranger.get(own, timeout=30).status_code == 403,
+        timeout_s=60,
+        what="the scratch user refused in ml",
+        interval_s=1.0,
+    )
+    idle = observe(cluster, adapter, "idle", seconds)
+    answers: dict[tuple[str, int], int] = {}  # (who, status) -> count
+    routed: list[str] = []
+    done = threading.Event()
+
+    def confuse() -> None:
+        for n in range(100_000):
+            path = paths[n % len(paths)]
+            for who, client in (("user", stranger), ("admin", session)):
+                try:
+                    r = client.get(cluster.cp.server + path, timeout=30, allow_redirects=False)
+                except requests.RequestException:
+                    answers[(who, 0)] = answers.get((who, 0), 0) + 1  # no answer
+                    continue
+                answers[(who, r.status_code)] = answers.get((who, r.status_code), 0) + 1
+                if routed_to("ml", r.status_code, r.text):
+                    routed.append(f"{who} {path} -> {r.status_code} {r.text[:120]}")
+            if done.wait(0.1):
+                return
+
+    attacker = threading.Thread(target=confuse, daemon=True)
+    attacker.start()
+    under = observe(cluster, adapter, f"{len(paths)} confused paths, user + admin", seconds)
+    done.set()
+    attacker.join(60)
+    sent = sum(answers.values())
+    return report(
+        f"path-confusion: issue 25's `a://h` path and {len(paths) - 1} variants through "
+        "kube-apiserver, as a user allowed only in `scratch` and as the cluster admin, "
+        f"{seconds:.0f} s",
+        [idle, under],
+        [
+            Goal("answers routed to `ml`", f"{len(routed)} of {sent}", not routed and sent > 0),
+            availability_goal(under),
+            failures_goal(under),
+        ],
+        [
+            "answers (who, status): "
+            + ", ".join(f"{w} {c}: {n}" for (w, c), n in sorted(answers.items())),
+            *(f"e.g. routed: {r}" for r in routed[:3]),
+        ],
+    )
+
+
+TE_CL = tuple(
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + lengths + b"\r\n0\r\n\r\n"
+    for lengths in (
+        b"Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+        b"Content-Length: 0\r\nTransfer-Encoding: chunked\r\n",
+    )
+)
+"""Chunked beside `Content-Length: 0`, both orders (issue 25: accepted before)."""
+
+
+def _status_of(raw: bytes) -> tuple[int, str | None]:
+    """(HTTP status, the body's `kind`) of one raw answer; (0, None) for none."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 "):
+        return 0, None
+    try:
+        kind = json.loads(body).get("kind")
+    except ValueError:
+        kind = None
+    return int(head[9:12]), kind
+
+
+def _tls_exchange(port: int, data: bytes) -> bytes:
+    """Sends `data` on a fresh TLS connection (no client certificate) and reads until the
+    server closes (bounded)."""
+    got = b""
+    with stranger_context().wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=30)
+    ) as s:
+        s.sendall(data)
+        for _ in range(1000):
+            try:
+                chunk = s.recv(65536)
+            except (OSError, ssl.SSLError):
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+def _log_lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+
+def framing(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
+    """`Transfer-Encoding: chunked` beside `Content-Length` (both orders), and a TLS
+    close_notify with a half-close straight after the request, straight to the adapter."""
+    adapter = cluster.adapter("attack-framing", legit_pods(port), "--scrape-interval=2s")
+    idle = observe(cluster, adapter, "idle", seconds)
+    log = adapter.process.log
+    before = len(_log_lines(log))
+    counts = {"te+cl": 0, "te+cl Status 400": 0, "close_notify": 0, "close_notify answered": 0}
+    odd: list[str] = []
+    done = threading.Event()
+
+    def attack() -> None:
+        for n in range(100_000):
+            data = TE_CL[n % 2]
+            try:
+                if n % 3 == 2:  # the request, close_notify and a half-close in one send
+                    # (its answer stays encrypted: after its own close_notify the client's
+                    # TLS object reads nothing more; an application record is the answer)
+                    healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                    raw = request_then_close_notify(adapter.port, healthz)
+                    counts["close_notify"] += 1
+                    counts["close_notify answered"] += raw[:1] == b"\x17"
+                    if raw[:1] != b"\x17":
+                        odd.append(f"close_notify: {raw[:60]!r}")
+                else:
+                    raw = _tls_exchange(adapter.port, data)
+                    counts["te+cl"] += 1
+                    if _status_of(raw) == (400, "Status"):
+                        counts["te+cl Status 400"] += 1
+                    else:
+                        odd.append(f"te+cl: {raw[:100]!r}")
+            except OSError as e:
+                odd.append(repr(e)[:100])
+            if done.wait(0.05):
+                return
+
+    attacker = threading.Thread(target=attack, daemon=True)
+    attacker.start()
+    under = observe(cluster, adapter, "TE+CL and close_notify + half-close", seconds)
+    done.set()
+    attacker.join(60)
+    added = _log_lines(log)[before:]
+    eof = [line for line in added if "eof_received" in line]
+    connections = counts["te+cl"] + counts["close_notify"]
+    return report(
+        "framing: `Transfer-Encoding: chunked` with `Content-Length: 0` (both orders), and a "
+        "TLS close_notify + half-close right after the request, straight to the adapter, "
+        f"{seconds:.0f} s",
+        [idle, under],
+        [
+            Goal(
+                "every TE+CL answer a 400 Status",
+                f"{counts['te+cl Status 400']} of {counts['te+cl']}",
+                counts["te+cl"] > 0 and counts["te+cl Status 400"] == counts["te+cl"],
+            ),
+            Goal(
+                "every close_notify + half-close answered",
+                f"{counts['close_notify answered']} of {counts['close_notify']}",
+                counts["close_notify"] > 0
+                and counts["close_notify answered"] == counts["close_notify"],
+            ),
+            Goal(
+                "no log line per connection",
+                f"{len(added)} lines in {connections} connections ({len(eof)} eof_received)",
+                not eof and len(added) < max(1, connections // 10),
+            ),
+            availability_goal(under),
+            failures_goal(under),
+        ],
+        [f"sent: {counts}", *(f"e.g. {o}" for o in odd[:3]), *(f"log: {x}" for x in added[:3])],
+    )
+
+
+def _somaxconn() -> int:
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
+def backlog(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
+    """The listen backlogs the kernel holds for the adapter and the agent's exporter (asked:
+    1,024 and 512; asyncio's default of 100 once replaced them), and a burst of 1,000
+    simultaneous connects to the adapter every second."""
+    eport = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", EXPORTER, str(eport)])  # PYTHONPATH: --code
+    try:
+        wait_for(lambda: listening(eport), timeout_s=60, what="the exporter", interval_s=0.2)
+        adapter = cluster.adapter("attack-backlog", legit_pods(port), "--scrape-interval=2s")
+        cap = _somaxconn()
+        held = {"adapter": listen_backlog(adapter.port), "exporter": listen_backlog(eport)}
+        asked = {"adapter": 1024, "exporter": 512}
+        idle = observe(cluster, adapter, "idle", seconds)
+        burst = Attack("burst", adapter.port, 1000)
+        try:
+            under = observe(cluster, adapter, "1,000 connects at once, every second", seconds)
+            counts = dict(burst.last)
+        finally:
+            burst.stop()
+        # the handshakes in flight hold asyncio's TLS buffers; freed heap is given back
+        # every 30 s (metrics_adapter/http/server.py), so RSS after is read past that
+        after = observe(cluster, adapter, "after the burst", max(seconds, 35.0))
+        goals = [
+            Goal(
+                f"{name} listen backlog the one asked for ({asked[name]}, somaxconn {cap})",
+                f"{held[name]}",
+                held[name] == min(asked[name], cap),
+            )
+            for name in ("adapter", "exporter")
+        ]
+        return report(
+            "backlog: the listen backlogs (the kernel's, as `ss -ltn` shows them), and 1,000 "
+            f"simultaneous connects to the adapter every second, {seconds:.0f} s",
+            [idle, under, after],
+            [*goals, availability_goal(under), failures_goal(under)],
+            [
+                f"burst connects: {counts.get('opened', 0)} connected, "
+                f"{counts.get('slow', 0)} after a SYN retransmission (1 s or more), "
+                f"{counts.get('dropped', 0)} refused, reset or not connected in 5 s"
+            ],
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+ATTACKS = (
+    "keepalive",
+    "selectors",
+    "exporter",
+    "hostile-target",
+    "path-confusion",
+    "framing",
+    "backlog",
+)
 
 
 def run(chosen: list[str], seconds: float, keep: int, count: int, minutes: float) -> None:
@@ -730,6 +1041,12 @@ def run(chosen: list[str], seconds: float, keep: int, count: int, minutes: float
                     got = selectors(cluster, port, seconds, count, budget_s=1800)
                 elif name == "exporter":
                     got = exporter(cluster, port, seconds)
+                elif name == "path-confusion":
+                    got = path_confusion(cluster, port, min(seconds, SHORT_S))
+                elif name == "framing":
+                    got = framing(cluster, port, min(seconds, SHORT_S))
+                elif name == "backlog":
+                    got = backlog(cluster, port, min(seconds, SHORT_S))
                 else:
                     got = hostile_target(cluster, port, seconds, minutes)
                 goals += [(name, g) for g in got]

@@ -25,8 +25,8 @@ Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given
 
 The scenarios above talk to the adapter directly. `acceptance` (the default) runs issue 25's
 attacks on the adapter behind a real kube-apiserver and prints each goal, met or missed
-(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target`,
-`--hostile-minutes 10`).
+(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target,
+path-confusion,framing,backlog`, `--hostile-minutes 10`).
 
 Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [acceptance slow ...]``
 """
@@ -689,7 +689,7 @@ def main() -> None:
     parser.add_argument(
         "scenarios",
         nargs="*",
-        default=["acceptance"],
+        default="acceptance",  # a string: argparse checks a '*' default against the choices
         choices=["acceptance", "slow", "hostile", "selectors", "agent", "keepalive", "agent-idle"],
     )
     parser.add_argument("--code", type=Path, default=ROOT)
@@ -699,7 +699,7 @@ def main() -> None:
     parser.add_argument("--serve-filled", nargs=2)
     parser.add_argument(
         "--attacks",
-        default="keepalive,selectors,exporter,hostile-target",
+        default="keepalive,selectors,exporter,hostile-target,path-confusion,framing,backlog",
         help="acceptance: which attacks, comma-separated",
     )
     parser.add_argument(
@@ -720,7 +720,8 @@ def main() -> None:
         "keepalive": lambda w: keepalive(args.code, args.seconds, w, args.keepalive),
         "agent-idle": lambda w: agent_idle(args.code, w, args.seconds),
     }
-    for name in args.scenarios:
+    scenarios = [args.scenarios] if isinstance(args.scenarios, str) else args.scenarios
+    for name in scenarios:
         with tempfile.TemporaryDirectory(prefix=f"edl-bench-{name}-") as tmp:
             runs[name](Path(tmp))
     print(f"(load average {os.getloadavg()[0]:.1f})")

@@ -1,15 +1,19 @@
-"""What the digits examples share, free of any framework: the data and the elastic flags."""
+"""What the digits examples share, free of any framework: the data, the elastic flags and
+the step gate of the fixed-world examples."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from agent.trainer.step_gate import StepGate
 
 Arrays = tuple[
     npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]
@@ -17,6 +21,16 @@ Arrays = tuple[
 
 
 TEST_SHARE = 0.2
+STEP_GATE_HELP = (
+    "tests: a file holding how many global steps the job may take; past it every rank waits "
+    "at the step boundary until the file allows more (agent.trainer.step_gate; default: no gate)"
+)
+
+
+def hold_at_gate(gate: StepGate | None, steps_done: int) -> None:
+    """A fixed-world example's step boundary: waits while `gate` allows no more steps."""
+    if gate is not None and not gate.wait(steps_done):
+        print(f"step gate {gate.path} held step {steps_done} too long; opening it", file=sys.stderr)
 
 
 def digits_file() -> Path:
@@ -87,9 +101,7 @@ def elastic_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     parser.add_argument(
         "--step-gate",
         type=Path,
-        help="tests: a file holding how many global steps the job may take; past it every "
-        "rank waits at the step boundary (still rescaling) until the file allows more "
-        "(agent.trainer.step_gate; default: no gate)",
+        help=STEP_GATE_HELP.replace("(agent.", "(still rescaling; agent."),
     )
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:

@@ -22,6 +22,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,8 @@ import paddle.nn.functional as F
 
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce, broadcast_parameters
 from agent.trainer.session import start_session
+from agent.trainer.step_gate import StepGate
+from examples.digits_data import STEP_GATE_HELP, hold_at_gate
 from examples.digits_data import load_data as load_data  # re-exported: bench imports it here
 
 
@@ -44,6 +47,8 @@ class Options:
     learning_rate: float = 0.01
     hidden: int = 64
     seed: int = 0
+    step_gate: Path | None = None
+    """Tests: a file holding how many steps the job may take (`agent.trainer.step_gate`)."""
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -53,10 +58,11 @@ def parse_options(argv: Sequence[str]) -> Options:
     parser.add_argument("--learning-rate", type=float, default=Options.learning_rate)
     parser.add_argument("--hidden", type=int, default=Options.hidden)
     parser.add_argument("--seed", type=int, default=Options.seed)
+    parser.add_argument("--step-gate", type=Path, help=STEP_GATE_HELP)
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.batch_size < 1 or ns.hidden < 1:
         parser.error("--epochs, --batch-size and --hidden must be >= 1")
-    return Options(ns.epochs, ns.batch_size, ns.learning_rate, ns.hidden, ns.seed)
+    return Options(ns.epochs, ns.batch_size, ns.learning_rate, ns.hidden, ns.seed, ns.step_gate)
 
 
 def build_model(hidden: int) -> Any:
@@ -92,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"batch size {opts.batch_size} x {world_size} ranks exceeds the data", file=sys.stderr
         )
         return 2
+    gate = None if opts.step_gate is None else StepGate(opts.step_gate)
     steps = 0
     for epoch in range(opts.epochs):
         order = np.random.default_rng(opts.seed + epoch).permutation(len(x_train))
@@ -99,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in range(steps_per_epoch):
             lo = s * global_batch + rank * opts.batch_size
             idx = order[lo : lo + opts.batch_size]
+            hold_at_gate(gate, steps)
             rec.begin_step()
             logits = model(paddle.to_tensor(x_train[idx]))
             loss = F.cross_entropy(logits, paddle.to_tensor(y_train[idx]))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce, broadcast_parameters
 from agent.trainer.session import start_session
-from examples.digits_data import load_data
+from agent.trainer.step_gate import StepGate
+from examples.digits_data import STEP_GATE_HELP, hold_at_gate, load_data
 
 
 def build_model(hidden: int) -> torch.nn.Module:
@@ -49,6 +51,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-gate", type=Path, help=STEP_GATE_HELP)
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.batch_size < 1 or ns.hidden < 1:
         parser.error("--epochs, --batch-size and --hidden must be >= 1")
@@ -76,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"batch size {args.batch_size} x {world_size} ranks exceeds the data", file=sys.stderr
         )
         return 2
+    gate = None if args.step_gate is None else StepGate(args.step_gate)
     steps = 0
     for epoch in range(args.epochs):
         order = np.random.default_rng(args.seed + epoch).permutation(len(x_train))
@@ -83,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in range(steps_per_epoch):
             lo = s * global_batch + rank * args.batch_size
             idx = order[lo : lo + args.batch_size]
+            hold_at_gate(gate, steps)
             rec.begin_step()
             loss = F.cross_entropy(
                 model(torch.from_numpy(x_train[idx])), torch.from_numpy(y_train[idx])

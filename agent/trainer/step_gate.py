@@ -7,12 +7,13 @@ before the test's next event. With a gate, the test writes the highest global st
 rescales, so the job changes worlds while it waits) until the file allows more. The gate
 takes no step of its own, so the sample ledger's exactly-once accounting is unchanged.
 
-Off unless a script passes one to `ElasticTrainer.steps(gate=...)` (the examples'
-`--step-gate PATH`).
+Off unless a script passes one to `ElasticTrainer.steps(gate=...)` (the elastic examples'
+`--step-gate PATH`) or waits on it itself (`StepGate.wait`: the fixed-world examples).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,22 @@ class StepGate:
             return int(raw)
         except ValueError as e:
             raise StepGateError(f"step gate {self.path}: not a step number: {raw!r}") from e
+
+    def wait(self, steps_done: int) -> bool:
+        """Waits until the gate allows a step after `steps_done`; False when it ran out.
+
+        After `max_wait_seconds` the caller goes on (and should say so). For a fixed world:
+        its ranks step in lockstep (each step's all-reduce), so every rank waits at the same
+        step (one that read the file just before it opened waits a poll in the all-reduce).
+        """
+        deadline = time.monotonic() + self.max_wait_seconds
+        for _ in range(int(self.max_wait_seconds / self.poll_seconds) + 2):
+            if steps_done < self.allowed():
+                return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(self.poll_seconds)
+        return False
 
     def allow(self, steps: int) -> None:
         """Lets the job train until `steps` global steps are done (atomic for readers)."""

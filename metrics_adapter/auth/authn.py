@@ -7,10 +7,9 @@ import hashlib
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import unquote
 
 from cryptography import x509
@@ -24,6 +23,12 @@ from cryptography.x509.verification import (
 )
 
 from metrics_adapter.auth.identity import ANONYMOUS, Credentials, UserInfo
+from metrics_adapter.bounded_cache import (
+    POINTER_BYTES,
+    ByteBoundedLRU,
+    estimate_nested,
+    estimate_text,
+)
 from metrics_adapter.errors import AuthError, UnauthorizedError
 from metrics_adapter.http.blocking import may_block
 
@@ -309,12 +314,26 @@ class ClientCertAuthenticator:
         return UserInfo(cert.cn, cert.orgs)
 
 
+TOKEN_REVIEWS_MAX_BYTES = 4 << 20
+"""The TokenReview cache's budget: some 5,600 answers of a user of one group (a 32-byte key,
+~750 bytes estimated with the bookkeeping); beyond, the least recently used are reviewed
+again."""
+
+
+def user_bytes(user: UserInfo | None) -> int:
+    """A `UserInfo`'s estimated bytes (its strings, the tuples holding them)."""
+    if user is None:
+        return 32
+    extra = tuple(user.extra.items())
+    return 128 + estimate_nested((user.name, user.uid, user.groups, extra))
+
+
 class TokenReviewAuthenticator:
     """Bearer tokens checked with TokenReview, results cached for ``ttl`` seconds.
 
-    The cache is keyed by the token's SHA-256 (the token itself is not kept) and drops expired
-    entries on every call, so nothing outlives its TTL by more than the time to the next
-    request.
+    The cache is keyed by the token's SHA-256 (the token itself is not kept), bounded in bytes
+    (``max_bytes``: least recently used answers dropped first) and drops expired entries on
+    every call, so nothing outlives its TTL by more than the time to the next request.
     """
 
     def __init__(
@@ -322,62 +341,48 @@ class TokenReviewAuthenticator:
         reviewer: TokenReviewer,
         ttl: float,
         clock: Callable[[], float],
-        max_entries: int = 10_000,
+        max_bytes: int = TOKEN_REVIEWS_MAX_BYTES,
     ) -> None:
         self._reviewer = reviewer
         self._ttl = ttl
         self._clock = clock
-        self._max = max_entries
-        self._cache: OrderedDict[bytes, tuple[float, UserInfo | None]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: ByteBoundedLRU[bytes, tuple[UserInfo | None]] = ByteBoundedLRU(
+            max_bytes, clock
+        )
 
     @property
     def cached(self) -> int:
         """Entries in the cache (none outlive their TTL past the next call)."""
         return len(self._cache)
 
+    @property
+    def cached_bytes(self) -> int:
+        """The cache's estimated bytes (at most its budget)."""
+        return self._cache.bytes
+
     def authenticate(self, credentials: Credentials) -> UserInfo | None:
         """The token's user; None without a bearer token; UnauthorizedError when invalid."""
         now = self._clock()
-        if self._cache:
-            with self._lock:
-                drop_expired(self._cache, now)
+        self._cache.expire()
         header = credentials.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
         key = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
-        with self._lock:
-            hit = self._cache.get(key)
-        if hit is not None and hit[0] > now:
-            user = hit[1]
+        hit = self._cache.get(key)
+        if hit is not None:
+            user: UserInfo | None = hit[0]
         else:
             may_block()
             try:
                 user = self._reviewer.review(token.strip())
             except AuthError as e:
                 raise UnauthorizedError("token review failed") from e
-            with self._lock:
-                self._cache[key] = (now + self._ttl, user)
-                self._cache.move_to_end(key)
-                while len(self._cache) > self._max:
-                    self._cache.popitem(last=False)
+            size = estimate_text(key) + POINTER_BYTES + user_bytes(user)
+            self._cache.put(key, (user,), size, expires_at=now + self._ttl)
         if user is None:
             raise UnauthorizedError("invalid bearer token")
         return user
-
-
-def drop_expired(cache: OrderedDict[Any, Any], now: float) -> None:
-    """Pop expired entries from the front of an insertion-ordered ``(expiry, value)`` cache.
-
-    Insertion order is expiry order for one TTL; with two TTLs a short-lived entry waits at
-    most the longer TTL.
-    """
-    while cache:
-        expires = next(iter(cache.values()))[0]
-        if expires > now:
-            return
-        cache.popitem(last=False)
 
 
 class DelegatingAuthenticator:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from metrics_adapter.auth.authn import drop_expired
 from metrics_adapter.auth.identity import RequestAttributes
+from metrics_adapter.bounded_cache import POINTER_BYTES, ByteBoundedLRU, estimate_nested
 from metrics_adapter.errors import AuthError, ForbiddenError
 from metrics_adapter.http.blocking import may_block
 
@@ -49,10 +47,18 @@ def describe(attributes: RequestAttributes) -> str:
     )
 
 
+ACCESS_REVIEWS_MAX_BYTES = 16 << 20
+"""The SubjectAccessReview cache's budget. A key holds the request's attributes, for a
+non-resource request its path (up to the 16 KiB request line: ~64 KB estimated, UCS-4), so
+the old bound of 10,000 entries let them hold 160-650 MB; an HPA's decision is ~2.5 KB
+estimated, some 6,500 of them fit."""
+
+
 class SubjectAccessReviewAuthorizer:
     """Authorizes with SubjectAccessReview; allow/deny decisions cached (10 s by default).
 
-    Expired decisions are dropped on every call. Members of ``always_allow_groups``
+    The cache is bounded in bytes (``max_bytes``, least recently used first) and expired
+    decisions are dropped on every call. Members of ``always_allow_groups``
     (``system:masters``) skip the review, as the aggregator's availability probe relies on.
     """
 
@@ -63,16 +69,16 @@ class SubjectAccessReviewAuthorizer:
         allow_ttl: float = 10.0,
         deny_ttl: float = 10.0,
         always_allow_groups: Iterable[str] = ("system:masters",),
-        max_entries: int = 10_000,
+        max_bytes: int = ACCESS_REVIEWS_MAX_BYTES,
     ) -> None:
         self._reviewer = reviewer
         self._clock = clock
         self._allow_ttl = allow_ttl
         self._deny_ttl = deny_ttl
         self._groups = frozenset(always_allow_groups)
-        self._max = max_entries
-        self._cache: OrderedDict[tuple[object, ...], tuple[float, bool, str]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: ByteBoundedLRU[tuple[object, ...], tuple[bool, str]] = ByteBoundedLRU(
+            max_bytes, clock
+        )
         self.reviews = 0
 
     @property
@@ -80,19 +86,21 @@ class SubjectAccessReviewAuthorizer:
         """Entries in the cache (none outlive their TTL past the next call)."""
         return len(self._cache)
 
+    @property
+    def cached_bytes(self) -> int:
+        """The cache's estimated bytes (at most its budget)."""
+        return self._cache.bytes
+
     def authorize(self, attributes: RequestAttributes) -> None:
         """Allow or raise ForbiddenError (also when the review itself fails)."""
         now = self._clock()
-        if self._cache:
-            with self._lock:
-                drop_expired(self._cache, now)
+        self._cache.expire()
         if self._groups.intersection(attributes.user.groups):
             return
         key = attributes.cache_key()
-        with self._lock:
-            hit = self._cache.get(key)
-        if hit is not None and hit[0] > now:
-            allowed, reason = hit[1], hit[2]
+        hit = self._cache.get(key)
+        if hit is not None:
+            allowed, reason = hit
         else:
             may_block()
             try:
@@ -101,11 +109,8 @@ class SubjectAccessReviewAuthorizer:
                 raise ForbiddenError(f"{describe(attributes)}: authorization check failed") from e
             self.reviews += 1
             ttl = self._allow_ttl if allowed else self._deny_ttl
-            with self._lock:
-                self._cache[key] = (now + ttl, allowed, reason)
-                self._cache.move_to_end(key)
-                while len(self._cache) > self._max:
-                    self._cache.popitem(last=False)
+            size = estimate_nested(key) + POINTER_BYTES + estimate_nested((allowed, reason))
+            self._cache.put(key, (allowed, reason), size, expires_at=now + ttl)
         if not allowed:
             suffix = f": {reason}" if reason else ""
             raise ForbiddenError(describe(attributes) + suffix)

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from agent.protocol.control import ControlChannel, Timings
+from agent.protocol.control import Timings
 from agent.trainer.step_gate import UNLIMITED, StepGate
 from tests.support.net import free_port
 
@@ -161,12 +160,6 @@ class Job:
         for path in self.tmp.glob("*/control/timings-g*.json"):
             found.append(Timings.from_json(path.read_text()))
         return found
-
-    def stepped(self, name: str, generation: int, steps: int) -> bool:
-        """`name`'s trainer finished `steps` steps in `generation` (its first step is marked)."""
-        timings = ControlChannel(self.tmp / name / "control").timings(generation)
-        first = None if timings is None else timings.first_step
-        return first is not None and time.time() - first > steps * 0.05
 
     def trainer_of(self, name: str) -> psutil.Process:
         kids = psutil.Process(self.procs[name].pid).children()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 
 _used_ports: set[int] = set()
 
@@ -19,13 +20,53 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no free port found after 50 tries")
 
 
-def listen_backlog(port: int) -> int:
-    """The backlog of the TCP socket listening on `port` (Linux `ss`: Send-Q of a listener)."""
-    import subprocess
+_SOCK_DIAG = 4  # NETLINK_SOCK_DIAG
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST_DUMP = 0x301
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_TCP_LISTEN = 10
+_NLMSG = struct.Struct("=LHHLL")  # nlmsghdr: length, type, flags, sequence, port id
+_SOCKID_BYTES = 48  # inet_diag_sockid: ports, addresses, interface, cookie
 
-    out = subprocess.run(
-        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout.split()
-    if len(out) < 3:
-        raise RuntimeError(f"nothing listens on port {port}")
-    return int(out[2])
+
+def listen_backlog(port: int) -> int:
+    """The backlog of the TCP socket listening on `port`, as the kernel holds it.
+
+    What `ss -ltn` shows as a listener's Send-Q (`sk_max_ack_backlog`), read from the
+    kernel's sock_diag netlink interface (Linux): no iproute2 needed. `/proc/net/tcp` does
+    not show it (its tx_queue of a listener is 0).
+    """
+    found: list[int] = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        found += [q for sport, q in _listeners(family) if sport == port]
+    if len(found) != 1:
+        raise RuntimeError(f"{len(found)} TCP listeners on port {port} (one expected)")
+    return found[0]
+
+
+def _listeners(family: int) -> list[tuple[int, int]]:
+    """(port, backlog) of every TCP listener of `family` (an inet_diag dump)."""
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN)
+    request += bytes(_SOCKID_BYTES)
+    head = _NLMSG.pack(_NLMSG.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0)
+    out: list[tuple[int, int]] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _SOCK_DIAG) as nl:
+        nl.settimeout(10)
+        nl.sendall(head + request)
+        for _ in range(100_000):  # bounded: one datagram of answers per round
+            data = nl.recv(1 << 16)
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, kind, _, _, _ = _NLMSG.unpack_from(data, offset)
+                if kind == _NLMSG_DONE:
+                    return out
+                if kind == _NLMSG_ERROR or length < _NLMSG.size:
+                    raise OSError(f"sock_diag answered message type {kind}")
+                body = offset + _NLMSG.size
+                # inet_diag_msg: family, state, timer, retrans, sockid (source port first,
+                # big-endian), expires, rqueue, wqueue (a listener's: its backlog)
+                (sport,) = struct.unpack_from(">H", data, body + 4)
+                (wqueue,) = struct.unpack_from("=I", data, body + 4 + _SOCKID_BYTES + 8)
+                out.append((sport, wqueue))
+                offset += (length + 3) & ~3
+    raise OSError("sock_diag dump did not end")

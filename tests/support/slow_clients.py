@@ -1,12 +1,15 @@
-"""Hostile slow clients for the servers' tests: half-open TLS handshakes, idle connects and
-idle keep-alive connections."""
+"""Hostile slow clients for the servers' tests: half-open TLS handshakes, idle connects,
+idle keep-alive connections, slowloris heads and bursts of connects."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import select
 import socket
 import ssl
 import threading
+import time
 
 
 class HalfOpenConnections:
@@ -145,7 +148,8 @@ class IdleKeepAlive:
 def request_then_close_notify(port: int, request: bytes) -> bytes:
     """One TLS connection whose last handshake flight, ``request`` and a close_notify leave in
     one send, followed by a half-close: the server reads the close_notify before its
-    handshake coroutine resumes. Returns what the server sent back (bounded)."""
+    handshake coroutine resumes. Returns what the server sent back, as TLS records (bounded;
+    not decrypted: after its own close_notify the client's SSLObject reads nothing more)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -225,6 +229,68 @@ class Slowloris:
                 held[0].close()
 
     def __enter__(self) -> Slowloris:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+class ConnectBurst:
+    """Every `every` seconds, `count` TCP connects at once (non-blocking, no byte sent), each
+    closed once connected: the accept queue under a burst. A connect that takes 1 s or more
+    waited for a SYN retransmission (the listen backlog was full); `failed` were refused, reset
+    or not connected within 5 s."""
+
+    def __init__(self, port: int, count: int, every: float = 1.0) -> None:
+        self.port = port
+        self.count = count
+        self.every = every
+        self.opened = 0
+        self.slow = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _burst(self) -> None:
+        started = time.monotonic()
+        pending: dict[int, socket.socket] = {}
+        for _ in range(self.count):
+            s = socket.socket()
+            s.setblocking(False)
+            if s.connect_ex(("127.0.0.1", self.port)) in (0, errno.EINPROGRESS):
+                pending[s.fileno()] = s
+            else:
+                s.close()
+                self.failed += 1
+        poller = select.poll()
+        for fd in pending:
+            poller.register(fd, select.POLLOUT)
+        deadline = started + 5.0
+        for _ in range(10_000):  # bounded: each round settles at least one or times out
+            if not pending or time.monotonic() >= deadline:
+                break
+            for fd, _ in poller.poll(100):
+                s = pending.pop(fd)
+                poller.unregister(fd)
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    self.opened += 1
+                    self.slow += time.monotonic() - started >= 1.0
+                else:
+                    self.failed += 1
+                s.close()
+        self.failed += len(pending)
+        for s in pending.values():
+            s.close()
+
+    def _run(self) -> None:
+        for _ in range(100_000):
+            self._burst()
+            if self._stop.wait(self.every):
+                break
+
+    def __enter__(self) -> ConnectBurst:
         self._thread.start()
         return self
 

@@ -81,13 +81,18 @@ SIZING_ARGS = [
 ]
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 # The job cannot end within the test whatever the machine's speed: its simulated compute
-# alone (0.006 s a sample, 64 a step, split over at most 3 workers) is 200 x 23 steps x
-# 0.128 s = 589 s at 3 workers, the test's whole timeout. No gate here: a held job would
-# measure no throughput, and the sizer decides on throughput.
+# alone (0.012 s a sample, 64 a step, split over at most 3 workers: 22 samples, 0.264 s, on
+# the largest share) is 200 epochs x 23 steps x 0.264 s = 1,214 s at 3 workers, twice the
+# test's whole timeout. No gate here: a held job would measure no throughput, and the sizer
+# decides on throughput.
 TRAIN_ARGS = ["--epochs", "200", "--global-batch", "64", "--seed", "3", "--sample-sleep", "0.012"]
-"""Simulated compute of 12 ms per sample of a rank's share: ~0.77 s a step alone, ~0.26 s at 3,
-so 3 workers stay measurably faster than 2 (x 1.1 or more) while a loaded machine adds up to
-~2 s to every step. The job never finishes during the test (it is stopped at the end)."""
+"""Simulated compute of 12 ms per sample of a rank's share: 0.77 s a step alone, 0.38 s at 2,
+0.26 s at 3, plus the step's real work `o` (framework, all-reduce; more on a loaded machine).
+The growth this test expects rests on measured throughput, so on the machine: 3 workers are
+(0.38 + o) / (0.26 + o) times faster than 2 (x 1.4 at o = 0.05 s, x 1.2 at 0.4 s, x 1.1 at
+1 s), and a growth must pay back the measured rescale pause within --sizing-payback (120 s:
+x 1.12 or more for a 13 s pause). The sleep is added, not a floor, so the ratio shrinks with
+load but never reaches 1. The job never finishes during the test (it is stopped at the end)."""
 WORKER = {"cpu": "1", "memory": "256Mi"}
 
 

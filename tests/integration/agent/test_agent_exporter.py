@@ -2,6 +2,8 @@
 
 Scraped over HTTP while training: counters grow, the world is 2 with ranks 0 and 1, and
 `promtool check metrics` accepts the exposition. After training the counters are exact.
+The job is held at a step gate (`--step-gate`) until the tests that watch it train have
+looked: it cannot end first however slow the machine.
 Once with Paddle (the demo's agents) and once with PyTorch (the same MLP, data and steps,
 launched with torchrun's variables): the same series, the same exact figures.
 """
@@ -12,19 +14,29 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from agent.trainer.step_gate import StepGate
 from examples.demo.probe import fetch, free_port, scrape
 from tests.support.local_agents import REPO_ROOT, LocalAgent, start_agents, stop_agents
 from tests.support.waiting import wait_for
 
-EPOCHS = 60
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
+
+EPOCHS = 20
 BATCH = 32
 TRAIN_SAMPLES = 1437  # 80% of scikit-learn's 1797 digits
 STEPS = EPOCHS * (TRAIN_SAMPLES // (BATCH * 2))
+HELD_AT = 5
+"""The job's step gate starts here: the first scrapes find it held, the next ones 5 steps on."""
+STALL_S = 120.0
+"""A job that takes no step for this long has stopped: the wait for its end is bounded by a
+failure, not by the machine's speed (60 epochs once took over 240 s at load 10)."""
 GRADIENT_BYTES = 4 * (64 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10)  # fp32 MLP 64-64-64-10
 GROWING = (
     "edl_trainer_steps_total",
@@ -58,12 +70,24 @@ def start_torch_agents(workdir: Path, trainer_args: Sequence[str]) -> list[Local
     return agents
 
 
+@dataclass
+class Job:
+    """The two agents of one gloo world, and the step gate that holds their trainers."""
+
+    agents: list[LocalAgent]
+    gate: StepGate
+
+    def finish(self) -> None:
+        """Lets the job train to its end."""
+        self.gate.allow_all()
+
+
 @pytest.fixture(scope="module", params=["paddle", "torch"])
-def agents(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[list[LocalAgent]]:
+def job(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Job]:
     workdir = tmp_path_factory.mktemp("agents")
-    args = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)]
+    gate = StepGate(workdir / "step-gate")
+    gate.allow(HELD_AT)
+    args = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--step-gate", str(gate.path)]
     if request.param == "torch":
         started = start_torch_agents(workdir, args)
     else:
@@ -71,7 +95,7 @@ def agents(
     try:
         for a in started:
             a.wait_for_port(60)
-        yield started
+        yield Job(started, gate)
     finally:
         stop_agents(started)
 
@@ -98,19 +122,46 @@ def scraped_when(
     )
 
 
-def test_counters_grow_while_training_and_the_world_is_two(agents: list[LocalAgent]) -> None:
-    # Both ranks first, then both again: the ranks step in lockstep, so neither can have
-    # finished training between its two scrapes.
-    firsts = [
-        scraped_when(a, "a first step", lambda m: m["edl_trainer_steps_total"] > 0, 120)
-        for a in agents
-    ]
+def trained_to_its_end(agent: LocalAgent) -> Metrics:
+    """The agent's scrape once its trainer has ended (`edl_trainer_up` 0), however long the
+    job takes while it keeps stepping; it fails once no step was taken for `STALL_S`."""
+    progress = {"steps": -1.0, "at": time.monotonic()}
+
+    def ended() -> Metrics | None:
+        m = scrape(agent.port)
+        if m is None:
+            return None
+        if m["edl_trainer_steps_total"] != progress["steps"]:
+            progress.update(steps=m["edl_trainer_steps_total"], at=time.monotonic())
+        return m if m["edl_trainer_up"] == 0 else None
+
+    def stopped() -> str | None:
+        idle = time.monotonic() - progress["at"]
+        if idle > STALL_S:
+            return f"no step for {idle:.0f} s, at step {progress['steps']:.0f} of {STEPS}"
+        return agent.exited()
+
+    return wait_for(
+        ended,
+        timeout_s=1080,  # a hung test's bound, under the module's; the stall ends it sooner
+        what=f"agent {agent.rank}: the trainer's end",
+        interval_s=0.2,
+        give_up=stopped,
+        describe=lambda: agent.log_text()[-2000:],
+    )
+
+
+def steps_are(n: int) -> Callable[[Metrics], bool]:
+    return lambda m: m["edl_trainer_steps_total"] == n
+
+
+def test_counters_grow_while_training_and_the_world_is_two(job: Job) -> None:
+    # Held at the gate, then let 5 steps further: the job cannot finish between the scrapes.
+    agents = job.agents
+    firsts = [scraped_when(a, f"{HELD_AT} steps, held", steps_are(HELD_AT), 180) for a in agents]
+    job.gate.allow(2 * HELD_AT)
     for a, first in zip(agents, firsts, strict=True):
-
-        def more(m: Metrics, f: Metrics = first) -> bool:
-            return m["edl_trainer_steps_total"] > f["edl_trainer_steps_total"]
-
-        later = scraped_when(a, "more steps", more, 60)
+        later = scraped_when(a, f"{2 * HELD_AT} steps, held", steps_are(2 * HELD_AT), 120)
         for name in GROWING:
             assert later[name] > first[name], (a.rank, name)
         assert later["edl_trainer_world_size"] == 2
@@ -126,8 +177,8 @@ def test_counters_grow_while_training_and_the_world_is_two(agents: list[LocalAge
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) missing")
-def test_promtool_accepts_the_exposition(agents: list[LocalAgent]) -> None:
-    for a in agents:
+def test_promtool_accepts_the_exposition(job: Job) -> None:
+    for a in job.agents:
         status, body = fetch(f"http://127.0.0.1:{a.port}/metrics")
         assert status == 200
         check = subprocess.run(
@@ -136,9 +187,11 @@ def test_promtool_accepts_the_exposition(agents: list[LocalAgent]) -> None:
         assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_after_training_the_counters_are_exact(agents: list[LocalAgent]) -> None:
+def test_after_training_the_counters_are_exact(job: Job) -> None:
+    job.finish()
+    agents = job.agents
     for a in agents:
-        final = scraped_when(a, "the trainer's end", lambda m: m["edl_trainer_up"] == 0, 240)
+        final = trained_to_its_end(a)
         assert final["edl_trainer_steps_total"] == STEPS
         assert final["edl_trainer_samples_total"] == STEPS * BATCH
         assert final["edl_trainer_step_duration_seconds_count"] == STEPS
@@ -161,8 +214,10 @@ def test_after_training_the_counters_are_exact(agents: list[LocalAgent]) -> None
     assert float(accuracies.pop()) > 0.9
 
 
-def test_sigterm_ends_a_lingering_agent_with_the_trainer_status(agents: list[LocalAgent]) -> None:
+def test_sigterm_ends_a_lingering_agent_with_the_trainer_status(job: Job) -> None:
+    job.finish()
+    agents = job.agents
     for a in agents:
-        scraped_when(a, "the trainer's end", lambda m: m["edl_trainer_up"] == 0, 240)
+        trained_to_its_end(a)
     stop_agents(agents, timeout=30)
     assert [a.proc.returncode for a in agents] == [0, 0]

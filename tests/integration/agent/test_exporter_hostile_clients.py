@@ -9,7 +9,6 @@ the 512 the exporter asks for.
 
 from __future__ import annotations
 
-import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +46,6 @@ def scrapes(port: int, n: int) -> list[str]:
     return out
 
 
-@pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) missing")
 def test_the_listen_backlog_is_the_one_asked_for(agent: LocalAgent) -> None:
     assert listen_backlog(agent.port) == 512  # asyncio's default was 100
 

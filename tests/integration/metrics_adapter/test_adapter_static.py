@@ -36,6 +36,9 @@ from tests.support.adapter_processes import (
 from tests.support.net import free_port
 from tests.support.waiting import wait_for
 
+STALE_AFTER_S = 3
+"""The adapter's --stale-after: it serves no sample older than this."""
+
 
 class _BadTarget(BaseHTTPRequestHandler):
     mode = "garbage"
@@ -127,7 +130,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "--scrape-timeout",
             "1s",
             "--stale-after",
-            "3s",
+            f"{STALE_AFTER_S}s",
             "--authentication",
             "none",
             "--authorization",
@@ -165,9 +168,11 @@ def _newest_scrape(items: list[dict[str, Any]]) -> int:
 
 def test_pods_metric_values_and_shapes(setup: Setup) -> None:
     a = setup.adapter
+    asked = time.time()
     items = a.items(
         f"{CM}/v1beta2/namespaces/ml/pods/%2A/samples_per_second?labelSelector=app%3Dtrainer"
     )
+    answered = time.time()
     by_pod = {i["describedObject"]["name"]: i for i in items}
     assert set(by_pod) == {"trainer-0", "trainer-1"}  # bad targets are isolated
     assert value(by_pod["trainer-0"]) == pytest.approx(100.0, rel=0.15)
@@ -181,12 +186,11 @@ def test_pods_metric_values_and_shapes(setup: Setup) -> None:
         "name": "trainer-0",
         "apiVersion": "v1",
     }
-    age = (
-        time.time()
-        - time.mktime(time.strptime(item["timestamp"], "%Y-%m-%dT%H:%M:%SZ"))
-        + time.timezone
-    )
-    assert -2 < age < 5  # the scrape's time, not a fabricated one
+    # The scrape's time, not a fabricated one: no later than the answer, and no older than
+    # --stale-after (3 s) before the question, the adapter's own bound on what it serves
+    # (the stamp has 1 s steps, so 1 s more); bounds of the adapter's, not of the machine.
+    stamp = calendar.timegm(time.strptime(item["timestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert asked - STALE_AFTER_S - 1 <= stamp <= answered, (asked, stamp, answered)
     v1 = a.items(f"{CM}/v1beta1/namespaces/ml/pods/trainer-1/step_seconds")
     assert v1[0]["metricName"] == "step_seconds"
     assert v1[0]["selector"] is None

@@ -149,7 +149,7 @@ def test_token_cache_keeps_no_token_and_forgets_expired_entries() -> None:
     with pytest.raises(UnauthorizedError):
         auth.authenticate(creds(authorization="Bearer secret-bad-token"))
     assert auth.cached == 2
-    assert all(b"good" not in k and b"secret" not in k for k in auth._cache)
+    assert all(b"good" not in k and b"secret" not in k for k in auth._cache.keys())
     clock.t += 11
     auth.authenticate(creds())  # any later call drops what expired
     assert auth.cached == 0
