@@ -503,23 +503,46 @@ SCRIPTS = {
 }
 
 
+SUMMARY_ROWS = (*EXTRA, "detect")
+"""Below each event's outside (pause) line, the median of each of these a setup measured."""
+BASELINES = ("torchrun c10d", "Paddle launcher")
+"""Setups the outside view is divided by, per event, when they ran."""
+
+
+def _median(rows: list[dict[str, float]], key: str) -> float | None:
+    values = [r[key] for r in rows if key in r and r[key] == r[key]]  # no NaN
+    return statistics.median(values) if values else None
+
+
 def summary(results: dict[str, list[tuple[str, dict[str, float]]]]) -> None:
-    """One line per event, one column per setup: median outside (and pause) seconds."""
+    """One block per event, one column per setup: median outside (and pause) seconds, then
+    the medians of `SUMMARY_ROWS` (ledger, decided -> step, imported -> step, gone, detect),
+    then the outside view against each launcher that ran."""
     events = list(dict.fromkeys(e for rows in results.values() for e, _ in rows))
-    print("\nside by side, median seconds: outside (pause)")
+    print("\nside by side, median seconds: outside (pause); then, indented, the other views")
     print(f"{'event':28s}" + "".join(f"{name:>22s}" for name in results))
     for event in events:
+        per = {name: [r for e, r in rows if e == event] for name, rows in results.items()}
         cells = []
-        for rows in results.values():
-            got = [r for e, r in rows if e == event]
-            if not got:
-                cells.append(f"{'-':>22s}")
-                continue
-            outside = statistics.median(r["outside"] for r in got)
-            pause = [r["pause"] for r in got if "pause" in r]
-            text = f"{outside:.2f}" + (f" ({statistics.median(pause):.2f})" if pause else "")
+        for got in per.values():
+            outside, pause = _median(got, "outside"), _median(got, "pause")
+            text = "-" if outside is None else f"{outside:.2f}"
+            if outside is not None and pause is not None:
+                text += f" ({pause:.2f})"
             cells.append(f"{text:>22s}")
         print(f"{event:28s}" + "".join(cells))
+        for key in SUMMARY_ROWS:
+            values = [_median(got, key) for got in per.values()]
+            if any(v is not None for v in values):
+                texts = ["-" if v is None else f"{v:.2f}" for v in values]
+                print(f"{'  ' + key:28s}" + "".join(f"{t:>22s}" for t in texts))
+        for base in BASELINES:
+            ref = _median(per.get(base, []), "outside")
+            if not ref:
+                continue
+            ratios = [_median(got, "outside") for got in per.values()]
+            texts = ["-" if v is None else f"{v / ref:.2f}" for v in ratios]
+            print(f"{'  outside / ' + base:28s}" + "".join(f"{t:>22s}" for t in texts))
 
 
 def main() -> int:
