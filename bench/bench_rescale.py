@@ -10,7 +10,9 @@ and of the outside view: the bench's action (start / SIGTERM / SIGKILL) -> first
 new size. Beside them, from outside the agent too: ``ledger``, the watching survivor's pause as
 its sample-ledger lines show it (tests/support/pause_monitor.py); for a join ``decided``, the
 new world's write -> first step at the new size, and ``imported``, the joiner's framework
-imported (its warm trainer ready) -> first step; for a SIGTERM ``gone``, SIGTERM -> the leaving
+imported (its warm trainer ready) -> first step, ``spawned``, the joiner's agent process start ->
+its trainer process start (the agent's own start-up before it, process create times to 10 ms),
+and ``warm-up``, that trainer's start -> ready; for a SIGTERM ``gone``, SIGTERM -> the leaving
 agent's exit (what frees a pod). Then, per mode, the seeded fault sequence of
 tests/support/elastic_soak.py (joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped
 trainer, kills mid-rescale): min / median / p90 / max of every recorded pause and of every
@@ -60,7 +62,7 @@ from tests.support.waiting import WaitTimeout, wait_for  # noqa: E402
 
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
-EXTRA = ("ledger", "decided", "imported", "gone")
+EXTRA = ("ledger", "decided", "imported", "spawned", "warm-up", "gone")
 """Columns measured from outside the agent's record (see the module docstring)."""
 
 
@@ -76,10 +78,14 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Agents:
-    def __init__(self, tmp: Path, debounce: float, reinit: str, script: str) -> None:
+    def __init__(
+        self, tmp: Path, debounce: float, reinit: str, script: str, extra: tuple[str, ...] = ()
+    ) -> None:
         self.tmp = tmp
         self.reinit = reinit
         self.script = script
+        self.extra = extra
+        """More trainer arguments (bench_handoff: ``--hidden N``)."""
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -101,7 +107,7 @@ class Agents:
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
                "--min", "1", "--max", "8", "--",
                PY, "-m", self.script, "--epochs", "400",
-               "--step-sleep", "0.02"]  # fmt: skip
+               "--step-sleep", "0.02", *self.extra]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
@@ -123,6 +129,19 @@ class Agents:
         except (OSError, ValueError):
             return None
         return float(value) if value is not None else None
+
+    def start_up(self, name: str, imported: float | None) -> dict[str, float]:
+        """``spawned``: agent `name`'s process start -> its trainer's (the agent's own start-up
+        before it); ``warm-up``: the trainer's start -> ready (its framework imported)."""
+        try:
+            agent = psutil.Process(self.procs[name].pid)
+            trainer = agent.children()[0].create_time()
+            out = {"spawned": trainer - agent.create_time()}
+        except (psutil.Error, IndexError):
+            return {}
+        if imported is not None:
+            out["warm-up"] = imported - trainer
+        return out
 
     def world_written(self) -> float:
         """When the current world record was written (its rename keeps the write's mtime)."""
@@ -199,6 +218,7 @@ def measure_event(
         imported = agents.milestone(joiner, 0, "imported")
         if imported is not None:
             row["imported"] = first - imported
+        row.update(agents.start_up(joiner, imported))
     if leaver:
         reaper.join(150)
         if ended:
