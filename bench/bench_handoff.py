@@ -1,7 +1,7 @@
 """The state hand-off against the size of the state: a PyTorch in-process join 2->3 per size.
 
 Real agents (`bench_rescale.Agents`: local membership, gloo on 127.0.0.1) train the elastic
-digits example with its hidden layer widened until the model holds `--sizes` MB of float32
+digits example with its hidden layers widened until the model holds `--sizes` MB of float32
 parameters (Adam keeps two more tensors of each: the state handed over is about three times
 that). Per size and round, a third agent joins; printed (never asserted), from the watching
 survivor's trainer reports (`timings-g*.json`, `agent.protocol.control.Timings`) and its
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import signal
 import statistics
@@ -36,14 +37,16 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_rescale import Agents, measure_event  # noqa: E402
 from tests.support.waiting import WaitTimeout, wait_for  # noqa: E402
 
-PARAMS_PER_HIDDEN = 64 + 1 + 10
-"""The digits MLP (64 -> hidden -> 10): parameters per hidden unit (the 10 output biases aside)."""
 COLUMNS = ("state MB", "save", "form", "restore", "step", "pause")
 
 
 def hidden_for(megabytes: float) -> int:
-    """The hidden width whose float32 parameters take `megabytes` MB."""
-    return max(1, round(megabytes * 2**20 / 4 / PARAMS_PER_HIDDEN))
+    """The hidden width h whose float32 parameters take `megabytes` MB.
+
+    The digits MLP is 64 -> h -> h -> 10: h*h + 76*h + 10 parameters.
+    """
+    target = megabytes * 2**20 / 4
+    return max(1, round((-76 + math.sqrt(76 * 76 - 4 * (10 - target))) / 2))
 
 
 def timings(agents: Agents, name: str, generation: int) -> dict[str, float]:
