@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -51,7 +52,7 @@ from agent.trainer.ledger import SampleLedger
 from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
 from agent.trainer.sampler import ElasticSampler, StepPlan
 from agent.trainer.session import TrainingSession, start_session
-from agent.trainer.state import TrainingState, load_local, save_local
+from agent.trainer.state import TrainingState, load_local, save_local, write_local
 from agent.trainer.step_gate import StepGate
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,12 @@ class ElasticTrainer:
         self._stop_signal = False
         self._in_collective = False
         self._last_save = time.monotonic()
+        self._writer: threading.Thread | None = None
+        """The insurance copy of an in-process re-init, written beside it (`_save_behind`)."""
+        self._applied = 0
+        """States applied to the model so far (`_apply`): with the step, which state it holds."""
+        self._saved: tuple[int, int] | None = None
+        """(`_applied`, `global_step`) of the state the local copy holds, once written."""
         self._first_step_reported = False
         self._last_step_end: float | None = None
         """Wall time the last step in this world ended (None: none yet)."""
@@ -346,6 +353,7 @@ class ElasticTrainer:
         self._sampler.set_state_dict(state.sampler)
         self._extra.update(state.extra)
         self.global_step = state.step
+        self._applied += 1  # only once whole: a half-applied state is never taken as saved
 
     @property
     def extra(self) -> dict[str, Any]:
@@ -356,27 +364,76 @@ class ElasticTrainer:
         """Writes the committed state to this member's local copy (no-op without a state dir).
 
         Never before the restore finished: a freshly built model must not overwrite a
-        survivor's copy when the hand-off itself fails.
+        survivor's copy when the hand-off itself fails. A copy still being written behind
+        (`_save_behind`) is finished first, so an older state never lands after a newer one.
         """
+        self._finish_writing()
         if self.settings.state_dir is not None and self._restored:
+            if self._saved == self._holds():
+                return  # the copy holds this state already (a leave right after a re-init)
             save_local(self.settings.state_dir, self._snapshot())
+            self._saved = self._holds()
             self._last_save = time.monotonic()
 
-    def _restore(self, state: TrainingState | None = None, how: str = "resumes") -> None:
+    def _holds(self) -> tuple[int, int]:
+        """Which state the model holds: states applied, steps trained since."""
+        return self._applied, self.global_step
+
+    def _save_behind(self, blob: bytes) -> None:
+        """Writes `blob` (the committed state, pickled) as the local copy on a thread.
+
+        The in-process re-init's insurance copy: the disk write (about a second for a state of
+        a few hundred MB) then runs while the new world forms, instead of before it, where
+        every rank waited for it. Any later `save` waits for it first.
+        """
+        self._finish_writing()
+        directory = self.settings.state_dir
+        if directory is None or not self._restored:
+            return
+
+        holds = self._holds()
+
+        def write() -> None:
+            try:
+                write_local(directory, blob)
+            except StateTransferError as e:
+                log.warning("%s", e)
+                return
+            self._saved = holds
+
+        self._writer = threading.Thread(target=write, name="edl-state-copy", daemon=True)
+        self._writer.start()
+        self._last_save = time.monotonic()
+
+    def _finish_writing(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.join()
+
+    def _restore(
+        self,
+        state: TrainingState | None = None,
+        how: str = "resumes",
+        live: tuple[TrainingState, bytes] | None = None,
+    ) -> None:
         """Everyone continues from the most advanced state.
 
         That is `state`, our local copy, a peer's, or the newest durable checkpoint when it is
-        newer than every member's.
+        newer than every member's. `live`: an in-process re-init's own state (the snapshot of
+        the model in memory) and its bytes, already pickled: sent as they are if it is the
+        one handed over, and not applied again to the model it was read from.
         """
         self._from_checkpoint = None
-        if state is None and self.settings.state_dir is not None:
+        if live is not None:
+            state = live[0]
+        elif state is None and self.settings.state_dir is not None:
             state = load_local(self.settings.state_dir)
         if self.world_size > 1:
-            self._broadcast_state(state)
+            self._broadcast_state(state, live)
         else:
             mine = state.step if state is not None else -1
             state = self._or_checkpoint(state, mine, *self._checkpoint_hint())
-            if state is not None:
+            if state is not None and (live is None or state is not live[0]):
                 self._apply(state)
         self._restored = True
         self._mark("restored")
@@ -391,7 +448,9 @@ class ElasticTrainer:
             self.global_step,
         )
 
-    def _broadcast_state(self, local: TrainingState | None) -> None:
+    def _broadcast_state(
+        self, local: TrainingState | None, live: tuple[TrainingState, bytes] | None = None
+    ) -> None:
         mine = local.step if local is not None else -1
         best, newest, unreadable = self._all_reduce([mine, *self._checkpoint_hint()], ReduceOp.MAX)
         local = self._or_checkpoint(local, best, newest, unreadable)
@@ -401,8 +460,15 @@ class ElasticTrainer:
         if best < 0:
             return  # nobody has state: a fresh start, every rank built the same model
         (src,) = self._all_reduce([self.rank if mine == best else self.world_size], ReduceOp.MIN)
-        blob = local.to_bytes() if src == self.rank and local is not None else b""
+        mine_live = live is not None and local is live[0]
+        blob = b""
+        if src == self.rank and local is not None:
+            blob = live[1] if live is not None and mine_live else local.to_bytes()
         received: bytes = self._collective(self._collective_of.broadcast_bytes, blob, src)
+        if src == self.rank and local is not None:
+            if not mine_live:  # what it sent is `local`: no need to read it back
+                self._apply(local)
+            return
         try:
             self._apply(TrainingState.from_bytes(received))
         except StateTransferError:
@@ -528,7 +594,12 @@ class ElasticTrainer:
 
     def _reinit(self) -> None:
         """Moves this live process into the next world (or exits when it is not in it)."""
-        self.save()  # insurance: if anything below fails, the process path resumes from here
+        # The state at this boundary, pickled once: the insurance copy (if anything below
+        # fails, the process path resumes from it; written behind, while the new world forms)
+        # and, should this rank hand it over, the bytes it broadcasts.
+        boundary = self._snapshot()
+        blob = boundary.to_bytes()
+        self._save_behind(blob)
         world = self._await_world()
         if world is None:
             self._exit(RESCALE_EXIT, f"leaving at step {self.global_step}")
@@ -538,7 +609,7 @@ class ElasticTrainer:
         self._stop_signal = False
         try:
             self._init_collective()
-            self._restore(self._snapshot(), how="continues in-process")
+            self._restore(how="continues in-process", live=(boundary, blob))
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
         self._reinits += 1
@@ -655,7 +726,8 @@ class ElasticTrainer:
         os._exit(status)
 
     def close(self) -> None:
-        """Flushes the final metrics report and the ledger."""
+        """Flushes the final metrics report and the ledger (and a local copy being written)."""
+        self._finish_writing()
         self.session.close()
         if self._ledger is not None:
             self._ledger.close()
