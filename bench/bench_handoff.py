@@ -110,7 +110,7 @@ def main() -> int:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-handoff-"))
     print("PyTorch in-process join 2->3; seconds, medians (min-max) over the rounds")
-    print(f"{'params MB':>10s}" + "".join(f"{c:>18s}" for c in COLUMNS))
+    print(f"{'params MB':>10s}" + "".join(f"{c:>24s}" for c in COLUMNS))
     try:
         for size in (float(s) for s in args.sizes.split(",") if s):
             rows = bench_size(tmp / f"{size:g}MB", size, args.rounds)
@@ -118,11 +118,11 @@ def main() -> int:
             for col in COLUMNS:
                 values = sorted(r[col] for r in rows if col in r)
                 if not values:
-                    cells.append(f"{'-':>18s}")
+                    cells.append(f"{'-':>24s}")
                     continue
                 med = statistics.median(values)
                 text = f"{med:.2f} ({values[0]:.2f}-{values[-1]:.2f})"
-                cells.append(f"{text:>18s}")
+                cells.append(f"{text:>24s}")
             print(f"{size:>10g}" + "".join(cells), flush=True)
     except (TimeoutError, WaitTimeout) as e:
         print(f"bench: {e}; logs kept in {tmp}")
