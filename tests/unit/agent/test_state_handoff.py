@@ -113,23 +113,35 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return written
 
 
-def test_the_insurance_copy_is_written_behind_and_not_again_for_the_same_state(
+def test_the_copy_of_an_in_process_world_is_its_agreed_state_written_after_its_first_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    et, _, model = one_rank(tmp_path)
+    et, collective, model = one_rank(tmp_path)
     written = writes(monkeypatch)
-    boundary = et._snapshot()
-    et._save_behind(boundary.to_bytes())
-    et.save()  # waits for the write behind; the copy holds this state: not written again
-    assert len(written) == 1
-    copy = TrainingState.from_bytes((tmp_path / "state" / STATE_FILE).read_bytes())
-    assert copy.model == {"w": 1}
-    et.global_step += 1  # a step trained: a new state
-    model["w"] = 2
+    loaded = collective.loaded
+    et._restore(how="continues in-process", live=et._snapshot())
+    assert collective.loaded == loaded  # its own state is not applied back to its model
+    assert written == []  # nothing written before the new world trains
+    model["w"] = 2  # the first step in the new world
+    et.global_step += 1
+    et._copy_behind()  # what steps() does after it: a world of one pickles its state then
+    et.save()  # waits for it; the copy holds this state already: not written again
+    assert len(written) == 1 and TrainingState.from_bytes(written[0]).model == {"w": 2}
+    et.global_step += 1  # the next step: a new state
     et.save()
     assert len(written) == 2
-    et.save()
-    assert len(written) == 2
+
+
+def test_the_agreed_bytes_are_written_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    et, _, _ = one_rank(tmp_path)
+    written = writes(monkeypatch)
+    agreed = et._snapshot().to_bytes()
+    et._copy_after_step = (et._holds(), agreed)  # as a restore over the wire leaves it
+    et._copy_behind()
+    et.save()  # waits for the copy; the state it holds is the model's: not written again
+    assert written == [agreed]
 
 
 def test_a_state_applied_is_saved_again_a_half_applied_one_is_not(
@@ -138,6 +150,7 @@ def test_a_state_applied_is_saved_again_a_half_applied_one_is_not(
     et, collective, _ = one_rank(tmp_path)
     written = writes(monkeypatch)
     et.save()
+    et.save()
     assert len(written) == 1
     peer = TrainingState(0, 2, {"w": 7}, {}, et._sampler.state_dict(), {})  # type: ignore[union-attr]
     et._apply(peer)  # same step, another state (a peer's): must be written
@@ -145,18 +158,15 @@ def test_a_state_applied_is_saved_again_a_half_applied_one_is_not(
     assert len(written) == 2
     collective.fail_load = True
     with pytest.raises(StateTransferError):
-        et._apply(peer)
+        et._apply(TrainingState(0, 3, {"w": 9}, {}, {}, {}))
     et.save()  # the model is torn: the copy keeps the last whole state
     assert len(written) == 2
     copy = TrainingState.from_bytes((tmp_path / "state" / STATE_FILE).read_bytes())
     assert copy.model == {"w": 7}
 
 
-def test_an_in_process_restore_does_not_apply_its_own_state_back(tmp_path: Path) -> None:
+def test_a_restore_from_a_copy_applies_it(tmp_path: Path) -> None:
     et, collective, _ = one_rank(tmp_path)
     loaded = collective.loaded
-    boundary = et._snapshot()
-    et._restore(how="continues in-process", live=(boundary, boundary.to_bytes()))
-    assert collective.loaded == loaded  # the model it was read from holds it
-    et._restore(boundary)  # the same state, not live (a process restart's copy): applied
+    et._restore(et._snapshot())  # not live (a process restart's copy): applied
     assert collective.loaded == loaded + 1
