@@ -77,17 +77,27 @@ class Events:
         return at
 
 
-def watch_forever(stream: Callable[[], Any], on_event: Callable[[str, Any], None]) -> None:
-    """Re-opens the API server's watch whenever it ends (a daemon thread's body)."""
+def watch_forever(
+    list_call: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    on_event: Callable[[str, Any], None],
+) -> None:
+    """Re-opens the API server's watch whenever it ends (a daemon thread's body).
+
+    `list_call` is the client's own list method: the watch reads the type of the objects
+    to build from its documentation.
+    """
     from kubernetes import watch
 
     while True:
         try:
-            for event in watch.Watch().stream(stream, timeout_seconds=300):  # type: ignore[no-untyped-call]
+            stream = watch.Watch().stream(list_call, *args, timeout_seconds=300, **kwargs)  # type: ignore[no-untyped-call]
+            for event in stream:
                 on_event(str(event["type"]), event["object"])
         except Exception as e:  # the bench goes on; a closed stream is re-opened
             print(f"watch: {e!r}", file=sys.stderr)
-            time.sleep(0.2)
+            time.sleep(1.0)
 
 
 def start_watcher(api: Any, namespace: str, events: Events) -> None:
@@ -113,16 +123,14 @@ def start_watcher(api: Any, namespace: str, events: Events) -> None:
         with events.lock:
             events.worlds.append((now, int(world["generation"]), ids))
 
-    def leases() -> Any:
-        return lambda **kw: coord.list_namespaced_lease(namespace, label_selector=LABELS, **kw)
-
-    def world() -> Any:
-        return lambda **kw: core.list_namespaced_config_map(
-            namespace, field_selector=f"metadata.name={WORLD}", **kw
-        )
-
-    for stream, handler in ((leases(), on_lease), (world(), on_world)):
-        threading.Thread(target=watch_forever, args=(stream, handler), daemon=True).start()
+    watches = (
+        (coord.list_namespaced_lease, {"label_selector": LABELS}, on_lease),
+        (core.list_namespaced_config_map, {"field_selector": f"metadata.name={WORLD}"}, on_world),
+    )
+    for call, kwargs, handler in watches:
+        threading.Thread(
+            target=watch_forever, args=(call, (namespace,), kwargs, handler), daemon=True
+        ).start()
 
 
 class KubeAgents:
