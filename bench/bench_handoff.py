@@ -8,8 +8,9 @@ survivor's trainer reports (`timings-g*.json`, `agent.protocol.control.Timings`)
 rescale record:
 
 * ``state MB``: the survivor's local copy (`agent.trainer.state`), what is broadcast;
-* ``save``: the survivor's last step in the old world -> its in-process re-init began (it saves
-  its local copy first, then waits for the new world);
+* ``save``: the survivor's last step in the old world -> its in-process re-init began (it waits
+  for the new world; before issue 27's fourth round it pickled and wrote its local copy here
+  first, now that copy is written behind the new world's first step);
 * ``form``: that -> the new group formed (``initialised``);
 * ``restore``: -> the hand-off done (``restored``): every rank agrees on the most advanced
   state, its holder pickles it, broadcasts it to every rank, each one loads it (the joiner also
