@@ -23,11 +23,8 @@ from types import FrameType
 from typing import NoReturn
 
 import agent
-from agent.app import create_registry
-from agent.collectors.gpu import open_nvml
 from agent.config import OPTIONS, AgentSettings
 from agent.errors import AgentError, ConfigError, TrainerStartError
-from agent.exporter import MetricsServer
 from agent.reports import prepare_metrics_dir
 from agent.temp_dirs import temporary_dir
 from agent.trainer import frameworks
@@ -48,6 +45,26 @@ log = logging.getLogger("agent")
 
 EXIT_CANNOT_EXECUTE = 127
 _POLL_SECONDS = 0.2
+
+
+class _Version(argparse.Action):
+    """``--version``: the version is read only when asked for (see `agent.__getattr__`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, help="print the version and exit"
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        """Prints ``edl-agent VERSION`` on stdout and exits 0."""
+        print(f"edl-agent {agent.__version__}")
+        parser.exit()
 
 
 class _Parser(Parser):
@@ -71,7 +88,7 @@ def build_parser(elastic: bool = False) -> argparse.ArgumentParser:
     a plain agent must not pay for (seconds of import, warnings on stderr).
     """
     parser = _Parser(prog="edl-agent", description="EDL per-pod agent.")
-    parser.add_argument("--version", action="version", version=f"edl-agent {agent.__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="verb", metavar="run", parser_class=_Parser)
     run = sub.add_parser(
         "run",
@@ -158,6 +175,12 @@ def run(settings: AgentSettings, command: Sequence[str], env: Mapping[str, str])
             from agent.elastic.runner import run_elastic
 
             return run_elastic(elastic, settings, command, env, metrics_dir)
+        # The exporter and its collectors are imported here, not at the top: the elastic path
+        # starts its warm trainer first and imports them after (`run_elastic`).
+        from agent.app import create_registry
+        from agent.collectors.gpu import open_nvml
+        from agent.exporter import MetricsServer
+
         framework = launched_framework(settings.trainer.framework, env)
         supervisor = TrainerSupervisor(
             command,

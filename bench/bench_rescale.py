@@ -10,7 +10,9 @@ and of the outside view: the bench's action (start / SIGTERM / SIGKILL) -> first
 new size. Beside them, from outside the agent too: ``ledger``, the watching survivor's pause as
 its sample-ledger lines show it (tests/support/pause_monitor.py); for a join ``decided``, the
 new world's write -> first step at the new size, and ``imported``, the joiner's framework
-imported (its warm trainer ready) -> first step; for a SIGTERM ``gone``, SIGTERM -> the leaving
+imported (its warm trainer ready) -> first step, ``spawned``, the joiner's agent process start ->
+its trainer process start (the agent's own start-up before it, process create times to 10 ms),
+and ``warm-up``, that trainer's start -> ready; for a SIGTERM ``gone``, SIGTERM -> the leaving
 agent's exit (what frees a pod). Then, per mode, the seeded fault sequence of
 tests/support/elastic_soak.py (joins, SIGTERMs, trainer / agent / pod SIGKILLs, a SIGSTOPped
 trainer, kills mid-rescale): min / median / p90 / max of every recorded pause and of every
@@ -60,7 +62,7 @@ from tests.support.waiting import WaitTimeout, wait_for  # noqa: E402
 
 PY = sys.executable
 PHASES = ("detect", "drain", "rendezvous", "init", "restore")
-EXTRA = ("ledger", "decided", "imported", "gone")
+EXTRA = ("ledger", "decided", "imported", "spawned", "warm-up", "gone")
 """Columns measured from outside the agent's record (see the module docstring)."""
 
 
@@ -76,10 +78,14 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Agents:
-    def __init__(self, tmp: Path, debounce: float, reinit: str, script: str) -> None:
+    def __init__(
+        self, tmp: Path, debounce: float, reinit: str, script: str, extra: tuple[str, ...] = ()
+    ) -> None:
         self.tmp = tmp
         self.reinit = reinit
         self.script = script
+        self.extra = extra
+        """More trainer arguments (bench_handoff: ``--hidden N``)."""
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -101,7 +107,7 @@ class Agents:
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
                "--min", "1", "--max", "8", "--",
                PY, "-m", self.script, "--epochs", "400",
-               "--step-sleep", "0.02"]  # fmt: skip
+               "--step-sleep", "0.02", *self.extra]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
@@ -123,6 +129,19 @@ class Agents:
         except (OSError, ValueError):
             return None
         return float(value) if value is not None else None
+
+    def start_up(self, name: str, imported: float | None) -> dict[str, float]:
+        """``spawned``: agent `name`'s process start -> its trainer's (the agent's own start-up
+        before it); ``warm-up``: the trainer's start -> ready (its framework imported)."""
+        try:
+            agent = psutil.Process(self.procs[name].pid)
+            trainer = agent.children()[0].create_time()
+            out = {"spawned": trainer - agent.create_time()}
+        except (psutil.Error, IndexError):
+            return {}
+        if imported is not None:
+            out["warm-up"] = imported - trainer
+        return out
 
     def world_written(self) -> float:
         """When the current world record was written (its rename keeps the write's mtime)."""
@@ -199,6 +218,7 @@ def measure_event(
         imported = agents.milestone(joiner, 0, "imported")
         if imported is not None:
             row["imported"] = first - imported
+        row.update(agents.start_up(joiner, imported))
     if leaver:
         reaper.join(150)
         if ended:
@@ -503,23 +523,46 @@ SCRIPTS = {
 }
 
 
+SUMMARY_ROWS = (*EXTRA, "detect")
+"""Below each event's outside (pause) line, the median of each of these a setup measured."""
+BASELINES = ("torchrun c10d", "Paddle launcher")
+"""Setups the outside view is divided by, per event, when they ran."""
+
+
+def _median(rows: list[dict[str, float]], key: str) -> float | None:
+    values = [r[key] for r in rows if key in r and r[key] == r[key]]  # no NaN
+    return statistics.median(values) if values else None
+
+
 def summary(results: dict[str, list[tuple[str, dict[str, float]]]]) -> None:
-    """One line per event, one column per setup: median outside (and pause) seconds."""
+    """One block per event, one column per setup: median outside (and pause) seconds, then
+    the medians of `SUMMARY_ROWS` (ledger, decided -> step, imported -> step, gone, detect),
+    then the outside view against each launcher that ran."""
     events = list(dict.fromkeys(e for rows in results.values() for e, _ in rows))
-    print("\nside by side, median seconds: outside (pause)")
+    print("\nside by side, median seconds: outside (pause); then, indented, the other views")
     print(f"{'event':28s}" + "".join(f"{name:>22s}" for name in results))
     for event in events:
+        per = {name: [r for e, r in rows if e == event] for name, rows in results.items()}
         cells = []
-        for rows in results.values():
-            got = [r for e, r in rows if e == event]
-            if not got:
-                cells.append(f"{'-':>22s}")
-                continue
-            outside = statistics.median(r["outside"] for r in got)
-            pause = [r["pause"] for r in got if "pause" in r]
-            text = f"{outside:.2f}" + (f" ({statistics.median(pause):.2f})" if pause else "")
+        for got in per.values():
+            outside, pause = _median(got, "outside"), _median(got, "pause")
+            text = "-" if outside is None else f"{outside:.2f}"
+            if outside is not None and pause is not None:
+                text += f" ({pause:.2f})"
             cells.append(f"{text:>22s}")
         print(f"{event:28s}" + "".join(cells))
+        for key in SUMMARY_ROWS:
+            values = [_median(got, key) for got in per.values()]
+            if any(v is not None for v in values):
+                texts = ["-" if v is None else f"{v:.2f}" for v in values]
+                print(f"{'  ' + key:28s}" + "".join(f"{t:>22s}" for t in texts))
+        for base in BASELINES:
+            ref = _median(per.get(base, []), "outside")
+            if not ref:
+                continue
+            ratios = [_median(got, "outside") for got in per.values()]
+            texts = ["-" if v is None else f"{v / ref:.2f}" for v in ratios]
+            print(f"{'  outside / ' + base:28s}" + "".join(f"{t:>22s}" for t in texts))
 
 
 def main() -> int:

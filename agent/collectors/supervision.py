@@ -75,3 +75,25 @@ class SupervisionCollector(Collector):
         for name, seconds in r.phase_seconds.items():
             phases.add_metric([name], seconds)
         yield phases
+
+
+class FinishedJob(Protocol):
+    """The part of `ElasticSupervisor` `JobFinishedCollector` reads."""
+
+    @property
+    def job_finished(self) -> bool: ...  # noqa: D102
+
+
+class JobFinishedCollector(Collector):
+    """`edl_trainer_job_finished`: 1 once the agent knows the job is done (it then idles)."""
+
+    def __init__(self, elastic: FinishedJob) -> None:
+        self._elastic = elastic
+
+    def collect(self) -> Iterable[Metric]:
+        """Yields the one gauge."""
+        yield GaugeMetricFamily(
+            "edl_trainer_job_finished",
+            "1 once the elastic job is finished (no trainer is started any more).",
+            1 if self._elastic.job_finished else 0,
+        )

@@ -431,15 +431,35 @@ def leave_status(status: int, initialised: bool) -> int:
 
 
 def begin(
-    now: float, rules: Rules, finished: bool, step: int | None, run_deadline: float
+    now: float,
+    rules: Rules,
+    finished: bool,
+    step: int | None,
+    run_deadline: float,
+    warm: bool = False,
 ) -> tuple[State, list[Action]]:
-    """The first state: FINISHED when the job is known done, else STARTING (a warm trainer)."""
+    """The first state: FINISHED when the job is known done, else STARTING (a warm trainer).
+
+    `warm`: the agent already started its warm trainer, before it could read the store (the
+    trainer's import then runs while the agent starts up). STARTING starts none then; a job
+    found finished tells that trainer to go, as STANDBY does, and is FINISHING until it is gone
+    (`Leave` first: a member's round would renew a heartbeat this agent never announced).
+    """
     r = _Round()
+    if finished and warm:
+        r.do(Leave(), HandOver(None, STANDBY_GENERATION + 1))  # it never joined a world
+        state = State(
+            Phase.FINISHING,
+            run_deadline=run_deadline,
+            deadline=now + rules.drain_timeout,
+            finished_step=step,
+        )
+        return state, r.actions
     if finished:
         state = _finish(State(Phase.STARTING, run_deadline=run_deadline), now, rules, r, step, True)
         return state, r.actions
     state = State(Phase.STARTING, run_deadline=run_deadline, deadline=now + rules.init_timeout)
-    return state, [StartWarm()]
+    return state, [] if warm else [StartWarm()]
 
 
 def transition(state: State, obs: Observation, rules: Rules) -> tuple[State, list[Action]]:

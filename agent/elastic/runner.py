@@ -14,20 +14,13 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from agent.app import create_registry
 from agent.checkpoints import settings as checkpoint_settings
-from agent.checkpoints.catalogue import Checkpoints, finished_at
 from agent.checkpoints.settings import CheckpointSettings
-from agent.collectors.gpu import open_nvml
 from agent.config import AgentSettings
-from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.option_table import ELASTIC_OPTIONS
 from agent.elastic.options import ElasticOptions
@@ -35,12 +28,13 @@ from agent.elastic.store import MembershipStore
 from agent.elastic.supervisor import (
     ElasticSettings,
     ElasticSupervisor,
+    backend_of,
     control_env,
+    start_warm,
 )
 from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member
 from agent.errors import ConfigError
-from agent.exporter import MetricsServer
 from agent.protocol import env as names
 from agent.protocol.errors import ElasticError
 from agent.protocol.trainer_world import TrainerWorld
@@ -217,25 +211,12 @@ def build_retirement(
 def build_store(options: ElasticOptions, env: Mapping[str, str]) -> MembershipStore:
     """The membership backend named by ``--membership``."""
     if options.membership.startswith("local:"):
+        from agent.elastic.local_store import LocalStore
+
         return LocalStore.create(Path(options.membership[len("local:") :]) / options.job)
     from agent.elastic.kubernetes_store import KubernetesStore  # the client is heavy
 
     return KubernetesStore.from_environment(options.job, env)
-
-
-class JobFinishedCollector(Collector):
-    """`edl_trainer_job_finished`: 1 once the agent knows the job is done (it then idles)."""
-
-    def __init__(self, elastic: ElasticSupervisor) -> None:
-        self._elastic = elastic
-
-    def collect(self) -> Iterable[Metric]:
-        """Yields the one gauge."""
-        yield GaugeMetricFamily(
-            "edl_trainer_job_finished",
-            "1 once the elastic job is finished (no trainer is started any more).",
-            1 if self._elastic.job_finished else 0,
-        )
 
 
 def readiness_of(elastic: ElasticSupervisor, trainer: TrainerSupervisor, job: str) -> Readiness:
@@ -255,7 +236,14 @@ def run_elastic(
     env: Mapping[str, str],
     metrics_dir: Path,
 ) -> int:
-    """Runs this member until the job ends or it leaves; returns the process exit status."""
+    """Runs this member until the job ends or it leaves; returns the process exit status.
+
+    The warm trainer is started first, before the agent's own start-up (the membership store,
+    on Kubernetes with its client and a round trip; the checkpoint volume's probe; the exporter
+    and its imports), which then runs while the trainer starts and imports its framework: a
+    joiner's first step waits for the longer of the two, not their sum. Should that start-up
+    fail, the trainer (which never joined a world) is killed.
+    """
     me = Member(
         joined=time.time(),
         id=options.member_id,
@@ -263,14 +251,9 @@ def run_elastic(
         host=options.host,
         ports=options.ports,
     )
-    membership = Membership(build_store(options, env), me, options.membership_settings)
     control_dir, state_dir = options.work_dir / "control", options.work_dir / "state"
     trainer_env = {**env, **control_env(control_dir, state_dir, me.id), names.JOB: options.job}
-    checkpoints = None
     if options.checkpoints.enabled:
-        store = options.checkpoints.store(options.job)
-        store.probe()  # an unusable volume stops the agent now, in one line
-        checkpoints = Checkpoints(store)
         trainer_env.update(options.checkpoints.to_env())
     explicit = settings.trainer.framework != frameworks.AUTO
     if explicit:  # else the warm trainer reports the framework it imported
@@ -284,6 +267,42 @@ def run_elastic(
         stop_grace_seconds=settings.trainer.stop_grace_seconds,
         framework=frameworks.get(settings.trainer.framework if explicit else "paddle"),
     )
+    start_warm(trainer, control_dir, backend_of(options.timeouts))
+    try:
+        membership = Membership(build_store(options, env), me, options.membership_settings)
+    except BaseException:
+        trainer.kill()
+        raise
+    try:
+        return _run_member(options, settings, env, metrics_dir, me, membership, trainer)
+    except BaseException:
+        trainer.kill()  # a no-op once the trainer is gone
+        raise
+    finally:
+        membership.close()
+
+
+def _run_member(
+    options: ElasticOptions,
+    settings: AgentSettings,
+    env: Mapping[str, str],
+    metrics_dir: Path,
+    me: Member,
+    membership: Membership,
+    trainer: TrainerSupervisor,
+) -> int:
+    """`run_elastic` once its warm trainer runs and the membership store is open."""
+    from agent.app import create_registry
+    from agent.checkpoints.catalogue import Checkpoints, finished_at
+    from agent.collectors.gpu import open_nvml
+    from agent.collectors.supervision import JobFinishedCollector
+    from agent.exporter import MetricsServer
+
+    checkpoints = None
+    if options.checkpoints.enabled:
+        store = options.checkpoints.store(options.job)
+        store.probe()  # an unusable volume stops the agent now, in one line
+        checkpoints = Checkpoints(store)
     rescales = RescaleLog()
     elastic_settings = options.timeouts
     try:
@@ -293,13 +312,14 @@ def run_elastic(
     elastic = ElasticSupervisor(
         membership,
         trainer,
-        control_dir,
+        options.work_dir / "control",
         rescales,
         elastic_settings,
         job=options.job,
         watchdog=watchdog,
         finished_elsewhere=(lambda: finished_at(checkpoints)) if checkpoints else None,
         on_job_finished=build_retirement(options, env),
+        warm_started=True,
     )
     nvml, nvml_note = open_nvml()
     registry = create_registry(metrics_dir, trainer, nvml, rescales)

@@ -22,6 +22,7 @@ reads a finished world, starts no trainer. By default it idles (serving /metrics
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import time
@@ -120,6 +121,24 @@ class ElasticSettings:
             )
 
 
+def backend_of(settings: ElasticSettings) -> str:
+    """The collective backend trainers are started with (`ElasticSettings.backend`, else by GPU)."""
+    return settings.backend or default_backend()
+
+
+def start_warm(trainer: Trainer, control_dir: Path, backend: str) -> None:
+    """Starts the trainer warm (the stand-by generation) on a cleared control channel.
+
+    `run_elastic` calls it first thing, before the agent's own start-up (the membership store,
+    and on Kubernetes its client; the exporter): the trainer's process start and framework
+    import, the longest part of a joiner's way to its first step, then run meanwhile.
+    """
+    channel = ControlChannel(control_dir)
+    channel.directory.mkdir(parents=True, exist_ok=True)
+    channel.clear()
+    trainer.start(TrainerWorld(generation=STANDBY_GENERATION, backend=backend))
+
+
 def trainer_world(world: World, key: str, backend: str) -> TrainerWorld:
     """This member's view of `world`: its rank, the endpoints, rank 0's as the master."""
     rank = world.rank_of(key)
@@ -157,8 +176,11 @@ class ElasticSupervisor:
         watchdog: StallWatchdog | None = None,
         finished_elsewhere: Callable[[], int | None] | None = None,
         on_job_finished: Callable[[int | None], object] | None = None,
+        warm_started: bool = False,
     ) -> None:
         self._membership = membership
+        self._warm_started = warm_started
+        """The warm trainer was started before this supervisor (`start_warm`)."""
         self._on_job_finished = on_job_finished
         """Called once with the agreed step when this agent learns the job is finished
         (scale-to-zero); an error is logged, the agent idles on."""
@@ -169,7 +191,7 @@ class ElasticSupervisor:
         self._trainer = trainer
         self._channel = ControlChannel(control_dir)
         self._rescales = rescales
-        self._backend = settings.backend or default_backend()
+        self._backend = backend_of(settings)
         self._wall = wall_clock
         self._watchdog = watchdog or StallWatchdog(settings.stall_timeout, flush_seconds=1.0)
         self._key = membership.me.key
@@ -185,6 +207,9 @@ class ElasticSupervisor:
         self._rescale = RescaleTracker()
         self._state = State(Phase.STARTING)
         self._stop_signal: int | None = None
+        self._signals = 0
+        """Signals received (`request_stop`); `_observed_signals` of them reached a round."""
+        self._observed_signals = 0
         self._job_finished = False
         self._finished_at_step: int | None = None
 
@@ -206,6 +231,7 @@ class ElasticSupervisor:
     def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
         """Signal handler: leave the job cleanly (pod deletion, Ctrl-C)."""
         self._stop_signal = signum
+        self._signals += 1  # ends the round's wait within a slice (`_signalled`)
 
     def run(self, max_seconds: float = float("inf")) -> int:
         """Blocks until the job ends (trainer exit 0), we leave, or a failure; returns a status.
@@ -224,7 +250,9 @@ class ElasticSupervisor:
             if step is not None:
                 finished = True
                 log.info("the newest checkpoint says job %s finished at step %d", self._job, step)
-        state, actions = begin(now, self._rules, finished, step, now + max_seconds)
+        state, actions = begin(
+            now, self._rules, finished, step, now + max_seconds, warm=self._warm_started
+        )
         try:
             while True:
                 self._state = state
@@ -247,11 +275,15 @@ class ElasticSupervisor:
             poll = min(poll, due + WAKE_SLICE)  # just past it: the tick then finds it due
         if s.phase.ticks_membership:
             ended = self._wait(poll, s.phase.has_trainer)
-        elif s.phase.has_trainer:
-            ended = self._trainer.wait(poll)
+        elif s.phase.has_trainer:  # STARTING: the one phase with a trainer and no membership
+            ended = self._await_warm(poll)
         else:
             ended = None
-            time.sleep(poll)
+            for _ in range(max(1, math.ceil(poll / WAKE_SLICE))):
+                if self._signalled():
+                    break
+                time.sleep(WAKE_SLICE)
+        self._observed_signals = self._signals
         world = self._membership.tick() if s.phase.ticks_membership else self._membership.world
         generation = s.running.generation if s.running is not None else STANDBY_GENERATION
         timings = self._channel.timings(generation) if s.phase.has_trainer else None
@@ -284,25 +316,45 @@ class ElasticSupervisor:
             finished_step=self._channel.finished_step() if ended is not None else None,
         )
 
+    def _signalled(self) -> bool:
+        """A signal came that no round has observed yet (a SIGTERM: leave now, not a poll later)."""
+        return self._signals > self._observed_signals
+
     def _wait(self, poll: float, trainer: bool) -> TrainerExit | None:
-        """Up to a poll interval, ended early by the trainer's exit or a change in the store.
+        """Up to a poll interval, ended early by the trainer's exit, a store change or a signal.
 
         The store's watch makes detection a matter of milliseconds; the poll stays as the
-        safety net (heartbeats expire by time, and a notification may be lost).
+        safety net (heartbeats expire by time, and a notification may be lost). A signal is
+        looked for every `WAKE_SLICE`: a planned leave starts within ~20 ms of its SIGTERM.
         """
         deadline = time.monotonic() + poll
         while True:
             left = max(0.0, deadline - time.monotonic())
+            if self._signalled():
+                return None
             if trainer:
                 ended = self._trainer.wait(min(left, WAKE_SLICE))
                 if ended is not None:
                     return ended
                 if self._membership.wait_for_change(0):
                     return None
-            elif self._membership.wait_for_change(left):
+            elif self._membership.wait_for_change(min(left, WAKE_SLICE)):
                 return None
             if time.monotonic() >= deadline:
                 return None
+
+    def _await_warm(self, poll: float) -> TrainerExit | None:
+        """STARTING: up to a poll interval, ended early by the warm trainer's report or exit.
+
+        Its first report is what this agent joins on, so it is looked for every `WAKE_SLICE`,
+        not once a poll: the join comes within ~20 ms of the trainer being ready.
+        """
+        report = self._channel.timings_path(STANDBY_GENERATION)
+        for _ in range(max(1, math.ceil(poll / WAKE_SLICE))):
+            ended = self._trainer.wait(WAKE_SLICE)
+            if ended is not None or report.exists() or self._signalled():
+                return ended
+        return None
 
     def _cannot_drain(self, s: State, timings: Timings | None, now: float) -> bool:
         """The trainer can no longer reach a step boundary.
@@ -326,11 +378,8 @@ class ElasticSupervisor:
             case Log(level, message):
                 log.log(level, "%s", message)
             case StartWarm():
-                self._channel.clear()
                 self._watchdog.reset()
-                self._trainer.start(
-                    TrainerWorld(generation=STANDBY_GENERATION, backend=self._backend)
-                )
+                start_warm(self._trainer, self._channel.directory, self._backend)
             case StartTrainer(world):
                 self._channel.clear()
                 self._watchdog.reset()

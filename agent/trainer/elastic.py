@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -51,7 +52,7 @@ from agent.trainer.ledger import SampleLedger
 from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
 from agent.trainer.sampler import ElasticSampler, StepPlan
 from agent.trainer.session import TrainingSession, start_session
-from agent.trainer.state import TrainingState, load_local, save_local
+from agent.trainer.state import TrainingState, load_local, save_local, write_local
 from agent.trainer.step_gate import StepGate
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,17 @@ class ElasticTrainer:
         self._stop_signal = False
         self._in_collective = False
         self._last_save = time.monotonic()
+        self._writer: threading.Thread | None = None
+        """The local copy being written behind the training (`_save_behind`)."""
+        self._applied = 0
+        """States applied to the model so far (`_apply`): with the step, which state it holds."""
+        self._torn = False
+        """A state was being applied when it failed: the model is neither that one nor the last."""
+        self._saved: tuple[int, int] | None = None
+        """(`_applied`, `global_step`) of the state the local copy holds, once written."""
+        self._copy_after_step: tuple[tuple[int, int], bytes | None] | None = None
+        """After an in-process re-init: the agreed state's bytes (None: pickle it then) and
+        which state they are, written behind once the first step in the new world is done."""
         self._first_step_reported = False
         self._last_step_end: float | None = None
         """Wall time the last step in this world ended (None: none yet)."""
@@ -342,10 +354,13 @@ class ElasticTrainer:
 
     def _apply(self, state: TrainingState) -> None:
         assert self._sampler is not None
+        self._torn = True  # until it is whole: a half-applied model is never saved
         self._collective_of.load_state(self._model, self._optimizer, state.model, state.optimizer)
         self._sampler.set_state_dict(state.sampler)
         self._extra.update(state.extra)
         self.global_step = state.step
+        self._applied += 1
+        self._torn = False
 
     @property
     def extra(self) -> dict[str, Any]:
@@ -356,28 +371,92 @@ class ElasticTrainer:
         """Writes the committed state to this member's local copy (no-op without a state dir).
 
         Never before the restore finished: a freshly built model must not overwrite a
-        survivor's copy when the hand-off itself fails.
+        survivor's copy when the hand-off itself fails; nor a model a state was being applied
+        to when that failed (the copy keeps the last whole state). A copy still being written
+        behind is finished first, and a state the copy already holds is not written again.
         """
-        if self.settings.state_dir is not None and self._restored:
-            save_local(self.settings.state_dir, self._snapshot())
-            self._last_save = time.monotonic()
+        self._finish_writing()
+        self._copy_after_step = None
+        if self.settings.state_dir is None or not self._restored or self._saved == self._holds():
+            return
+        if self._torn:
+            log.warning("the model was left half-loaded: the local copy keeps the last state")
+            return
+        save_local(self.settings.state_dir, self._snapshot())
+        self._saved = self._holds()
+        self._last_save = time.monotonic()
 
-    def _restore(self, state: TrainingState | None = None, how: str = "resumes") -> None:
+    def _holds(self) -> tuple[int, int]:
+        """Which state the model holds: states applied, steps trained since."""
+        return self._applied, self.global_step
+
+    def _save_behind(self, holds: tuple[int, int], blob: bytes) -> None:
+        """Writes `blob` (the state `holds` names, pickled) as the local copy on a thread.
+
+        The copy of an in-process re-init: written once the new world trains, while it
+        trains, instead of before it forms, where every rank waited for the disk (about a
+        second for a state of a few hundred MB). Any later `save` waits for it first.
+        """
+        self._finish_writing()
+        directory = self.settings.state_dir
+        if directory is None:
+            return
+
+        def write() -> None:
+            try:
+                write_local(directory, blob)
+            except StateTransferError as e:
+                log.warning("%s", e)
+                return
+            self._saved = holds
+
+        self._writer = threading.Thread(target=write, name="edl-state-copy", daemon=True)
+        self._writer.start()
+        self._last_save = time.monotonic()
+
+    def _copy_behind(self) -> None:
+        """After the first step of an in-process world: its agreed state, written behind."""
+        due, self._copy_after_step = self._copy_after_step, None
+        if due is None or self.settings.state_dir is None:
+            return
+        holds, blob = due
+        if blob is None:  # nothing crossed the wire (a world of one): pickle the state now
+            holds, blob = self._holds(), self._snapshot().to_bytes()
+        self._save_behind(holds, blob)
+
+    def _finish_writing(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.join()
+
+    def _restore(
+        self,
+        state: TrainingState | None = None,
+        how: str = "resumes",
+        live: TrainingState | None = None,
+    ) -> None:
         """Everyone continues from the most advanced state.
 
         That is `state`, our local copy, a peer's, or the newest durable checkpoint when it is
-        newer than every member's.
+        newer than every member's. `live`: an in-process re-init's own state (a snapshot of
+        the model in memory), never applied back to the model it was read from; the agreed
+        state's bytes (sent or received) are then kept for the local copy (`_copy_behind`).
         """
         self._from_checkpoint = None
-        if state is None and self.settings.state_dir is not None:
+        if live is not None:
+            state = live
+        elif state is None and self.settings.state_dir is not None:
             state = load_local(self.settings.state_dir)
+        agreed = None
         if self.world_size > 1:
-            self._broadcast_state(state)
+            agreed = self._broadcast_state(state, live)
         else:
             mine = state.step if state is not None else -1
             state = self._or_checkpoint(state, mine, *self._checkpoint_hint())
-            if state is not None:
+            if state is not None and state is not live:
                 self._apply(state)
+        if live is not None:
+            self._copy_after_step = (self._holds(), agreed)
         self._restored = True
         self._mark("restored")
         if self._ledger is not None and self.rank == 0:
@@ -391,7 +470,10 @@ class ElasticTrainer:
             self.global_step,
         )
 
-    def _broadcast_state(self, local: TrainingState | None) -> None:
+    def _broadcast_state(
+        self, local: TrainingState | None, live: TrainingState | None = None
+    ) -> bytes | None:
+        """The most advanced state on every rank; its bytes (None when nobody had state)."""
         mine = local.step if local is not None else -1
         best, newest, unreadable = self._all_reduce([mine, *self._checkpoint_hint()], ReduceOp.MAX)
         local = self._or_checkpoint(local, best, newest, unreadable)
@@ -399,16 +481,22 @@ class ElasticTrainer:
             mine = local.step if local is not None else -1
             (best,) = self._all_reduce([mine], ReduceOp.MAX)
         if best < 0:
-            return  # nobody has state: a fresh start, every rank built the same model
+            return None  # nobody has state: a fresh start, every rank built the same model
         (src,) = self._all_reduce([self.rank if mine == best else self.world_size], ReduceOp.MIN)
-        blob = local.to_bytes() if src == self.rank and local is not None else b""
+        sender = src == self.rank and local is not None
+        blob = local.to_bytes() if sender and local is not None else b""
         received: bytes = self._collective(self._collective_of.broadcast_bytes, blob, src)
+        if sender and local is not None:
+            if local is not live:  # what it sent is `local`: no need to read it back
+                self._apply(local)
+            return received
         try:
             self._apply(TrainingState.from_bytes(received))
         except StateTransferError:
             raise
         except Exception as e:
             raise StateTransferError(f"cannot apply the state from rank {src}: {e}") from e
+        return received
 
     def _checkpoint_hint(self) -> tuple[int, int]:
         """Rank 0: (the newest checkpoint's step or -1, 1 when the store cannot be read)."""
@@ -482,6 +570,7 @@ class ElasticTrainer:
             if not self._first_step_reported:
                 self._mark("first_step")
                 self._first_step_reported = True
+                self._copy_behind()
             checkpointer = self._checkpointer
             if (
                 checkpointer is not None
@@ -528,7 +617,10 @@ class ElasticTrainer:
 
     def _reinit(self) -> None:
         """Moves this live process into the next world (or exits when it is not in it)."""
-        self.save()  # insurance: if anything below fails, the process path resumes from here
+        # The local copy is written after the new world's first step, from the agreed state's
+        # bytes (`_copy_behind`), not here where every rank would wait for the disk: should
+        # anything below fail, `_exit` saves this boundary's state first (the model is still
+        # it, unless a state was half applied: then the copy keeps the one before).
         world = self._await_world()
         if world is None:
             self._exit(RESCALE_EXIT, f"leaving at step {self.global_step}")
@@ -538,7 +630,7 @@ class ElasticTrainer:
         self._stop_signal = False
         try:
             self._init_collective()
-            self._restore(self._snapshot(), how="continues in-process")
+            self._restore(how="continues in-process", live=self._snapshot())
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
         self._reinits += 1
@@ -655,7 +747,8 @@ class ElasticTrainer:
         os._exit(status)
 
     def close(self) -> None:
-        """Flushes the final metrics report and the ledger."""
+        """Flushes the final metrics report and the ledger (and a local copy being written)."""
+        self._finish_writing()
         self.session.close()
         if self._ledger is not None:
             self._ledger.close()

@@ -53,10 +53,18 @@ class TrainingState:
 
 def save_local(directory: Path, state: TrainingState) -> None:
     """Atomically replaces this member's local copy."""
+    write_local(directory, state.to_bytes())
+
+
+def write_local(directory: Path, blob: bytes) -> None:
+    """Atomically replaces this member's local copy with `blob` (`TrainingState.to_bytes`).
+
+    One writer at a time per process (the temporary file is named after the process).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{STATE_FILE}.{os.getpid()}"
     try:
-        tmp.write_bytes(state.to_bytes())
+        tmp.write_bytes(blob)
         os.replace(tmp, directory / STATE_FILE)
     except OSError as e:
         raise StateTransferError(f"cannot save training state in {directory}: {e}") from e

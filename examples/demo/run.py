@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from agent.protocol.control import Timings
+from agent.protocol.errors import ProtocolError
 from agent.trainer.step_gate import StepGate
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
 from examples.demo.control import HPA_FILE, AdapterFiles, DemoAdapter, HpaLoop, write_catalogue
@@ -149,7 +151,10 @@ class Demo:
         self.stopping = False
         """Set once a stop was asked for (Ctrl-C)."""
         self._t0 = time.monotonic()
+        self._t0_wall = time.time()
         self._generation = 0
+        self._awaiting_step: tuple[int, int] | None = None
+        """(generation, workers) of the newest world whose first step is not logged yet."""
         self._sizer: Sizer | None = None
 
     def now(self) -> float:
@@ -198,6 +203,14 @@ class Demo:
 
     def shutdown(self) -> None:
         """Stops the cluster's own parts (before every process left is ended)."""
+
+    def first_step(self, generation: int) -> float | None:
+        """When (Unix time) a trainer first stepped in `generation`; None when not (yet) known.
+
+        The timeline's "first step at the new size" (docs/elastic.md §4.5); a subclass that
+        cannot read its trainers' reports says None and the timeline stops at the world.
+        """
+        return None
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -290,6 +303,7 @@ class Demo:
                                     f"{self.work}")  # fmt: skip
                 training = telemetry.observe(t, self.sync_agents())
                 self._note_world(telemetry, training, t)
+                self._note_first_step()
                 if training.world.finished:
                     finished_at = finished_at or t
                 else:
@@ -342,6 +356,20 @@ class Demo:
                 else f"{world.members} worker(s)"
             )
             self.log.add(t, f"agents: generation {world.generation}, {change}")
+            self._awaiting_step = (world.generation, world.members)
+
+    def _note_first_step(self) -> None:
+        """Logs, at the time it happened, the first step of the newest world, once trained."""
+        if self._awaiting_step is None:
+            return
+        generation, workers = self._awaiting_step
+        at = self.first_step(generation)
+        if at is not None:
+            self._awaiting_step = None
+            self.log.add(
+                at - self._t0_wall,
+                f"agents: first step at generation {generation} ({workers} worker(s))",
+            )
 
     def _note_sizer(self, t: float) -> None:
         now = self.sizer()
@@ -443,6 +471,19 @@ class EmbeddedDemo(Demo):
     def drained(self, since_finish: float) -> bool:
         """The agents exit by themselves (``--on-finished exit``); a minute at most."""
         return not self.kubelet.agents or since_finish > 60
+
+    def first_step(self, generation: int) -> float | None:
+        """The earliest ``first_step`` any trainer reported for `generation` (each pod's
+        control folder, `agent.protocol.control.Timings`)."""
+        found = []
+        for path in (self.work / "pods").glob(f"*/control/timings-g{generation}.json"):
+            try:
+                at = Timings.from_json(path.read_text(encoding="utf-8")).first_step
+            except (OSError, ProtocolError):
+                continue
+            if at is not None:
+                found.append(at)
+        return min(found) if found else None
 
     def stop_job(self) -> list[int]:
         """Stops any agent left; the statuses of those that failed."""

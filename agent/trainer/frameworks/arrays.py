@@ -52,7 +52,11 @@ class ArrayCollective(ABC):
 
     @abstractmethod
     def _broadcast(self, array: npt.NDArray[Any], src: int) -> npt.NDArray[Any]:
-        """Rank `src`'s array (same shape and dtype on every rank) on every rank."""
+        """Rank `src`'s array (same shape and dtype on every rank) on every rank.
+
+        On rank `src` the array may be read-only (it is only read there); on the others it is
+        a writable buffer the result may be received into.
+        """
 
     def all_reduce_ints(self, values: Sequence[int], op: ReduceOp) -> list[int]:
         """See `Collective.all_reduce_ints`."""
@@ -60,9 +64,16 @@ class ArrayCollective(ABC):
         return [int(v) for v in np.asarray(reduced).reshape(-1)]
 
     def broadcast_bytes(self, blob: bytes, src: int) -> bytes:
-        """See `Collective.broadcast_bytes`: the size first, then the bytes."""
+        """See `Collective.broadcast_bytes`: the size first, then the bytes.
+
+        The sender's bytes go out as they are (no copy: a state of hundreds of MB is copied
+        into fresh pages at every copy) and come back to it unchanged; the others receive into
+        one buffer of their own.
+        """
         size = int(self._broadcast(np.asarray([len(blob)], dtype=np.int64), src).reshape(-1)[0])
-        buf = np.zeros(size, dtype=np.uint8)
-        if blob:
-            buf[:] = np.frombuffer(blob, dtype=np.uint8)
-        return bytes(np.asarray(self._broadcast(buf, src)).tobytes())
+        if blob:  # the sender
+            self._broadcast(np.frombuffer(blob, dtype=np.uint8), src)
+            return blob
+        if size == 0:
+            return b""
+        return np.asarray(self._broadcast(np.empty(size, dtype=np.uint8), src)).tobytes()

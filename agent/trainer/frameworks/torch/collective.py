@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import socket
+import warnings
 from typing import Any
 
 import numpy as np
@@ -142,7 +143,13 @@ class TorchCollective(ArrayCollective):
         return result
 
     def _broadcast(self, array: npt.NDArray[Any], src: int) -> npt.NDArray[Any]:
-        tensor = torch.from_numpy(np.array(array)).to(self._device)
+        if array.flags.writeable:
+            tensor = torch.from_numpy(np.ascontiguousarray(array))  # no copy: received into
+        else:  # the sender's read-only bytes: the broadcast only reads them here
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+                tensor = torch.from_numpy(np.ascontiguousarray(array))
+        tensor = tensor.to(self._device)
         dist.broadcast(tensor, src=src)
         result: npt.NDArray[Any] = tensor.cpu().numpy()
         return result

@@ -503,6 +503,28 @@ def test_a_job_known_finished_starts_no_trainer() -> None:
     assert state.phase is Phase.STARTING and state.deadline == T0 + 120
 
 
+def test_a_trainer_started_warm_before_the_store_is_read_is_not_started_again() -> None:
+    state, actions = begin(T0, RULES, finished=False, step=None, run_deadline=T0 + 60, warm=True)
+    assert state.phase is Phase.STARTING and state.deadline == T0 + 120 and actions == []
+
+
+def test_a_finished_job_tells_the_trainer_started_warm_to_go_then_idles() -> None:
+    state, actions = begin(T0, RULES, finished=True, step=184, run_deadline=T0 + 60, warm=True)
+    # Leave first: FINISHING renews the membership each round, and this agent never joined.
+    assert actions == [Leave(), HandOver(None, 1)]
+    assert state.phase is Phase.FINISHING and state.deadline == T0 + 30
+    state, actions = transition(state, seen(exit=ended(RESCALE_EXIT)), RULES)
+    assert state.phase is Phase.FINISHED and actions == [RecordFinish(184, late=True)]
+
+
+def test_a_trainer_started_warm_into_a_finished_job_that_will_not_go_is_stopped() -> None:
+    state, _ = begin(T0, RULES, finished=True, step=184, run_deadline=T0 + 60, warm=True)
+    state, actions = transition(state, seen(now=T0 + 30), RULES)
+    assert actions[-1] == Terminate() and state.phase is Phase.FINISHING
+    state, actions = transition(state, seen(now=T0 + 31, exit=ended(143)), RULES)
+    assert state.phase is Phase.FINISHED and actions == [RecordFinish(184, late=True)]
+
+
 def test_the_hand_over_names_the_worlds() -> None:
     _, actions = transition(running(), seen(world=G2, timings=STEPPING), RULES)
     assert HandOver(G2, 2) in actions

@@ -1,19 +1,27 @@
 from __future__ import annotations
 
+import signal
+import sys
+from pathlib import Path
+
 import pytest
 from prometheus_client.registry import CollectorRegistry
 
 from agent.cli import build_parser, parse_args
+from agent.collectors.supervision import JobFinishedCollector
+from agent.elastic import runner
 from agent.elastic.runner import (
     DEFAULT_PORTS,
     EPHEMERAL_RANGE,
-    JobFinishedCollector,
     elastic_options,
     options_from,
     readiness_of,
 )
+from agent.elastic.store import MembershipStore
+from agent.elastic.supervisor import start_warm
 from agent.errors import ConfigError
 from agent.readiness import Readiness
+from agent.trainer_process import TrainerSupervisor
 
 BASE = {"elastic": True, "job": "digits", "membership": "kubernetes"}
 
@@ -107,5 +115,33 @@ def test_a_finished_job_is_ready_and_exported(finished: bool) -> None:
     else:
         assert verdict == Readiness(False, "trainer not started")
     registry = CollectorRegistry()
-    registry.register(JobFinishedCollector(done))  # type: ignore[arg-type]
+    registry.register(JobFinishedCollector(done))
     assert registry.get_sample_value("edl_trainer_job_finished") == (1.0 if finished else 0.0)
+
+
+def test_the_warm_trainer_starts_before_the_store_and_dies_when_the_start_up_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trainer's import is a joiner's longest wait: it starts before the agent's own
+    # start-up (the store, on Kubernetes its client), and a start-up that fails kills it.
+    started: list[TrainerSupervisor] = []
+
+    def spy(trainer: TrainerSupervisor, control_dir: Path, backend: str) -> None:
+        start_warm(trainer, control_dir, backend)
+        started.append(trainer)
+
+    def unreachable(options: object, env: object) -> MembershipStore:
+        assert len(started) == 1 and started[0].pid is not None  # running meanwhile
+        raise ConfigError("no membership store here")
+
+    monkeypatch.setattr(runner, "start_warm", spy)
+    monkeypatch.setattr(runner, "build_store", unreachable)
+    argv = ["run", "--elastic", "--job", "digits", "--membership", f"local:{tmp_path}/store",
+            "--", sys.executable, "-c", "import time; time.sleep(120)"]  # fmt: skip
+    env = {"EDL_ELASTIC_DIR": str(tmp_path / "member")}
+    settings, command = parse_args(argv, env)
+    assert settings.elastic is not None
+    with pytest.raises(ConfigError, match="no membership store here"):
+        runner.run_elastic(settings.elastic, settings, command, env, tmp_path / "metrics")
+    ended = started[0].wait(30)
+    assert ended is not None and ended.status == 128 + signal.SIGKILL

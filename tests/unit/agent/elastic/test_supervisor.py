@@ -12,9 +12,14 @@ import pytest
 from agent.elastic.finished_job import RetirementFailed
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
-from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor, trainer_world
+from agent.elastic.supervisor import (
+    ElasticSettings,
+    ElasticSupervisor,
+    start_warm,
+    trainer_world,
+)
 from agent.elastic.world import Member, World
-from agent.protocol.control import ControlChannel, NextWorld
+from agent.protocol.control import ControlChannel, NextWorld, Timings
 from agent.protocol.trainer_world import TrainerWorld
 from agent.rescales import RescaleLog
 from agent.trainer import frameworks
@@ -27,14 +32,20 @@ def agent(
     on_finished: str = "exit",
     reports: str = "paddle",
     on_job_finished: Callable[[int | None], object] | None = None,
+    warm_started: bool = False,
+    poll_interval: float = 0.02,
+    fake_type: type[FakeTrainer] = FakeTrainer,
 ) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
     store = LocalStore.create(tmp_path / "store")
     me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
-    settings = MembershipSettings(debounce=0.1, poll_interval=0.02)
+    settings = MembershipSettings(debounce=0.1, poll_interval=poll_interval)
     membership = Membership(store, me, settings)
     control = tmp_path / "control"
-    control.mkdir()
-    fake = FakeTrainer(control, exit_status, reports)
+    fake = fake_type(control, exit_status, reports)
+    if warm_started:  # as run_elastic does, before the supervisor exists
+        start_warm(fake, control, "gloo")
+    else:
+        control.mkdir()
     sup = ElasticSupervisor(
         membership,
         fake,
@@ -43,6 +54,7 @@ def agent(
         ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),
         job="digits",
         on_job_finished=on_job_finished,
+        warm_started=warm_started,
     )
     return sup, fake, tmp_path / "store" / "members" / "a.json"
 
@@ -143,6 +155,61 @@ def test_a_standby_that_reads_a_finished_world_stops_its_trainer(tmp_path: Path)
     assert ControlChannel(tmp_path / "control").next_world() == NextWorld(1, None)  # leave
     assert not fake.running
     assert sup.job_finished and not heartbeat.exists()
+
+
+def test_a_trainer_started_warm_before_the_supervisor_is_not_started_again(
+    tmp_path: Path,
+) -> None:
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0, warm_started=True)
+    assert [w.generation for w in fake.worlds] == [0]  # started before the supervisor ran
+    assert sup.run(max_seconds=20) == 0
+    assert [w.generation for w in fake.worlds] == [0, 1]  # the stand-by, then its world
+    assert sup.job_finished and not heartbeat.exists()
+
+
+def test_a_job_found_finished_sends_the_trainer_started_warm_away(tmp_path: Path) -> None:
+    finished_store(tmp_path)
+    sup, fake, heartbeat = agent(tmp_path, exit_status=0, warm_started=True)
+    assert sup.run(max_seconds=20) == 0
+    assert [w.generation for w in fake.worlds] == [0]  # no trainer in a world
+    assert ControlChannel(tmp_path / "control").next_world() == NextWorld(1, None)  # leave
+    assert not fake.running and not heartbeat.exists()  # gone, and never joined
+    assert sup.job_finished and sup.finished_at_step == 184
+
+
+class _SlowToImport(FakeTrainer):
+    """Reports ready (its generation-0 timings) 0.1 s after its start, as a real import does."""
+
+    def start(self, world: TrainerWorld) -> int:
+        self.worlds.append(world)
+        self.running, self.generation = True, world.generation
+        ready = threading.Timer(0.1, self._mark, args=(Timings(imported=time.time()),))
+        ready.start()
+        return 4242
+
+
+def test_the_warm_trainer_is_joined_on_as_soon_as_it_reports_and_a_sigterm_heard_at_once(
+    tmp_path: Path,
+) -> None:
+    # A 60 s poll: each wait below would take that long if only the poll ended it. The agent
+    # joins on the trainer's first report, then leaves on the SIGTERM sent once it joined.
+    sup, fake, heartbeat = agent(
+        tmp_path, exit_status=75, poll_interval=60, fake_type=_SlowToImport
+    )
+
+    def sigterm_once_joined() -> None:
+        for _ in range(3000):
+            if heartbeat.exists():
+                sup.request_stop(signal.SIGTERM)
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=sigterm_once_joined, daemon=True).start()
+    t0 = time.monotonic()
+    assert sup.run(max_seconds=300) == 0
+    assert time.monotonic() - t0 < 30  # a poll would be 60 s
+    assert ControlChannel(tmp_path / "control").next_world() == NextWorld(1, None)  # leave
+    assert not heartbeat.exists() and [w.generation for w in fake.worlds] == [0]
 
 
 def test_a_crashed_trainer_is_a_scale_down(tmp_path: Path) -> None:

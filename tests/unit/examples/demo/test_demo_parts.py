@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.protocol.control import Timings
 from edl_sizing import snapshot_from_dict
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
 from examples.demo.on_cluster import trainer_deployment
 from examples.demo.report import Summary, TimelinePoint, turning_points
+from examples.demo.run import DemoOptions, EmbeddedDemo
 from examples.demo.story import SERVICE, Story
 from examples.demo.telemetry import JobTelemetry, Training, World, local_world
 from examples.demo.view import ClusterState, Status, cluster_state, panel, progress_bar
@@ -215,3 +217,20 @@ def test_the_story_gate_never_holds_a_step_an_act_needs_nor_lets_the_job_end_ear
     assert gate.allowed() == 199  # the story has played: the job waits until it has grown back
     story_gate.update(trained(199), ending=True, story_done=True)
     assert gate.allowed() == UNLIMITED
+
+
+def test_the_timeline_runs_to_the_first_step_at_the_new_size(tmp_path: Path) -> None:
+    demo = EmbeddedDemo(DemoOptions(out=tmp_path))
+    for pod, first in (("digits-0", 1000.7), ("digits-1", 1000.5), ("digits-2", None)):
+        control = demo.work / "pods" / pod / "control"
+        control.mkdir(parents=True)
+        (control / "timings-g2.json").write_text(Timings(started=999.0, first_step=first).to_json())
+    (demo.work / "pods" / "digits-2" / "control" / "timings-g3.json").write_text("{broken")
+    assert demo.first_step(2) == 1000.5  # the earliest rank's
+    assert demo.first_step(3) is None and demo.first_step(4) is None
+    demo._t0_wall = 990.0
+    demo._awaiting_step = (2, 3)  # as the tick that saw generation 2 leaves it
+    demo._note_first_step()
+    assert demo.log.take() == ["  10.5 s  agents: first step at generation 2 (3 worker(s))"]
+    demo._note_first_step()  # logged once
+    assert demo.log.take() == []
