@@ -19,7 +19,7 @@ from agent.elastic.phases import STOP_GRACE_SECONDS
 from agent.elastic.runner import elastic_options
 from tests.support.helm import examples, template
 from tests.support.kustomize import render
-from tests.unit.test_example_manifests import EXAMPLE, with_checkpoints
+from tests.unit.examples.test_example_manifests import EXAMPLE, with_checkpoints
 
 BEYOND_DRAIN = 2 * STOP_GRACE_SECONDS
 """What the LEAVING phase adds to the drain timeout: SIGTERM, 5 s, SIGKILL, 5 s."""
