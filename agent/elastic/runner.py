@@ -220,12 +220,18 @@ def build_store(options: ElasticOptions, env: Mapping[str, str]) -> MembershipSt
 
 
 def readiness_of(elastic: ElasticSupervisor, trainer: TrainerSupervisor, job: str) -> Readiness:
-    """Ready while a trainer runs, and when the job is finished (the pod idles by design)."""
+    """Ready while a trainer runs, and when the job is finished (the pod idles by design).
+
+    Not before the agent has read the job's world: the warm trainer starts before that (its
+    import runs beside the agent's start-up), and in a finished job it is sent away at once.
+    """
     if elastic.job_finished:
         step = elastic.finished_at_step
         return Readiness(
             True, f"job {job} finished at step {'?' if step is None else step}; idling"
         )
+    if not elastic.started:
+        return Readiness(False, f"starting: the world of job {job} not read yet")
     return trainer.readiness()
 
 

@@ -212,6 +212,8 @@ class ElasticSupervisor:
         self._observed_signals = 0
         self._job_finished = False
         self._finished_at_step: int | None = None
+        self._started = False
+        """`run` has read the job's world (what it starts from is decided)."""
 
     @property
     def phase(self) -> Phase:
@@ -227,6 +229,15 @@ class ElasticSupervisor:
     def finished_at_step(self) -> int | None:
         """The global step the job finished at, when known."""
         return self._finished_at_step
+
+    @property
+    def started(self) -> bool:
+        """True once `run` has read the job's world.
+
+        Before, a warm trainer that runs may be one a finished job is about to send away
+        (`readiness_of`).
+        """
+        return self._started
 
     def request_stop(self, signum: int, frame: FrameType | None = None) -> None:
         """Signal handler: leave the job cleanly (pod deletion, Ctrl-C)."""
@@ -253,6 +264,9 @@ class ElasticSupervisor:
         state, actions = begin(
             now, self._rules, finished, step, now + max_seconds, warm=self._warm_started
         )
+        if finished:  # known now, though a warm trainer may still be on its way out
+            self._job_finished, self._finished_at_step = True, step
+        self._started = True
         try:
             while True:
                 self._state = state

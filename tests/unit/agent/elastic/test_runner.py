@@ -96,14 +96,29 @@ def test_on_finished_defaults_to_idle_and_takes_flag_then_environment() -> None:
 
 
 class _Done:
-    def __init__(self, finished: bool) -> None:
+    def __init__(self, finished: bool, started: bool = True) -> None:
         self.job_finished = finished
         self.finished_at_step = 184 if finished else None
+        self.started = started
 
 
 class _Trainer:
     def readiness(self) -> Readiness:
         return Readiness(False, "trainer not started")
+
+
+class _Running:
+    def readiness(self) -> Readiness:
+        return Readiness(True, "trainer running (pid 1)")
+
+
+def test_a_warm_trainer_is_not_ready_before_the_world_is_read() -> None:
+    # A late pod of a finished job starts its warm trainer before it reads the store: until
+    # then its running trainer says nothing (it is sent away once the finish is read).
+    early = readiness_of(_Done(False, started=False), _Running(), "digits")  # type: ignore[arg-type]
+    assert early == Readiness(False, "starting: the world of job digits not read yet")
+    later = readiness_of(_Done(False), _Running(), "digits")  # type: ignore[arg-type]
+    assert later == Readiness(True, "trainer running (pid 1)")
 
 
 @pytest.mark.parametrize("finished", [False, True])
