@@ -26,6 +26,11 @@ load replays what the stand-in answered: each remembered ``fn.__dynamo_disable``
 ``real.disable(fn, recursive, wrapping=False)``, as the first call would have made it, so
 code compiled later still skips those functions; it logs one line.
 
+A script that needs dynamo (``torch.compile``, ``DistributedDataParallel``, non-reentrant
+activation checkpointing) pays for the load where it first needs it: on a joiner, after it
+joined, so inside the survivors' pause; ``EDL_TORCH_LAZY_DYNAMO=0`` (read by the torch
+framework's descriptor) loads it while the trainer warms up instead.
+
 A reference to the stand-in kept across the load (``import torch._dynamo as d`` before it)
 still works: every answer and attribute forwards to the real module once it is loaded.
 Threads: the load happens once; another thread that needs dynamo meanwhile waits for it
