@@ -113,10 +113,12 @@ def known_variables() -> set[str]:
     """Every ``EDL_*`` variable the agent or its trainer reads."""
     from agent.elastic.runner import ELASTIC_TABLE
     from agent.protocol import env as names
+    from agent.trainer.frameworks.torch import ENV_BACKEND, ENV_LAZY_DYNAMO
 
     known = {o.env for o in (*OPTIONS, *ELASTIC_TABLE) if o.env}
     known |= {v for v in vars(names).values() if isinstance(v, str) and v.startswith("EDL_")}
-    return known | {"EDL_NAMESPACE", "EDL_TORCH_BACKEND"}  # + environment.PROJECT_VARIABLES
+    # + environment.PROJECT_VARIABLES
+    return known | {"EDL_NAMESPACE", ENV_BACKEND, ENV_LAZY_DYNAMO}
 
 
 def parse_args(

@@ -116,6 +116,30 @@ def test_a_master_without_a_port_is_refused_at_launch() -> None:
         TORCH.launch_env(TrainerWorld(master="127.0.0.1"))
 
 
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("", True), ("1", True), ("on", True), ("0", False), ("false", False), (" Off ", False)],
+)
+def test_the_dynamo_stand_in_is_on_unless_switched_off(value: str, on: bool) -> None:
+    from agent.trainer.frameworks.torch import lazy_dynamo_from_env
+
+    assert lazy_dynamo_from_env({"EDL_TORCH_LAZY_DYNAMO": value}) is on
+    assert lazy_dynamo_from_env({}) is True
+    with pytest.raises(ConfigError, match="EDL_TORCH_LAZY_DYNAMO='maybe': expected true"):
+        lazy_dynamo_from_env({"EDL_TORCH_LAZY_DYNAMO": "maybe"})
+
+
+def test_the_agent_knows_the_torch_variables() -> None:
+    """Set on the agent, they pass through to its trainer: no unknown-variable warning."""
+    from agent.cli import known_variables
+    from edl_common.environment import unknown_variables
+
+    env = {"EDL_TORCH_LAZY_DYNAMO": "0", "EDL_TORCH_BACKEND": "gloo"}
+    assert unknown_variables(env, known_variables()) == []
+    (line,) = unknown_variables({"EDL_TORCH_LAZY_DYNAMOS": "0"}, known_variables())
+    assert line.endswith("(did you mean EDL_TORCH_LAZY_DYNAMO?)")
+
+
 # -- choosing ---------------------------------------------------------------------------------
 
 

@@ -5,14 +5,17 @@ The only package that imports torch or says its variable names. A trainer is lau
 ``LOCAL_WORLD_SIZE=1``, ``MASTER_ADDR``, ``MASTER_PORT`` (rank 0 hosts the store there), plus
 ``EDL_TORCH_BACKEND`` (gloo on CPU, nccl on GPU; torch has no variable of its own for it).
 `gradients` holds the timed gradient all-reduce a plain script uses; `collective` what
-`ElasticTrainer` drives.
+`ElasticTrainer` drives; `lazy_dynamo` the stand-in that keeps ``torch._dynamo`` out of an
+eager trainer (``EDL_TORCH_LAZY_DYNAMO=0`` turns it off).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from agent.errors import ConfigError
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.base import (
     Collective,
@@ -21,6 +24,7 @@ from agent.trainer.frameworks.base import (
     int_from_env,
     neutral_env,
 )
+from edl_common.options import SWITCH
 
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
@@ -29,6 +33,20 @@ ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 ENV_MASTER_ADDR = "MASTER_ADDR"
 ENV_MASTER_PORT = "MASTER_PORT"
 ENV_BACKEND = "EDL_TORCH_BACKEND"
+ENV_LAZY_DYNAMO = "EDL_TORCH_LAZY_DYNAMO"
+"""Off (0, false, no, off): the trainer loads ``torch._dynamo`` while it warms up, as before
+the stand-in (`lazy_dynamo`); on (the default): only when something needs it."""
+
+
+def lazy_dynamo_from_env(env: Mapping[str, str]) -> bool:
+    """``EDL_TORCH_LAZY_DYNAMO`` (absent or empty: on); raises `ConfigError` on other text."""
+    raw = env.get(ENV_LAZY_DYNAMO, "").strip()
+    if not raw:
+        return True
+    try:
+        return bool(SWITCH.parse(raw))
+    except ConfigError as e:
+        raise ConfigError(f"{ENV_LAZY_DYNAMO}={raw!r}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -71,10 +89,10 @@ class Torch:
         )
 
     def collective(self) -> Collective:
-        """`TorchCollective` (imports torch)."""
+        """`TorchCollective` (imports torch), with the dynamo stand-in unless switched off."""
         from agent.trainer.frameworks.torch.collective import TorchCollective
 
-        return TorchCollective()
+        return TorchCollective(lazy_dynamo=lazy_dynamo_from_env(os.environ))
 
 
 FRAMEWORK: Framework = Torch()  # mypy checks the descriptor against the Protocol

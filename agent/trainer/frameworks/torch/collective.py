@@ -34,6 +34,7 @@ from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce
+from agent.trainer.frameworks.torch.lazy_dynamo import install as install_lazy_dynamo
 
 _OPS = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 SELF_TEST_SECONDS = 10.0
@@ -70,13 +71,17 @@ def _free_port() -> int:
 class TorchCollective(ArrayCollective):
     """One PyTorch trainer's collective across the generations it lives through."""
 
-    def __init__(self) -> None:
+    def __init__(self, lazy_dynamo: bool = True) -> None:
         self._servers: dict[str, Any] = {}  # master endpoint -> the TCPStore we host there
         self._device = torch.device("cpu")
-        # torch.optim imports torch._dynamo when the first optimizer is built (~900 modules,
-        # 1-2 s here). Loading it now, before a warm joiner joins, keeps that out of the
-        # survivors' pause: they wait for the joiner's register(), which comes after it.
-        importlib.import_module("torch._dynamo")
+        # torch.optim needs torch._dynamo from the first optimizer built on (~900 modules,
+        # 1-2 s here), for calls that do nothing in eager mode: the stand-in answers them and
+        # loads the real module only for a script that compiles (`lazy_dynamo`). Without it,
+        # or where the script loaded dynamo already, it is loaded now, before a warm joiner
+        # joins, which keeps it out of the survivors' pause (they wait for the joiner's
+        # register(), which comes after this).
+        if not (lazy_dynamo and install_lazy_dynamo(torch) is not None):
+            importlib.import_module("torch._dynamo")
 
     def self_test(self, backend: str) -> str | None:
         """None when this torch can re-form a gloo group in-process; else why not (one line).
