@@ -137,7 +137,8 @@ class _Loads:
             self.real, self._loader = module, None
         self._replayed.set()
         log.info(
-            "torch._dynamo loaded late (%.2f s) for %s; %d disabled function(s) replayed",
+            "torch._dynamo loaded late (%.2f s) for %s; %d disabled function(s) replayed "
+            "(EDL_TORCH_LAZY_DYNAMO=0 loads it while the trainer warms up, before it joins)",
             time.monotonic() - started,
             why,
             len(answered),
