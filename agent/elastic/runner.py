@@ -224,12 +224,15 @@ def readiness_of(elastic: ElasticSupervisor, trainer: TrainerSupervisor, job: st
 
     Not before the agent has read the job's world: the warm trainer starts before that (its
     import runs beside the agent's start-up), and in a finished job it is sent away at once.
+    A finished pod is ready once that trainer is gone: ready then means idle, no trainer.
     """
     if elastic.job_finished:
         step = elastic.finished_at_step
-        return Readiness(
-            True, f"job {job} finished at step {'?' if step is None else step}; idling"
-        )
+        done = f"job {job} finished at step {'?' if step is None else step}"
+        pid = trainer.pid
+        if pid is not None:
+            return Readiness(False, f"{done}; the trainer (pid {pid}) is on its way out")
+        return Readiness(True, f"{done}; idling")
     if not elastic.started:
         return Readiness(False, f"starting: the world of job {job} not read yet")
     return trainer.readiness()

@@ -223,11 +223,11 @@ def _finished_pods_idle(
             ]
             or None
         ),
-        timeout_s=60,
-        what="a pod added after the end idling ready",
+        timeout_s=180,  # its warm trainer, started before the finish was read, goes first
+        what="a pod added after the end idling ready (its warm trainer gone)",
         describe=logs,
     )
-    # Exporting the finished job is the late agent's decision to idle: it starts no trainer.
+    # Ready and finished means idle: the late agent's warm trainer is gone, none restarts.
     for ip in (survivor, *late):
         assert metrics(ip).get("edl_trainer_up") == 0 and _ready(ip)
     assert len(running()) == 2 and watch.global_step() == step

@@ -103,11 +103,15 @@ class _Done:
 
 
 class _Trainer:
+    pid = None
+
     def readiness(self) -> Readiness:
         return Readiness(False, "trainer not started")
 
 
 class _Running:
+    pid = 1
+
     def readiness(self) -> Readiness:
         return Readiness(True, "trainer running (pid 1)")
 
@@ -132,6 +136,19 @@ def test_a_finished_job_is_ready_and_exported(finished: bool) -> None:
     registry = CollectorRegistry()
     registry.register(JobFinishedCollector(done))
     assert registry.get_sample_value("edl_trainer_job_finished") == (1.0 if finished else 0.0)
+
+
+def test_a_finished_pod_is_not_ready_while_its_warm_trainer_is_on_its_way_out() -> None:
+    # A late pod of a finished job sends its warm trainer away: ready (idle) only once it is
+    # gone, so a ready finished pod runs no trainer.
+    done = _Done(True)
+    verdict = readiness_of(done, _Running(), "digits")  # type: ignore[arg-type]
+    assert verdict == Readiness(
+        False, "job digits finished at step 184; the trainer (pid 1) is on its way out"
+    )
+    registry = CollectorRegistry()
+    registry.register(JobFinishedCollector(done))
+    assert registry.get_sample_value("edl_trainer_job_finished") == 1.0
 
 
 def test_the_warm_trainer_starts_before_the_store_and_dies_when_the_start_up_fails(
