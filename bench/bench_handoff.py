@@ -87,15 +87,7 @@ def bench_size(tmp: Path, megabytes: float, rounds: int) -> list[dict[str, float
     agents = Agents(tmp, 1.0, "auto", "examples.train_digits_torch_elastic", extra)
     rows = []
     try:
-        agents.start("a")
-        agents.start("b")
-        wait_for(lambda: agents.world()[1] == 2, timeout_s=300, what="world of 2", interval_s=0.05)
-        wait_for(
-            lambda: agents.first_step("a", agents.world()[0]) is not None,
-            timeout_s=300,
-            what="training",
-            interval_s=0.05,
-        )
+        agents.start_training(("a", "b"), timeout_s=300)
         for r in range(rounds):
             time.sleep(1)
             rows.append(join_once(agents, f"c{r}"))

@@ -112,6 +112,23 @@ class Agents:
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
 
+    def start_training(self, names: tuple[str, ...], timeout_s: float) -> None:
+        """Starts agents `names` and waits until they form one world and the first trains."""
+        for name in names:
+            self.start(name)
+        wait_for(
+            lambda: self.world()[1] == len(names),
+            timeout_s=timeout_s,
+            what=f"world of {len(names)}",
+            interval_s=0.05,
+        )
+        wait_for(
+            lambda: self.first_step(names[0], self.world()[0]) is not None,
+            timeout_s=timeout_s,
+            what="training",
+            interval_s=0.05,
+        )
+
     def world(self) -> tuple[int, int]:
         try:
             raw = json.loads((self.tmp / "store" / "bench" / "world.json").read_text())
@@ -241,15 +258,7 @@ def bench_edl(
     agents = Agents(tmp, debounce, reinit, script)
     rows: list[tuple[str, dict[str, float]]] = []
     try:
-        agents.start("a")
-        agents.start("b")
-        wait_for(lambda: agents.world()[1] == 2, timeout_s=120, what="world of 2", interval_s=0.05)
-        wait_for(
-            lambda: agents.first_step("a", agents.world()[0]) is not None,
-            timeout_s=180,
-            what="training",
-            interval_s=0.05,
-        )
+        agents.start_training(("a", "b"), timeout_s=180)
         for r in range(rounds):
             joiner = f"c{r}"
             join = functools.partial(agents.start, joiner)
