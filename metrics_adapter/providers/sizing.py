@@ -129,6 +129,10 @@ class Sizer:
             snapshot = self._source.snapshot()
             if snapshot is None:
                 return None
+            # The Deployments as of this snapshot: an Event names the generation the decision
+            # was made on, not the one the cache holds after the history's I/O and `decide`
+            # (by then the HPA may have acted on the other replica's plan).
+            owners = {j.key: self._owner(j.key) for j in snapshot.jobs}
             history = self._refresh_history(snapshot, now)
             jobs = [_with_history(j, history, now) for j in snapshot.jobs]
             try:
@@ -141,7 +145,7 @@ class Sizer:
             published = _publish(plan, snapshot, now)
             self._plan = published
             self._metrics.publish(plan, published.names)
-            self._emit(published)
+            self._emit(published, owners)
             return published
 
     def _refresh_history(self, snapshot: ClusterSnapshot, now: float) -> SizeHistory:
@@ -161,7 +165,15 @@ class Sizer:
             log.warning("sizing history unavailable, deciding from the last copy read: %s", e)
         return self._history
 
-    def _emit(self, published: PublishedPlan) -> None:
+    def _emit(
+        self, published: PublishedPlan, owners: Mapping[str, DeploymentRecord | None]
+    ) -> None:
+        """One Event per new decision, named so that two replicas' same decision is one.
+
+        The name holds the Deployment's generation as of the decision's snapshot; a record
+        that moved on between the snapshot and its lookup (its replicas differ from the
+        decision's) emits nothing this round: the next round decides on the new view.
+        """
         for key, d in sorted(published.plan.jobs.items()):
             if d.limited_by is Reason.FALLBACK:
                 reason = "SizingFallback"
@@ -174,7 +186,9 @@ class Sizer:
             else:
                 self._emitted.pop(key, None)
                 continue
-            owner = self._owner(key)
+            owner = owners.get(key)
+            if owner is not None and owner.replicas != d.current:
+                continue
             generation = owner.generation if owner is not None else 0
             mark = (generation, reason, d.desired)
             if self._emitted.get(key) == mark:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -25,7 +27,7 @@ from metrics_adapter.providers.protocol import CustomMetricInfo, ExternalMetricI
 from metrics_adapter.providers.sizing import DESIRED_REPLICAS, Sizer, SizingProvider
 from metrics_adapter.scraping.pod_registry import PodKey
 from metrics_adapter.scraping.store import MetricStore, Sample
-from metrics_adapter.sizing.kube_objects import JOB_LABEL
+from metrics_adapter.sizing.kube_objects import JOB_LABEL, DeploymentRecord
 from metrics_adapter.sizing.metrics import SizingMetrics
 from metrics_adapter.sizing.observation import ThroughputObserver
 
@@ -368,3 +370,74 @@ def test_desired_replicas_is_also_the_object_metric_of_the_jobs_deployment() -> 
     assert [p.described.name for p in every] == ["trainer"]
     clock.t += 31.0  # a stale plan is served neither way
     assert provider.get_metric_by_selector("ml", LabelSelector(), info, LabelSelector()) == []
+
+
+class _MovingDeployment:
+    """The watch cache's Deployment, moved on by the HPA while a round does its I/O."""
+
+    def __init__(self, replicas: int, generation: int) -> None:
+        self.record = DeploymentRecord(
+            "ml", "trainer", "digits", LabelSelector.parse(f"{JOB_LABEL}=digits"), replicas,
+            T0, {}, None, Resources(cpu=1, memory=GI), (), {}, uid="u1", generation=generation,
+        )  # fmt: skip
+
+    def __call__(self, key: str) -> DeploymentRecord | None:
+        return self.record if key == "ml/trainer" else None
+
+    def scale(self, replicas: int) -> None:
+        self.record = replace(self.record, replicas=replicas, generation=self.record.generation + 1)
+
+
+class _HistoryWhileTheHpaActs(MemoryHistoryStore):
+    """Reading the shared history takes a round trip, during which the HPA scales the job."""
+
+    def __init__(self, act: Callable[[], None]) -> None:
+        super().__init__()
+        self._act = act
+
+    def load(self) -> SizeHistory:
+        self._act()
+        return super().load()
+
+
+def _sizer_with_owner(
+    source: StaticCapacitySource, history: MemoryHistoryStore, owner: _MovingDeployment
+) -> tuple[Sizer, Events]:
+    events = Events()
+    sizer = Sizer(
+        source, history, SizingPolicy(hold_off_s=30.0), SizingMetrics(CollectorRegistry()),
+        events, Clock(), interval=1.0, history_interval=0.0, owner=owner,
+    )  # fmt: skip
+    return sizer, events
+
+
+def test_an_event_names_the_generation_its_decision_was_made_on() -> None:
+    # Two adapter replicas decide the same grow; one of them reads the Deployment after the
+    # HPA already acted on the other's plan (generation + 1). Both must name the Event alike:
+    # the generation as of the snapshot the decision was made on, not the cache's newer one.
+    names = []
+    for hpa_acts_during_the_round in (False, True):
+        owner = _MovingDeployment(replicas=2, generation=7)
+        act = functools.partial(owner.scale, 4) if hpa_acts_during_the_round else (lambda: None)
+        sizer, events = _sizer_with_owner(
+            StaticCapacitySource(snapshot(observed={2: 180.0})), _HistoryWhileTheHpaActs(act),
+            owner,
+        )  # fmt: skip
+        sizer.run_once()
+        assert [(e.reason, e.generation, e.desired) for e in events.seen] == [("SizingGrow", 7, 4)]
+        names.append(events.seen[0].name)
+    assert names[0] == names[1]
+
+
+def test_a_deployment_that_moved_before_its_lookup_gets_no_event_that_round() -> None:
+    # The cache already holds a newer Deployment than the snapshot (its replicas differ from
+    # the decision's current count): that generation would name another decision, so this
+    # round says nothing; the next round decides on the new view.
+    owner = _MovingDeployment(replicas=3, generation=8)  # the snapshot still says 2
+    source = StaticCapacitySource(snapshot(observed={2: 180.0}))
+    sizer, events = _sizer_with_owner(source, MemoryHistoryStore(), owner)
+    sizer.run_once()
+    assert events.seen == []
+    source.replace(snapshot(replicas=3, bound=3, observed={2: 180.0}))
+    sizer.run_once()
+    assert [(e.reason, e.generation, e.desired) for e in events.seen] == [("SizingGrow", 8, 4)]
