@@ -33,6 +33,8 @@ STOP_GRACE_SECONDS = 5.0
 """After SIGTERM (then again after SIGKILL), how long a trainer we stop gets to end."""
 HANDOVER_STOP_GRACE_SECONDS = 1.0
 """The same for a handed-over trainer that will not take its world: it saved its state."""
+KILLED_STATUS = 128 + signal.SIGKILL
+"""A trainer's status when SIGKILL ended it: never its own doing, nor ours unless we sent it."""
 
 
 class Phase(enum.Enum):
@@ -64,7 +66,8 @@ class Phase(enum.Enum):
                 `init_timeout` -> stop it. A finished world -> FINISHING. Exit: 0 -> FINISHED;
                 75/76 or stopped by us or asked for a newer world -> FORMING if it never
                 joined its current world, else REGROUPING unless a newer world is already
-                known (FORMING); any other status is a crash -> leave, DONE (its status).
+                known (FORMING); any other status is a crash -> leave, DONE (its status), and
+                so is a SIGKILL we did not send, even on the way to a newer world.
     DRAINING    Asked to stop at a step boundary: waits for the exit (handled as in RUNNING)
                 for `drain_timeout`, or less when the trainer cannot reach a boundary (stood
                 still since the decision for the stall bound); then stops it.
@@ -623,7 +626,11 @@ def _on_exit(s: State, o: Observation, rules: Rules, r: _Round) -> State:
     requested = target is not None and target > running.generation
     ours = s.stopped_by_us
     s = replace(s, stopped_by_us=False)
-    if ended.status in (RESCALE_EXIT, PEER_LOST_EXIT) or requested or ours:
+    # A SIGKILL we did not send (the OOM killer's, an operator's) is a crash even when the
+    # trainer was on its way to a newer world: it never reached its boundary, and its member
+    # leaves as after any crash instead of rejoining the world it was killed on the way to.
+    killed = ended.status == KILLED_STATUS and not ours
+    if not killed and (ended.status in (RESCALE_EXIT, PEER_LOST_EXIT) or requested or ours):
         if s.initialised_gen < running.generation:
             # It never joined its current world: start afresh in the newest one, without
             # forcing a generation (the others may well be waiting for us in it).

@@ -297,6 +297,28 @@ CASES = [
         check={"running": G2},
     ),
     Case(
+        "killed (SIGKILL, not ours) on the way to a newer world: a crash, it leaves",
+        running(G1, phase=Phase.DRAINING, decided=T0 - 1, deadline=T0 + 29),
+        seen(world=G2, exit=ended(137), timings=STEPPING, rescale_target=2),
+        Phase.DONE,
+        (MarkDrained, Stepped, Leave),
+        check={"status": 137},
+    ),
+    Case(
+        "killed by our own escalation on the way to a newer world: restarted there",
+        running(
+            G1,
+            phase=Phase.DRAINING,
+            decided=T0 - 31,
+            stopped_by_us=True,
+            stop=Stop(T0 - 5, 5.0, killed=True),
+        ),
+        seen(world=G2, exit=ended(137), rescale_target=2),
+        Phase.RUNNING,
+        (MarkDrained, StartTrainer),
+        check={"running": G2},
+    ),
+    Case(
         "no boundary within the drain bound: stopped",
         running(G1, phase=Phase.DRAINING, decided=T0 - 30, deadline=T0),
         seen(world=G2),
