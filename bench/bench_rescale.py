@@ -585,6 +585,9 @@ def main() -> int:
     parser.add_argument("--paddle-rounds", type=int, default=2)
     parser.add_argument("--soak-seed", type=int, default=19, help="seed of the fault sequence")
     parser.add_argument("--no-soak", action="store_true", help="skip the fault sequences")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep every agent's and trainer's log"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edl-bench-rescale-"))
     results: dict[str, list[tuple[str, dict[str, float]]]] = {}
@@ -625,7 +628,10 @@ def main() -> int:
         summary(results)  # what was measured before the wait that ran out
         print(f"bench: {e}; logs kept in {tmp}")
         return 1
-    shutil.rmtree(tmp, ignore_errors=True)
+    if args.keep_logs:
+        print(f"\nlogs kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
