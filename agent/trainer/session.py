@@ -30,14 +30,14 @@ from pathlib import Path
 from types import TracebackType
 
 from agent.errors import ConfigError
-from agent.flushing import ReportFlusher
 from agent.protocol import env as names
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
-from agent.reports import report_path
 from agent.trainer import frameworks
+from agent.trainer.flushing import ReportFlusher
 from agent.trainer.frameworks.base import Framework
 from agent.trainer.lease import AgentLease, watch_agent
+from agent.trainer.recording import StepRecorder
+from agent.trainer.reports import report_path
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from agent.protocol import env as names
 from agent.protocol.trainer_world import TrainerWorld
 
 if TYPE_CHECKING:
-    from agent.recording import StepRecorder
+    from agent.trainer.recording import StepRecorder
 
 Reducer = Callable[[], float]
 """A gradient all-reduce: averages the gradients in place and returns the seconds spent in comm."""

@@ -10,10 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
 from agent.trainer import frameworks
 from agent.trainer.elastic import ElasticTrainer, ElasticTrainerSettings
 from agent.trainer.frameworks.base import ReduceOp
+from agent.trainer.recording import StepRecorder
 from agent.trainer.session import TrainingSession
 
 

@@ -12,8 +12,8 @@ import pytest
 
 paddle = pytest.importorskip("paddle")
 
-from agent.recording import StepRecorder  # noqa: E402
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce  # noqa: E402
+from agent.trainer.recording import StepRecorder  # noqa: E402
 
 
 def grads_of(model: Any) -> list[Any]:

@@ -17,12 +17,12 @@ import pytest
 
 from agent.protocol.errors import StateTransferError
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
 from agent.trainer import state as state_module
 from agent.trainer.elastic import ElasticTrainer, ElasticTrainerSettings
 from agent.trainer.frameworks import get as get_framework
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp
+from agent.trainer.recording import StepRecorder
 from agent.trainer.sampler import ElasticSampler
 from agent.trainer.session import TrainingSession
 from agent.trainer.state import STATE_FILE, TrainingState

@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agent.recording import StepRecorder  # noqa: E402
 from agent.trainer.frameworks.torch.collective import TorchCollective  # noqa: E402
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce  # noqa: E402
+from agent.trainer.recording import StepRecorder  # noqa: E402
 
 
 def grads_of(model: Any) -> list[Any]:

@@ -19,13 +19,13 @@ import paddle
 import paddle.distributed as dist
 
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
 from agent.trainer.frameworks.paddle import FRAMEWORK
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
 from agent.trainer.frameworks.paddle.inprocess import StoreKeeper, form_group, self_test
 from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
+from agent.trainer.recording import StepRecorder
 
 _OPS: dict[ReduceOp, Any] = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 

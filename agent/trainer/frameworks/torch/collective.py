@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce
 from agent.trainer.frameworks.torch.lazy_dynamo import install as install_lazy_dynamo
+from agent.trainer.recording import StepRecorder
 
 _OPS = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 SELF_TEST_SECONDS = 10.0
