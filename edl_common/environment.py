@@ -51,6 +51,7 @@ PROJECT_VARIABLES = frozenset(
         "EDL_REINIT_WAIT_SECONDS",
         "EDL_REINIT_LIMIT",
         "EDL_SAMPLE_LEDGER",
+        "EDL_STEP_GATE",
     }
 )
 """``EDL_*`` names that are not options of any CLI but are read elsewhere: always known."""

@@ -4,7 +4,9 @@ The world goes 1 -> 3 -> 2 -> 1: agents B and C join, C's trainer is SIGKILLed m
 scale-down, not a job failure), B is SIGTERMed (a clean leave). The ledger must show every
 sample of every epoch trained exactly once in the lineage of the final model, the restored
 global step never goes back, and the accuracy matches a one-process run of the same seed.
-The same scenario runs for each framework (Paddle, PyTorch) in both re-init modes.
+The same scenario runs for each framework (Paddle, PyTorch) in both re-init modes, with the
+sample-id examples and with the DataLoader + data-parallel examples (`-dp`, `-ddp`: two
+DataLoader workers each, the model under DDP / Paddle's bucketed all-reduce).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from agent.trainer.ledger import verify
 from tests.support.digits_job import (
     EPOCHS,
+    FRAMEWORK_OF,
     NUM_TRAIN,
     SCRIPTS,
     Job,
@@ -125,7 +128,9 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert report.problems(NUM_TRAIN, EPOCHS) == []
     assert len(report.generations) >= 4
     final = json.loads(job.result.read_text())
-    assert final["global_step"] == report.steps == EPOCHS * -(-NUM_TRAIN // 64)
+    record = json.loads((job.store / "digits" / "world.json").read_text())
+    assert record["finished_at_step"] == report.steps == EPOCHS * -(-NUM_TRAIN // 64)
+    assert final.get("global_step", report.steps) == report.steps
     assert final["world_size"] == 1
     assert abs(final["accuracy"] - reference_accuracy(job.tmp, script=job.script)) <= 0.01
 
@@ -138,10 +143,10 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     # the rescales it lived through in its own process)
     assert 2 <= rescales <= rescales_seen, (rescales, sizes)
     assert "edl_trainer_job_finished 0.0" in metrics
-    late_agents_do_not_restart_the_finished_job(job, final["global_step"])
+    late_agents_do_not_restart_the_finished_job(job, report.steps)
     timings = job.timings()
     assert {t.reinit for t in timings} == ({"in-process"} if reinit == "auto" else {"process"})
-    assert {t.framework for t in timings} == {framework}
+    assert {t.framework for t in timings} == {FRAMEWORK_OF[framework]}
     for phase in ("detect", "drain", "rendezvous", "init", "restore"):
         assert f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}' in metrics
 

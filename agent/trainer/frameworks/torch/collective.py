@@ -10,6 +10,10 @@ it when it is master of that endpoint again (ports alternate, so two generations
 measured with torch 2.15, a destroyed group's store server still holds its port then
 (EADDRINUSE, garbage collection or not). Other ranks connect a new client every generation.
 
+A world of one rank gets a group too, over an in-memory store (nothing listens): as under
+``torchrun``, a script's own ``dist.get_rank()``, ``dist.get_world_size()`` or ``dist.barrier()``
+works in every world.
+
 In-process re-initialisation is offered on gloo only, after a self-test on the installed torch
 forms, uses and destroys two groups in a row; NCCL takes the process-restart path (a new
 process per generation), as does any trainer whose self-test fails.
@@ -22,6 +26,7 @@ import datetime
 import importlib
 import socket
 import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,7 +36,9 @@ import torch.distributed as dist
 
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer.frameworks.arrays import ArrayCollective
-from agent.trainer.frameworks.base import ReduceOp, Reducer
+from agent.trainer.frameworks.base import DataParallelHost, ReduceOp, Reducer
+from agent.trainer.frameworks.torch.data import data_loader
+from agent.trainer.frameworks.torch.data_parallel import TorchDataParallel
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce
 from agent.trainer.frameworks.torch.lazy_dynamo import install as install_lazy_dynamo
 from agent.trainer.recording import StepRecorder
@@ -62,9 +69,15 @@ def to_torch(value: Any) -> Any:
     return value
 
 
+SELF_TEST_TRIES = 5
+"""Ports the self-test tries: one another process took between our pick and the store's bind
+(on a machine whose other suites hold thousands of ports) is no failure of torch."""
+
+
 def _free_port() -> int:
+    """A port free on every address: the `TCPStore` server listens on all of them."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
@@ -94,34 +107,44 @@ class TorchCollective(ArrayCollective):
             return f"backend {backend or 'auto'} (only gloo re-initialises in-process)"
         if not dist.is_available() or not dist.is_gloo_available():
             return "this torch has no gloo"
-        master = f"127.0.0.1:{_free_port()}"
-        try:
-            for generation in (1, 2):
-                world = TrainerWorld(generation=generation, master=master)
-                self._form(world, "gloo", SELF_TEST_SECONDS)
-                probe = torch.tensor([2.0])
-                dist.all_reduce(probe)
+        why = ""
+        for _ in range(SELF_TEST_TRIES):
+            master = f"127.0.0.1:{_free_port()}"
+            try:
+                for generation in (1, 2):
+                    world = TrainerWorld(generation=generation, master=master)
+                    self._form(world, "gloo", SELF_TEST_SECONDS)
+                    probe = torch.tensor([2.0])
+                    dist.all_reduce(probe)
+                    self._leave()
+                    if float(probe.item()) != 2.0:
+                        return "self-test all-reduce gave a wrong result"
+                return None
+            except Exception as e:
                 self._leave()
-                if float(probe.item()) != 2.0:
-                    return "self-test all-reduce gave a wrong result"
-        except Exception as e:
-            self._leave()
-            return f"self-test failed: {e}"
-        finally:
-            self._servers.pop(master, None)  # a real job's endpoints are others
-        return None
+                why = f"self-test failed: {e}"
+                if "EADDRINUSE" not in str(e):
+                    return why
+            finally:
+                self._servers.pop(master, None)  # a real job's endpoints are others
+        return why
 
     def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
-        """Leaves the previous group (if any), then forms this generation's (world > 1)."""
+        """Leaves the previous group (if any), then forms this generation's."""
         self._leave()
-        if world.world_size > 1:
-            self._form(world, world.backend or "gloo", timeout_seconds)
+        one = world.world_size == 1
+        self._form(world, world.backend or "gloo", timeout_seconds, in_memory=one)
 
-    def _form(self, world: TrainerWorld, backend: str, timeout_seconds: float) -> None:
-        host, port = world.master_host_port
+    def _form(
+        self, world: TrainerWorld, backend: str, timeout_seconds: float, in_memory: bool = False
+    ) -> None:
+        """This generation's default group; `in_memory`: over a store nobody else reads."""
         timeout = datetime.timedelta(seconds=timeout_seconds)
         store = self._servers.get(world.master) if world.rank == 0 else None
-        if store is None:
+        if in_memory:
+            store = dist.HashStore()
+        elif store is None:
+            host, port = world.master_host_port
             store = dist.TCPStore(
                 host, port, world.world_size, world.rank == 0, timeout, wait_for_workers=False
             )
@@ -162,6 +185,17 @@ class TorchCollective(ArrayCollective):
     def gradient_all_reduce(self, model: Any, recorder: StepRecorder, world_size: int) -> Reducer:
         """`GradientAllReduce` over this generation's (default) group."""
         return GradientAllReduce(model.parameters(), recorder, world_size)
+
+    def data_loader(
+        self, dataset: Any, batches: Iterable[list[int]], options: Mapping[str, Any]
+    ) -> Iterable[Any]:
+        """PyTorch's `DataLoader` reading `batches` (`agent.trainer.frameworks.torch.data`)."""
+        loader: Iterable[Any] = data_loader(dataset, batches, options)
+        return loader
+
+    def data_parallel(self, module: Any, host: DataParallelHost, options: Mapping[str, Any]) -> Any:
+        """`module` under DDP in every world of `host` (`TorchDataParallel`)."""
+        return TorchDataParallel(module, host, options)
 
     def save_state(self, model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """`state_dict()`s with tensors as numpy arrays."""

@@ -1,9 +1,11 @@
-"""The state hand-off's costs that grow with the state (docs/elastic.md §4.6).
+"""State hand-off and checkpoints (`StateHandoff`), and its costs that grow with the state.
 
 The sender broadcasts its pickled state as it is (no copy) and gets it back unchanged; an
 in-process re-init pickles its state once (the insurance copy, written behind while the new
 world forms, and the bytes it would send), does not apply its own state back to the model it
-came from, and a later save of the same state is not written twice.
+came from, and a later save of the same state is not written twice (docs/elastic.md §4.6).
+Across ranks the most advanced state wins, and a job nobody has state for does not start
+afresh past checkpoints it cannot read.
 """
 
 from __future__ import annotations
@@ -15,17 +17,15 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agent.protocol.errors import StateTransferError
-from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import state as state_module
-from agent.trainer.elastic import ElasticTrainer, ElasticTrainerSettings
-from agent.trainer.frameworks import get as get_framework
+from agent.trainer.errors import LeaveTraining
 from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp
-from agent.trainer.recording import StepRecorder
+from agent.trainer.handoff import StateHandoff
 from agent.trainer.sampler import ElasticSampler
-from agent.trainer.session import TrainingSession
-from agent.trainer.state import STATE_FILE, TrainingState
+from agent.trainer.settings import ElasticTrainerSettings
+from agent.trainer.state import STATE_FILE, TrainingState, save_local
+from tests.unit.agent.trainer.helpers import DictCollective
 
 
 class Wire(ArrayCollective):
@@ -64,39 +64,45 @@ def test_an_empty_state_is_one_broadcast_of_its_size() -> None:
     assert receiver.broadcast_bytes(b"", 0) == b"" and len(receiver.handed) == 1
 
 
-class DictCollective:
-    """A one-rank collective whose "model" is a dict; counts the states loaded into it."""
+class Link:
+    """The world a hand-off restores in: `world_size` ranks whose states are `states`.
 
-    def __init__(self) -> None:
-        self.loaded = 0
-        self.fail_load = False
+    This rank is `rank`; a broadcast hands out the bytes of the lowest rank holding the best
+    step, as a real world would (the other ranks' steps are given, not their bytes).
+    """
 
-    def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
-        """Nothing to form for one rank."""
+    def __init__(self, rank: int = 0, steps: tuple[int, ...] = (-1,), generation: int = 2) -> None:
+        self.rank = rank
+        self.world_size = len(steps)
+        self.generation = generation
+        self.steps = steps
+        self.sent: list[bytes] = []
+        self.peer_blob = b""
 
-    def all_reduce_ints(self, values: list[int], op: ReduceOp) -> list[int]:
-        return list(values)
+    def all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
+        if len(values) == 3:  # [step, newest checkpoint, unreadable]
+            return [max(values[0], *self.steps), values[1], values[2]]
+        if len(values) == 1 and op is ReduceOp.MAX:
+            return [max(values[0], *self.steps)]
+        best = max(self.steps)
+        return [min(values[0], self.steps.index(best))]
 
-    def save_state(self, model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return dict(model), {}
-
-    def load_state(self, model: Any, optimizer: Any, m: dict[str, Any], o: dict[str, Any]) -> None:
-        if self.fail_load:
-            model["w"] = "half"
-            raise StateTransferError("torn")
-        self.loaded += 1
-        model.clear()
-        model.update(m)
+    def broadcast_bytes(self, blob: bytes, src: int) -> bytes:
+        if src == self.rank:
+            self.sent.append(blob)
+            return blob
+        return self.peer_blob
 
 
-def one_rank(tmp_path: Path) -> tuple[ElasticTrainer, DictCollective, dict[str, Any]]:
+def one_rank(tmp_path: Path) -> tuple[StateHandoff, DictCollective, dict[str, Any]]:
     settings = ElasticTrainerSettings(state_dir=tmp_path / "state")
     collective = DictCollective()
-    session = TrainingSession(TrainerWorld(), StepRecorder(), None)
-    et = ElasticTrainer(session, settings, get_framework("torch"), collective)  # type: ignore[arg-type]
-    model = {"w": 1}
-    et.register(model, None, ElasticSampler(100, 10, 1))
-    return et, collective, model
+    handoff = StateHandoff(Link(), collective, settings)  # type: ignore[arg-type]
+    model: dict[str, Any] = {"w": 1}
+    handoff.attach(model, None)
+    handoff.attach_sampler(ElasticSampler(100, 10, 1))
+    handoff.restore()
+    return handoff, collective, model
 
 
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
@@ -109,64 +115,112 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
         real(directory, blob)
 
     monkeypatch.setattr(state_module, "write_local", spy)
-    monkeypatch.setattr("agent.trainer.elastic.write_local", spy)
+    monkeypatch.setattr("agent.trainer.handoff.write_local", spy)
     return written
 
 
 def test_the_copy_of_an_in_process_world_is_its_agreed_state_written_after_its_first_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    et, collective, model = one_rank(tmp_path)
+    handoff, collective, model = one_rank(tmp_path)
     written = writes(monkeypatch)
     loaded = collective.loaded
-    et._restore(how="continues in-process", live=et._snapshot())
+    handoff.restore(live=handoff.snapshot())
     assert collective.loaded == loaded  # its own state is not applied back to its model
     assert written == []  # nothing written before the new world trains
     model["w"] = 2  # the first step in the new world
-    et.global_step += 1
-    et._copy_behind()  # what steps() does after it: a world of one pickles its state then
-    et.save()  # waits for it; the copy holds this state already: not written again
+    handoff.global_step += 1
+    handoff.copy_behind()  # what the step loop does after it: a world of one pickles it then
+    handoff.save()  # waits for it; the copy holds this state already: not written again
     assert len(written) == 1 and TrainingState.from_bytes(written[0]).model == {"w": 2}
-    et.global_step += 1  # the next step: a new state
-    et.save()
+    handoff.global_step += 1  # the next step: a new state
+    handoff.save()
     assert len(written) == 2
-
-
-def test_the_agreed_bytes_are_written_as_they_are(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    et, _, _ = one_rank(tmp_path)
-    written = writes(monkeypatch)
-    agreed = et._snapshot().to_bytes()
-    et._copy_after_step = (et._holds(), agreed)  # as a restore over the wire leaves it
-    et._copy_behind()
-    et.save()  # waits for the copy; the state it holds is the model's: not written again
-    assert written == [agreed]
 
 
 def test_a_state_applied_is_saved_again_a_half_applied_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    et, collective, _ = one_rank(tmp_path)
+    handoff, collective, _ = one_rank(tmp_path)
     written = writes(monkeypatch)
-    et.save()
-    et.save()
+    handoff.save()
+    handoff.save()
     assert len(written) == 1
-    peer = TrainingState(0, 2, {"w": 7}, {}, et._sampler.state_dict(), {})  # type: ignore[union-attr]
-    et._apply(peer)  # same step, another state (a peer's): must be written
-    et.save()
+    peer = TrainingState(0, 2, {"w": 7}, {}, handoff.sampler.state_dict(), {})
+    handoff.apply(peer)  # same step, another state (a peer's): must be written
+    handoff.save()
     assert len(written) == 2
     collective.fail_load = True
-    with pytest.raises(StateTransferError):
-        et._apply(TrainingState(0, 3, {"w": 9}, {}, {}, {}))
-    et.save()  # the model is torn: the copy keeps the last whole state
+    with pytest.raises(RuntimeError):
+        handoff.apply(TrainingState(0, 3, {"w": 9}, {}, {}, {}))
+    handoff.save()  # the model is torn: the copy keeps the last whole state
     assert len(written) == 2
     copy = TrainingState.from_bytes((tmp_path / "state" / STATE_FILE).read_bytes())
     assert copy.model == {"w": 7}
 
 
 def test_a_restore_from_a_copy_applies_it(tmp_path: Path) -> None:
-    et, collective, _ = one_rank(tmp_path)
+    handoff, collective, _ = one_rank(tmp_path)
     loaded = collective.loaded
-    et._restore(et._snapshot())  # not live (a process restart's copy): applied
+    handoff.restore(handoff.snapshot())  # not live (a process restart's copy): applied
     assert collective.loaded == loaded + 1
+
+
+def test_nothing_is_saved_before_the_state_of_the_world_is_agreed(tmp_path: Path) -> None:
+    """A freshly built model must not overwrite a survivor's copy before the hand-off."""
+    settings = ElasticTrainerSettings(state_dir=tmp_path / "state")
+    handoff = StateHandoff(Link(), DictCollective(), settings)  # type: ignore[arg-type]
+    handoff.attach({"w": 1}, None)
+    handoff.attach_sampler(ElasticSampler(100, 10, 1))
+    handoff.save()
+    assert not (tmp_path / "state" / STATE_FILE).exists()
+
+
+def test_a_process_restart_resumes_from_its_local_copy(tmp_path: Path) -> None:
+    """The copy on disk (the last agreed stop) is the state of a world of one."""
+    state_dir = tmp_path / "state"
+    sampler = ElasticSampler(100, 10, 1)
+    sampler.advance(sampler.plan(0, 1))  # type: ignore[arg-type]
+    save_local(state_dir, TrainingState(7, 3, {"w": 5}, {}, sampler.state_dict(), {"lr": 0.1}))
+    collective: Any = DictCollective()
+    handoff = StateHandoff(Link(), collective, ElasticTrainerSettings(state_dir=state_dir))
+    model: dict[str, Any] = {"w": 1}
+    handoff.attach(model, None)
+    handoff.attach_sampler(ElasticSampler(100, 10, 1))
+    handoff.restore()
+    assert (handoff.global_step, model, handoff.extra) == (7, {"w": 5}, {"lr": 0.1})
+    assert handoff.sampler.consumed == 10
+
+
+def test_a_joiner_takes_the_most_advanced_peers_state(tmp_path: Path) -> None:
+    """Rank 1 of 3 with no state; rank 2 holds step 9: its bytes are applied here."""
+    sampler = ElasticSampler(100, 10, 1)
+    peer = TrainingState(9, 5, {"w": 42}, {}, sampler.state_dict(), {})
+    link = Link(rank=1, steps=(4, -1, 9))
+    link.peer_blob = peer.to_bytes()
+    handoff = StateHandoff(link, DictCollective(), ElasticTrainerSettings())  # type: ignore[arg-type]
+    model: dict[str, Any] = {"w": 1}
+    handoff.attach(model, None)
+    handoff.attach_sampler(ElasticSampler(100, 10, 1))
+    handoff.restore()
+    assert (handoff.global_step, model) == (9, {"w": 42})
+    assert link.sent == []  # it only received
+
+
+def test_no_state_and_unreadable_checkpoints_leave_instead_of_starting_afresh(
+    tmp_path: Path,
+) -> None:
+    class Unreadable:
+        def newest_step(self) -> int:
+            from agent.checkpoints.errors import CheckpointStoreError
+
+            raise CheckpointStoreError("the volume is gone")
+
+    collective: Any = DictCollective()
+    checkpointer: Any = Unreadable()
+    handoff = StateHandoff(Link(), collective, ElasticTrainerSettings(), checkpointer)
+    handoff.attach({"w": 1}, None)
+    handoff.attach_sampler(ElasticSampler(100, 10, 1))
+    with pytest.raises(LeaveTraining) as left:
+        handoff.restore()
+    assert left.value.status == 1 and "cannot be read" in left.value.why

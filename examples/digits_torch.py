@@ -1,0 +1,37 @@
+"""The digits data as PyTorch datasets, and the final figures of the data-parallel examples."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import TensorDataset
+
+from examples.digits_data import load_data
+
+
+def digits_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
+    """The training and test digits (`examples.digits_data.load_data`) as tensor datasets."""
+    x_train, y_train, x_test, y_test = load_data(seed)
+    train = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
+    return train, TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test))
+
+
+def report(model: torch.nn.Module, test: TensorDataset, rank: int, result: Path | None,
+           started: float) -> None:  # fmt: skip
+    """Test accuracy and training time; rank 0 writes them to `result` (JSON)."""
+    model.eval()
+    x, y = test.tensors
+    with torch.no_grad():
+        accuracy = float((model(x).argmax(dim=1) == y).float().mean())
+    figures = {
+        "accuracy": accuracy,
+        "world_size": dist.get_world_size(),
+        "train_seconds": time.perf_counter() - started,
+    }
+    print(f"rank {rank}: {json.dumps(figures)}", flush=True)
+    if result is not None and rank == 0:
+        result.write_text(json.dumps(figures))
