@@ -322,8 +322,11 @@ class ElasticTrainer:
             self._exit(e.status, e.why)
         except (PeerLost, RendezvousTimeout, StateTransferError) as e:
             self._exit(PEER_LOST_EXIT, f"in-process re-init to generation {world.generation}: {e}")
-        for listener in self._listeners:
-            listener.world_ready()
+        try:
+            for listener in self._listeners:
+                listener.world_ready()
+        except Exception as e:  # the process path builds it afresh
+            self._exit(PEER_LOST_EXIT, f"rebuilding on generation {world.generation}: {e}")
         self._reinits += 1
         if self._reinits >= self.settings.reinit_limit:
             log.info(

@@ -69,7 +69,9 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
             self._set_ddp(None)
             return
         ddp = DistributedDataParallel(self.module, init_sync=sync, **self._options)
-        ddp.register_comm_hook(None, self._all_reduce)
+        # DDP inspects the hook's signature: a parameter named `bucket`, annotated with
+        # dist.GradBucket itself or not at all (a lambda: this module's annotations are text).
+        ddp.register_comm_hook(None, lambda state, bucket: self._all_reduce(bucket))
         self._set_ddp(ddp)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -81,7 +83,7 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
 
     # -- the communication hook ---------------------------------------------------------------
 
-    def _all_reduce(self, state: object, bucket: Any) -> Any:
+    def _all_reduce(self, bucket: Any) -> Any:
         """DDP's communication hook: weight, then sum (a future of the reduced bucket)."""
         buffer = bucket.buffer()
         buffer.mul_(self._host.share)
