@@ -378,7 +378,10 @@ class ElasticTrainer:
             log.error("%s", e)
         if status == RESCALE_EXIT and self.joiner.leaving():
             self.handoff.last_checkpoint()  # if every member is leaving, the job resumes here
-        log.info("%s (exit %d)", why, status)
+        # A planned stop is routine; anything else is what a pod's log must say.
+        log.log(
+            logging.INFO if status == RESCALE_EXIT else logging.WARNING, "%s (exit %d)", why, status
+        )
         self.close()
         sys.stdout.flush()
         sys.stderr.flush()

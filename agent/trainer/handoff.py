@@ -258,7 +258,7 @@ class StateHandoff:
             mine = local.step if local is not None else -1
             (best,) = link.all_reduce([mine], ReduceOp.MAX)
         if best < 0:
-            return None  # nobody has state: a fresh start, every rank built the same model
+            return self._fresh_start()
         (src,) = link.all_reduce([link.rank if mine == best else link.world_size], ReduceOp.MIN)
         sender = src == link.rank and local is not None
         blob = local.to_bytes() if sender and local is not None else b""
@@ -267,12 +267,28 @@ class StateHandoff:
             if local is not live:  # what it sent is `local`: no need to read it back
                 self.apply(local)
             return received
+        self._apply_received(received, src)
+        return received
+
+    def _apply_received(self, blob: bytes, src: int) -> None:
         try:
-            self.apply(TrainingState.from_bytes(received))
+            self.apply(TrainingState.from_bytes(blob))
         except StateTransferError:
             raise
         except Exception as e:
             raise StateTransferError(f"cannot apply the state from rank {src}: {e}") from e
+
+    def _fresh_start(self) -> bytes:
+        """Nobody has state (a new job): rank 0's freshly built model is everyone's.
+
+        As DDP's start-up broadcast would make it: ranks that seeded differently, or built
+        their model on a different path, still start equal.
+        """
+        link = self.link
+        blob = self.snapshot().to_bytes() if link.rank == 0 else b""
+        received = link.broadcast_bytes(blob, 0)
+        if link.rank != 0:
+            self._apply_received(received, 0)
         return received
 
     # -- durable checkpoints ----------------------------------------------------------------------

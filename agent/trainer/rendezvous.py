@@ -42,10 +42,16 @@ class Superseded(ElasticError):
     """The wait was abandoned: a newer world, a stop request, or the agent is gone."""
 
 
-def free_port(host: str) -> int:
-    """A port nothing listens on right now (the store binds it next)."""
+def free_port() -> int:
+    """A port nothing uses right now on any address (the store binds it next).
+
+    Chosen on the wildcard address, not on the host's own: a framework's store server listens on
+    every address (torch's TCPStore does), so a port another process holds on another
+    address (thousands, on a machine whose test suites use 127.0.0.0/8) fails its bind
+    with EADDRINUSE although `host`'s is free.
+    """
     with socket.socket() as s:
-        s.bind((host, 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
@@ -204,7 +210,7 @@ def meet(
     store = ""
     if host is not None:
         address = _split(master)[0]
-        store = f"{address}:{free_port(address)}"
+        store = f"{address}:{free_port()}"
         host.open(generation, world_size, store)
     while True:
         if abandon():

@@ -142,6 +142,8 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     # 1 -> 3 and 3 -> 2 at least; a growth in two generations may add one (a records only
     # the rescales it lived through in its own process)
     assert 2 <= rescales <= rescales_seen, (rescales, sizes)
+    if reinit == "auto":  # a lived through every rescale in-process: one trainer process
+        assert "edl_trainer_restarts_total 1.0" in metrics, metrics
     assert "edl_trainer_job_finished 0.0" in metrics
     late_agents_do_not_restart_the_finished_job(job, report.steps)
     timings = job.timings()

@@ -5,9 +5,11 @@ dict has DDP's ``module.`` keys). In a world of more than one rank its training 
 through a ``DistributedDataParallel`` built on that world's (default) process group, with
 DDP's buckets and the all-reduce it launches from backward hooks, overlapped with the rest
 of backward. On a world change the DDP is dropped before the old group is destroyed and
-built again on the new group once the state is agreed, without DDP's start-up broadcast
-(``init_sync=False``: the hand-off already made every rank equal). A world of one rank, and
-evaluation (``eval()`` or no grad), run the module itself.
+built again on the new group once the state is agreed, never with DDP's start-up broadcast
+(``init_sync=False``): the state hand-off makes every rank equal, a fresh job's included
+(rank 0's model), and a joiner's collectives must be the ones the survivors run, the
+hand-off's. A world of one rank, and evaluation (``eval()`` or no grad), run the module
+itself.
 
 The gradient weighting is a DDP communication hook (the documented ``register_comm_hook``):
 each bucket is multiplied by this rank's share of the step's global batch and all-reduced
@@ -44,7 +46,11 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
         super().__init__()
         self.module = module
         self._host = host
-        self._options = {k: v for k, v in options.items() if k != "init_sync"}
+        if "init_sync" in options or "process_group" in options:
+            raise TypeError(
+                "ElasticDataParallel decides DDP's init_sync and process_group (each world's)"
+            )
+        self._options = dict(options)
         self._failed = False
         self._ready: list[float] = []
         self._done: list[float] = []
@@ -52,7 +58,7 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
         self._set_ddp(None)
         host.add_listener(self)
         host.on_step_end(self._record_comm)
-        self._build(sync=bool(options.get("init_sync", True)))
+        self._build()
 
     @property
     def ddp(self) -> DistributedDataParallel | None:
@@ -64,11 +70,13 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
         # Not a submodule: the state dict holds the module once, under `module.`.
         object.__setattr__(self, "_ddp", ddp)
 
-    def _build(self, sync: bool) -> None:
+    def _build(self) -> None:
         if self._host.world_size == 1 or not dist.is_initialized():
             self._set_ddp(None)
             return
-        ddp = DistributedDataParallel(self.module, init_sync=sync, **self._options)
+        # No start-up broadcast: the state hand-off makes every rank equal (and a joiner's
+        # collectives must be the survivors': theirs are the hand-off's, not DDP's).
+        ddp = DistributedDataParallel(self.module, init_sync=False, **self._options)
         # DDP inspects the hook's signature: a parameter named `bucket`, annotated with
         # dist.GradBucket itself or not at all (a lambda: this module's annotations are text).
         ddp.register_comm_hook(None, lambda state, bucket: self._all_reduce(bucket))
@@ -116,7 +124,7 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
 
     def world_ready(self) -> None:
         """A DDP on the new world's group (the state hand-off already synced every rank)."""
-        self._build(sync=False)
+        self._build()
 
     def communication_failed(self) -> bool:
         """An all-reduce of this model failed (a peer died or left mid-step)."""

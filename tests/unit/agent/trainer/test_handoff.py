@@ -224,3 +224,23 @@ def test_no_state_and_unreadable_checkpoints_leave_instead_of_starting_afresh(
     with pytest.raises(LeaveTraining) as left:
         handoff.restore()
     assert left.value.status == 1 and "cannot be read" in left.value.why
+
+
+def test_a_fresh_job_of_several_ranks_starts_from_rank_0s_model() -> None:
+    """Nobody has state: rank 0's freshly built model is everyone's (as DDP's broadcast)."""
+    sampler = ElasticSampler(100, 10, 1)
+    rank0 = TrainingState(0, 2, {"w": 3}, {}, sampler.state_dict(), {})
+    link = Link(rank=1, steps=(-1, -1))
+    link.peer_blob = rank0.to_bytes()
+    collective: Any = DictCollective()
+    handoff = StateHandoff(link, collective, ElasticTrainerSettings())
+    model: dict[str, Any] = {"w": 1}  # built differently here
+    handoff.attach(model, None)
+    handoff.attach_sampler(ElasticSampler(100, 10, 1))
+    handoff.restore()
+    assert (handoff.global_step, model) == (0, {"w": 3})
+    sender = StateHandoff(Link(rank=0, steps=(-1, -1)), collective, ElasticTrainerSettings())
+    sender.attach({"w": 3}, None)
+    sender.attach_sampler(ElasticSampler(100, 10, 1))
+    sender.restore()
+    assert [TrainingState.from_bytes(b).model for b in sender.link.sent] == [{"w": 3}]  # type: ignore[attr-defined]
