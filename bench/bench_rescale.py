@@ -79,13 +79,25 @@ def scrape(port: int) -> dict[str, float]:
 
 class Agents:
     def __init__(
-        self, tmp: Path, debounce: float, reinit: str, script: str, extra: tuple[str, ...] = ()
+        self,
+        tmp: Path,
+        debounce: float,
+        reinit: str,
+        script: str,
+        extra: tuple[str, ...] = (),
+        min_world: int = 1,
+        epochs: int = 400,
+        step_sleep: float = 0.02,
     ) -> None:
         self.tmp = tmp
         self.reinit = reinit
         self.script = script
         self.extra = extra
         """More trainer arguments (bench_handoff: ``--hidden N``)."""
+        self.min_world = min_world
+        """The job trains only in worlds this large (bench_ddp: a fixed world)."""
+        self.epochs = epochs
+        self.step_sleep = step_sleep
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -105,9 +117,9 @@ class Agents:
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
-               "--min", "1", "--max", "8", "--",
-               PY, "-m", self.script, "--epochs", "400",
-               "--step-sleep", "0.02", *self.extra]  # fmt: skip
+               "--min", str(self.min_world), "--max", "8", "--",
+               PY, "-m", self.script, "--epochs", str(self.epochs),
+               "--step-sleep", str(self.step_sleep), *self.extra]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
