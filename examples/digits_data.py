@@ -128,6 +128,9 @@ def ddp_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda (this rank's GPU: LOCAL_RANK) (PyTorch)"
+    )
+    parser.add_argument(
         "--step-sleep", type=float, default=0.0, help="simulated extra compute per step (tests)"
     )
     parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -20,14 +21,23 @@ def digits_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
     return train, TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test))
 
 
+def device_of(name: str) -> torch.device:
+    """`name` as a device; ``cuda`` is this rank's GPU (``LOCAL_RANK``, as torchrun and the
+    agent set it)."""
+    if name == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(name)
+
+
 def report(model: torch.nn.Module, test: TensorDataset, rank: int, result: Path | None,
            started: float) -> None:  # fmt: skip
     """Test accuracy and training time; rank 0 writes them to `result` (JSON)."""
     seconds = time.perf_counter() - started  # the training, not the evaluation
     model.eval()
     x, y = test.tensors
+    device = next(model.parameters()).device
     with torch.no_grad():
-        accuracy = float((model(x).argmax(dim=1) == y).float().mean())
+        accuracy = float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
     figures = {
         "accuracy": accuracy,
         "world_size": dist.get_world_size(),

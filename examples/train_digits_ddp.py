@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 from examples.digits_data import ddp_args
-from examples.digits_torch import digits_datasets, report
+from examples.digits_torch import device_of, digits_datasets, report
 from examples.train_digits_torch import build_model
 
 
@@ -33,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.init_process_group("gloo")
     torch.manual_seed(args.seed)  # every rank builds the same model
     train, test = digits_datasets(args.seed)
-    model = build_model(args.hidden)
+    device = device_of(args.device)
+    model = build_model(args.hidden).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     model = torch.nn.parallel.DistributedDataParallel(model)
     sampler = DistributedSampler(train)
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()

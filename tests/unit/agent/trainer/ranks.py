@@ -60,6 +60,14 @@ class Host:
         os._exit(PEER_LOST_EXIT)
 
 
+def grad_of(parameter: Any) -> list[float]:
+    """A parameter's gradient, flat (Paddle's `.grad` is typed optional)."""
+    grad = parameter.grad
+    assert grad is not None, parameter.name
+    values: list[float] = grad.numpy().flatten().tolist()
+    return values
+
+
 def torch_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -157,7 +165,7 @@ def paddle_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
         loss.backward()
         for hook in host.hooks:
             hook()
-        grads = [p.grad.numpy().flatten().tolist() for p in model.parameters()]
+        grads = [grad_of(p) for p in model.parameters()]
         model.clear_gradients()
         return grads
 
@@ -178,7 +186,7 @@ def paddle_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
         ids = [i for s in split for i in s]
         loss = F.cross_entropy(model(paddle.to_tensor(x[ids])), paddle.to_tensor(y[ids]))
         loss.backward()
-        out["one_process"][name] = [p.grad.numpy().flatten().tolist() for p in model.parameters()]
+        out["one_process"][name] = [grad_of(p) for p in model.parameters()]
         model.clear_gradients()
     return out
 
