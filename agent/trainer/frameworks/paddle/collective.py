@@ -26,7 +26,12 @@ from agent.trainer.frameworks.paddle import FRAMEWORK
 from agent.trainer.frameworks.paddle.data import data_loader
 from agent.trainer.frameworks.paddle.data_parallel import PaddleDataParallel
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
-from agent.trainer.frameworks.paddle.inprocess import StoreKeeper, form_group, self_test
+from agent.trainer.frameworks.paddle.inprocess import (
+    StoreKeeper,
+    adopt_world,
+    form_group,
+    self_test,
+)
 from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
 from agent.trainer.recording import StepRecorder
 
@@ -59,6 +64,8 @@ class PaddleCollective(ArrayCollective):
         """A group of this generation (in-process), or Paddle's default one from the env."""
         self._group = None
         if world.world_size == 1:
+            if in_process:
+                adopt_world(world)
             return
         if in_process:
             self._group = form_group(world, int(timeout_seconds), self._stores).group
