@@ -27,10 +27,8 @@ machine, say its load (`uptime`) beside them.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.bench_rescale import PHASES, Agents, measure_event  # noqa: E402
+from bench.bench_rescale import PHASES, Agents, ups_and_downs  # noqa: E402
 from tests.support.digits_job import NUM_TRAIN  # noqa: E402
 from tests.support.pause_monitor import step_starts  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
@@ -143,21 +141,11 @@ def pauses(
 ) -> list[tuple[str, dict[str, float]]]:
     """Rescales 2 -> 3 (a joiner) and 3 -> 2 (its SIGTERM), `rounds` times, in-process."""
     agents = Agents(tmp, 1.0, "auto", script, extra, step_sleep=0.0)
-    rows: list[tuple[str, dict[str, float]]] = []
     try:
         agents.start_training(("a", "b"), timeout_s=900)
-        for r in range(rounds):
-            joiner = f"c{r}"
-            join = functools.partial(agents.start, joiner)
-            rows.append(("up 2->3", measure_event(agents, join, 3, joiner=joiner)))
-            time.sleep(1)
-            leave = functools.partial(agents.procs[joiner].send_signal, signal.SIGTERM)
-            rows.append(("down 3->2", measure_event(agents, leave, 2, leaver=joiner)))
-            agents.procs[joiner].wait(120)
-            time.sleep(1)
+        return ups_and_downs(agents, rounds, leave_wait_s=120)
     finally:
         agents.stop()
-    return rows
 
 
 def rescale(tmp: Path, args: argparse.Namespace) -> None:
@@ -169,16 +157,16 @@ def rescale(tmp: Path, args: argparse.Namespace) -> None:
     print(f"\n== rescale pause, in-process, {args.pause_hidden} hidden units "
           f"(~{params(args.pause_hidden) / 1e6:.1f}M parameters), {args.rounds} rounds; "
           "median seconds")  # fmt: skip
-    print(f"{'event':<10} {'version':<20} {'pause':>7} " + " ".join(f"{p:>10}" for p in PHASES))
-    for event in ("up 2->3", "down 3->2"):
+    print(f"{'event':<18} {'version':<20} {'pause':>7} " + " ".join(f"{p:>10}" for p in PHASES))
+    for event in ("up 2->3", "down 3->2 SIGTERM"):
         medians = {}
         for name, rows in setups.items():
             got = [row for kind, row in rows if kind == event]
             medians[name] = {k: statistics.median(r[k] for r in got) for k in ("pause", *PHASES)}
             cols = " ".join(f"{medians[name][p]:>10.3f}" for p in PHASES)
-            print(f"{event:<10} {name:<20} {medians[name]['pause']:>7.3f} {cols}")
+            print(f"{event:<18} {name:<20} {medians[name]['pause']:>7.3f} {cols}")
         ratio = medians["elastic DDP"]["pause"] / medians["explicit all-reduce"]["pause"]
-        print(f"{event:<10} {'ratio DDP / explicit':<20} {ratio:>7.2f}")
+        print(f"{event:<18} {'ratio DDP / explicit':<20} {ratio:>7.2f}")
 
 
 def main() -> int:

@@ -264,6 +264,23 @@ def _reap(proc: subprocess.Popen[bytes], ended: list[float]) -> None:
     ended.append(time.time())
 
 
+def ups_and_downs(
+    agents: Agents, rounds: int, leave_wait_s: float = 60
+) -> list[tuple[str, dict[str, float]]]:
+    """`rounds` times, on a training world of 2: a joiner (2 -> 3), then its SIGTERM (3 -> 2)."""
+    rows: list[tuple[str, dict[str, float]]] = []
+    for r in range(rounds):
+        joiner = f"c{r}"
+        join = functools.partial(agents.start, joiner)
+        rows.append(("up 2->3", measure_event(agents, join, 3, joiner=joiner)))
+        time.sleep(1)
+        leave = functools.partial(agents.procs[joiner].send_signal, signal.SIGTERM)
+        rows.append(("down 3->2 SIGTERM", measure_event(agents, leave, 2, leaver=joiner)))
+        agents.procs[joiner].wait(leave_wait_s)
+        time.sleep(1)
+    return rows
+
+
 def bench_edl(
     tmp: Path, debounce: float, rounds: int, reinit: str, script: str
 ) -> list[tuple[str, dict[str, float]]]:
@@ -271,15 +288,7 @@ def bench_edl(
     rows: list[tuple[str, dict[str, float]]] = []
     try:
         agents.start_training(("a", "b"), timeout_s=180)
-        for r in range(rounds):
-            joiner = f"c{r}"
-            join = functools.partial(agents.start, joiner)
-            rows.append(("up 2->3", measure_event(agents, join, 3, joiner=joiner)))
-            time.sleep(1)
-            leave = functools.partial(agents.procs[joiner].send_signal, signal.SIGTERM)
-            rows.append(("down 3->2 SIGTERM", measure_event(agents, leave, 2, leaver=joiner)))
-            agents.procs[joiner].wait(60)
-            time.sleep(1)
+        rows += ups_and_downs(agents, rounds)
         join_d = functools.partial(agents.start, "d")
         rows.append(("up 2->3", measure_event(agents, join_d, 3, joiner="d")))
         time.sleep(1)

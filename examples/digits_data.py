@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -107,6 +108,16 @@ def elastic_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
         parser.error("--epochs, --global-batch and --hidden must be >= 1")
     return ns
+
+
+def publish(
+    rank: int, result: Path | None, accuracy: float, world_size: int, seconds: float
+) -> None:
+    """A data-parallel example's final figures: printed by every rank, written by rank 0."""
+    figures = {"accuracy": accuracy, "world_size": world_size, "train_seconds": seconds}
+    print(f"rank {rank}: {json.dumps(figures)}", flush=True)
+    if result is not None and rank == 0:
+        result.write_text(json.dumps(figures))
 
 
 def ddp_args(argv: Sequence[str], description: str) -> argparse.Namespace:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import numpy.typing as npt
 import paddle
 import paddle.distributed as dist
 
-from examples.digits_data import load_data
+from examples.digits_data import load_data, publish
 
 
 class Digits(paddle.io.Dataset[Any]):
@@ -42,11 +41,4 @@ def report(model: Any, test: Digits, rank: int, result: Path | None, started: fl
     with paddle.no_grad():
         predicted = model(paddle.to_tensor(test.x)).argmax(axis=1).numpy()
     accuracy = float((predicted == test.y).mean())
-    figures = {
-        "accuracy": accuracy,
-        "world_size": dist.get_world_size(),
-        "train_seconds": seconds,
-    }
-    print(f"rank {rank}: {json.dumps(figures)}", flush=True)
-    if result is not None and rank == 0:
-        result.write_text(json.dumps(figures))
+    publish(rank, result, accuracy, dist.get_world_size(), seconds)

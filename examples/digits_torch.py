@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import TensorDataset
 
-from examples.digits_data import load_data
+from examples.digits_data import load_data, publish
 
 
 def digits_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
@@ -22,8 +21,7 @@ def digits_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
 
 
 def device_of(name: str) -> torch.device:
-    """`name` as a device; ``cuda`` is this rank's GPU (``LOCAL_RANK``, as torchrun and the
-    agent set it)."""
+    """`name` as a device; ``cuda`` is this rank's GPU (torchrun's and the agent's LOCAL_RANK)."""
     if name == "cuda":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device(name)
@@ -38,11 +36,4 @@ def report(model: torch.nn.Module, test: TensorDataset, rank: int, result: Path 
     device = next(model.parameters()).device
     with torch.no_grad():
         accuracy = float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
-    figures = {
-        "accuracy": accuracy,
-        "world_size": dist.get_world_size(),
-        "train_seconds": seconds,
-    }
-    print(f"rank {rank}: {json.dumps(figures)}", flush=True)
-    if result is not None and rank == 0:
-        result.write_text(json.dumps(figures))
+    publish(rank, result, accuracy, dist.get_world_size(), seconds)

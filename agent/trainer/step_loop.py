@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from agent.trainer.frameworks.base import ReduceOp
-from agent.trainer.handoff import StateHandoff
+from agent.trainer.handoff import StateHandoff, WorldLink
 from agent.trainer.ledger import SampleLedger
 from agent.trainer.recording import StepRecorder
 from agent.trainer.sampler import StepPlan
@@ -27,22 +27,8 @@ from agent.trainer.step_gate import StepGate
 log = logging.getLogger(__name__)
 
 
-class LoopWorld(Protocol):
-    """What the loop needs of the world it steps in (`WorldJoiner` is one)."""
-
-    @property
-    def rank(self) -> int:
-        """This trainer's rank."""
-        ...
-
-    @property
-    def world_size(self) -> int:
-        """Ranks in the world."""
-        ...
-
-    def all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
-        """Element-wise `op` over every rank; raises `PeerLost`."""
-        ...
+class LoopWorld(WorldLink, Protocol):
+    """What the loop needs of the world it steps in, besides the hand-off's (`WorldJoiner`)."""
 
     def drain_requested(self) -> bool:
         """This rank was asked to stop."""

@@ -62,6 +62,34 @@ class DictCollective:
         return "not needed"
 
 
+class Ranks:
+    """A world this process is rank `rank` of, as the step loop sees it (`LoopWorld`).
+
+    Collectives answer with this rank's own values; the test sets the drain flag and moves the
+    world (rank, size, generation); milestones are remembered.
+    """
+
+    def __init__(self, rank: int = 0, size: int = 1, generation: int = 1) -> None:
+        self.rank, self.world_size, self.generation = rank, size, generation
+        self.drain = False
+        self.marks: list[str] = []
+
+    def all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
+        return list(values)
+
+    def broadcast_bytes(self, blob: bytes, src: int) -> bytes:
+        return blob
+
+    def drain_requested(self) -> bool:
+        return self.drain
+
+    def stop_agreed(self) -> bool:
+        return self.drain
+
+    def mark(self, milestone: str, **values: float | int) -> None:
+        self.marks.append(milestone)
+
+
 def trainer(
     tmp_path: Path,
     world: TrainerWorld,

@@ -16,14 +16,13 @@ import numpy as np
 import pytest
 
 from agent.trainer.data import ElasticDataLoader
-from agent.trainer.frameworks.base import ReduceOp
 from agent.trainer.handoff import StateHandoff
 from agent.trainer.ledger import SampleLedger
 from agent.trainer.recording import StepRecorder
 from agent.trainer.sampler import ElasticSampler
 from agent.trainer.settings import ElasticTrainerSettings
 from agent.trainer.step_loop import StepLoop
-from tests.unit.agent.trainer.helpers import DictCollective
+from tests.unit.agent.trainer.helpers import DictCollective, Ranks
 from tests.unit.agent.trainer.test_handoff import Link
 
 
@@ -76,26 +75,6 @@ class Framework(DictCollective):
         )
         self.loaders.append(loader)
         return loader
-
-
-class Ranks:
-    """The world this process is a rank of; the test moves it."""
-
-    def __init__(self, rank: int, size: int, generation: int = 1) -> None:
-        self.rank, self.world_size, self.generation = rank, size, generation
-        self.drain = False
-
-    def all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
-        return list(values)
-
-    def drain_requested(self) -> bool:
-        return self.drain
-
-    def stop_agreed(self) -> bool:
-        return self.drain
-
-    def mark(self, milestone: str, **values: float | int) -> None:
-        pass
 
 
 class Trainer:

@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agent.trainer.frameworks.base import ReduceOp
 from agent.trainer.handoff import StateHandoff
 from agent.trainer.ledger import SampleLedger
 from agent.trainer.recording import StepRecorder
@@ -21,38 +20,15 @@ from agent.trainer.sampler import ElasticSampler
 from agent.trainer.settings import ElasticTrainerSettings
 from agent.trainer.step_gate import StepGate
 from agent.trainer.step_loop import StepLoop
-from tests.unit.agent.trainer.helpers import DictCollective
+from tests.unit.agent.trainer.helpers import DictCollective, Ranks
 from tests.unit.agent.trainer.test_handoff import Link
-
-
-class OneRank:
-    """A world of one rank whose drain flag the test sets; remembers the milestones."""
-
-    rank = 0
-    world_size = 1
-
-    def __init__(self) -> None:
-        self.drain = False
-        self.marks: list[str] = []
-
-    def all_reduce(self, values: list[int], op: ReduceOp) -> list[int]:
-        return list(values)
-
-    def drain_requested(self) -> bool:
-        return self.drain
-
-    def stop_agreed(self) -> bool:
-        return self.drain
-
-    def mark(self, milestone: str, **values: float | int) -> None:
-        self.marks.append(milestone)
 
 
 def loop_of(
     tmp_path: Path, samples: int = 10, batch: int = 4, epochs: int = 2
-) -> tuple[StepLoop, OneRank, list[int]]:
+) -> tuple[StepLoop, Ranks, list[int]]:
     """A loop over `samples` in global batches of `batch`; the list records its rescales."""
-    world = OneRank()
+    world = Ranks()
     handoff = StateHandoff(Link(), DictCollective(), ElasticTrainerSettings())  # type: ignore[arg-type]
     handoff.attach({"w": 0}, None)
     handoff.attach_sampler(ElasticSampler(samples, batch, epochs, seed=1))
