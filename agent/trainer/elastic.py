@@ -64,6 +64,29 @@ log = logging.getLogger(__name__)
 __all__ = ["ElasticTrainer", "ElasticTrainerSettings", "PeerLost"]
 
 
+class UntilConfigured(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes the trainer library's lines to stderr while the script has no logging set up.
+
+    A pod's log then says why a trainer restored, rescaled or left; once the script configures
+    logging (a root handler), its configuration alone decides, and nothing is written twice.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
+def log_until_configured(logger: logging.Logger) -> None:
+    """Gives `logger` (once) an `UntilConfigured` handler at INFO."""
+    if any(isinstance(h, UntilConfigured) for h in logger.handlers):
+        return
+    handler = UntilConfigured()
+    handler.setFormatter(logging.Formatter("edl-trainer: %(message)s"))
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
 class ElasticTrainer:
     """One trainer process through the generations it lives in: joins, steps, hands over."""
 
@@ -144,6 +167,7 @@ class ElasticTrainer:
         script (its collective failed) exits with PEER_LOST_EXIT, the last state saved.
         """
         env = os.environ if env is None else env
+        log_until_configured(logging.getLogger("agent.trainer"))
         chosen = frameworks.choose(env, framework)
         trainer = cls(
             start_session(env, framework=chosen),
