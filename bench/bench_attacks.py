@@ -350,6 +350,7 @@ def serve_filled(pods: int, port: int, workdir: str) -> None:
     from metrics_adapter.assembly import AdapterRuntime
     from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.process_memory import tune_process_memory
     from metrics_adapter.scraping.pod_registry import PodKey
     from metrics_adapter.scraping.store import Sample
     from metrics_adapter.settings import AuthMode
@@ -390,7 +391,9 @@ def serve_filled(pods: int, port: int, workdir: str) -> None:
         return runtime.app
 
     cert = ensure_serving_cert(None, None, Path(workdir) / "certs")
-    AdapterServer(settings, app_factory, cert, lambda: server_context(cert, None)).run()
+    AdapterServer(
+        settings, app_factory, cert, lambda: server_context(cert, None), tune_process_memory
+    ).run()
 
 
 def _filled_adapter(workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:

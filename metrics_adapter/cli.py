@@ -29,10 +29,10 @@ from edl_common.logs import (
 from edl_common.options import Parser, add_arguments, read
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.errors import ConfigError, SourceError
-from metrics_adapter.kube_client import make_api_client
+from metrics_adapter.kube.client import make_api_client
 from metrics_adapter.options import ENV_PREFIX, GROUPS, OPTIONS, settings_from
 from metrics_adapter.preflight import Refused
-from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.settings import AdapterSettings, AuthMode
 
 log = logging.getLogger("metrics_adapter")
 
@@ -151,13 +151,12 @@ def serve(settings: AdapterSettings) -> int:
     from metrics_adapter.assembly import AdapterRuntime, load_catalogue
     from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.process_memory import tune_process_memory
+    from metrics_adapter.scraping.sources.registry import source
     from metrics_adapter.scraping.sources.static import load_static_pods
 
     load_catalogue(settings)  # fail fast, before forking a worker
-    if settings.source is SourceKind.STATIC and settings.static_file is None:
-        raise ConfigError("--source static needs --static-file")
-    if settings.source is SourceKind.PROMETHEUS and not settings.prometheus_url:
-        raise ConfigError("--source prometheus needs --prometheus-url")
+    source(settings.source).check(settings)
     if settings.static_file is not None:
         load_static_pods(settings.static_file)
     if settings.sizing:
@@ -176,11 +175,6 @@ def serve(settings: AdapterSettings) -> int:
                     f"--sizing with {' and '.join(sorted(needs_cluster))} needs a cluster: {e} "
                     "(without one: --sizing-capacity static --sizing-history memory)"
                 ) from e
-    if settings.source is SourceKind.KUBERNETES:
-        try:
-            make_api_client(settings.kubeconfig)
-        except SourceError as e:
-            raise ConfigError(f"--source kubernetes needs a cluster: {e}") from e
     if settings.authorization is AuthMode.DELEGATED:
         try:
             make_api_client(settings.authorization_kubeconfig or settings.kubeconfig)
@@ -230,7 +224,7 @@ def serve(settings: AdapterSettings) -> int:
         runtime.start()
         return runtime.app
 
-    AdapterServer(settings, app_factory, cert, context_factory).run()
+    AdapterServer(settings, app_factory, cert, context_factory, tune_process_memory).run()
     return 0
 
 

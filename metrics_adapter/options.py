@@ -29,6 +29,7 @@ from edl_common.options import (
 from edl_sizing import defaults
 from edl_sizing.decision import SizingPolicy
 from edl_sizing.resources import RESOURCE_NAMES, Resources
+from metrics_adapter.scraping.sources.registry import SOURCES
 from metrics_adapter.settings import (
     MAX_SAMPLES_PER_SERIES,
     SELF_SIGNED_HOSTNAMES,
@@ -36,7 +37,6 @@ from metrics_adapter.settings import (
     STALE_AFTER_MIN_S,
     AdapterSettings,
     AuthMode,
-    SourceKind,
 )
 from metrics_adapter.sizing.backends import (
     CAPACITY_SOURCES,
@@ -194,7 +194,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "source",
-        choice(*(k.value for k in SourceKind)),
+        choice(*SOURCES),
         "static",
         "where pods and samples come from",
         "sources",
@@ -498,7 +498,6 @@ def settings_from(values: Mapping[str, Any]) -> AdapterSettings:
     """`AdapterSettings` from `edl_common.options.read(OPTIONS, ...)` values."""
     fields = dict(values)
     fields["tls"] = not fields.pop("no_tls")
-    fields["source"] = SourceKind(fields["source"])
     fields["authentication"] = AuthMode(fields["authentication"])
     fields["authorization"] = AuthMode(fields["authorization"])
     fields["sizing_headroom"] = fields["sizing_headroom"] or Resources()

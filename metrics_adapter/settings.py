@@ -27,14 +27,6 @@ SELF_SIGNED_HOSTNAMES = ("localhost", "edl-metrics-adapter", "edl-metrics-adapte
 127.0.0.1, ::1)."""
 
 
-class SourceKind(enum.Enum):
-    """Where pods and samples come from."""
-
-    STATIC = "static"
-    KUBERNETES = "kubernetes"
-    PROMETHEUS = "prometheus"
-
-
 class AuthMode(enum.Enum):
     """``none`` (local demos/tests: everyone is allowed) or ``delegated``.
 
@@ -62,7 +54,7 @@ class AdapterSettings:
     """Serving private key (PEM)."""
     cert_dir: Path | None
     """Where a generated self-signed certificate is written (default: a temporary dir)."""
-    source: SourceKind
+    source: str
     """Source of pods and samples."""
     static_file: Path | None
     """Static pods file (``--source static``; also the pod list for ``--source prometheus``)."""

@@ -38,7 +38,7 @@ from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.resources import ResourceError, Resources
-from metrics_adapter.api.selectors import LabelSelector, Operator, Requirement
+from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"

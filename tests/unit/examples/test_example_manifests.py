@@ -13,7 +13,7 @@ import yaml
 from agent.cli import build_parser, parse_args
 from agent.elastic.runner import elastic_options
 from edl_sim.hpa.manifest import parse_hpa
-from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.providers.sizing import DESIRED_REPLICAS, OBJECT_METRIC
 from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.sizing.kube_objects import (

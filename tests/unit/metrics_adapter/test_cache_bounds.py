@@ -14,7 +14,6 @@ import tracemalloc
 import pytest
 
 from metrics_adapter.api.routes import PARSED_PATHS_MAX_BYTES, parse_path
-from metrics_adapter.api.selectors import PARSED_SELECTORS_MAX_BYTES, LabelSelector, _parse_cached
 from metrics_adapter.api.wire_shapes import MetricListRenderer
 from metrics_adapter.auth.attributes import request_attributes
 from metrics_adapter.auth.authn import TOKEN_REVIEWS_MAX_BYTES, TokenReviewAuthenticator
@@ -22,6 +21,7 @@ from metrics_adapter.auth.authz import ACCESS_REVIEWS_MAX_BYTES, SubjectAccessRe
 from metrics_adapter.auth.identity import RequestAttributes, UserInfo
 from metrics_adapter.bounded_cache import ByteBoundedLRU
 from metrics_adapter.errors import UnauthorizedError
+from metrics_adapter.kube.selectors import PARSED_SELECTORS_MAX_BYTES, LabelSelector, _parse_cached
 from metrics_adapter.providers.protocol import CustomMetricInfo
 from metrics_adapter.providers.scraped_pods import ANSWERS_MAX_BYTES, answer_bytes
 from metrics_adapter.scraping.pod_registry import PodRegistry

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metrics_adapter.api.selectors import LabelSelector, Operator
 from metrics_adapter.errors import InvalidSelectorError
+from metrics_adapter.kube.selectors import LabelSelector, Operator
 
 LABELS = {"app": "trainer", "tier": "gpu", "n": "5", "example.com/team": "ml"}
 

@@ -12,6 +12,7 @@ import pytest
 
 import edl_sim.cluster.policies.edl as edl_module
 import edl_sizing as sizing
+import edl_sizing.sizing_round as round_module
 from edl_sim.cluster import load_workload
 from edl_sim.cluster.cli import compare, main, parse_run_args, settings_from
 from edl_sim.cluster.jobs import JobRun
@@ -66,14 +67,15 @@ def test_edl_growth_of_ten_percent_needs_the_per_hpa_tolerance(tmp_path: Path) -
 def test_edl_calls_the_real_decide_once_per_sizing_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert vars(edl_module)["decide"] is sizing.decide
+    assert vars(edl_module)["run_round"] is round_module.run_round
+    assert vars(round_module)["decide"] is sizing.decide
     calls: list[float] = []
 
     def counting(*args: Any, **kwargs: Any) -> sizing.Plan:
-        calls.append(kwargs["now"])
+        calls.append(args[4])
         return sizing.decide(*args, **kwargs)
 
-    monkeypatch.setattr(edl_module, "decide", counting)
+    monkeypatch.setattr(round_module, "decide", counting)
     job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
     args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
     result = _json([*args, "--policy", "edl", "--sizing-interval", "7"])
@@ -91,7 +93,7 @@ def test_edl_sim_sizer_options_reach_decide(
         policies.append(args[3])
         return sizing.decide(*args, **kwargs)
 
-    monkeypatch.setattr(edl_module, "decide", recording)
+    monkeypatch.setattr(round_module, "decide", recording)
     job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
     args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
     _json([*args, "--policy", "edl", "--rescale-margin", "1.5", "--prior-kappa", "0.001"])
