@@ -22,7 +22,7 @@ from edl_sizing.capacity import CapacitySource, ClusterSnapshot
 from edl_sizing.decision import Plan, Reason, SizingPolicy
 from edl_sizing.events import EventRecorder, JobEvent
 from edl_sizing.history import HistoryStore, SizeHistory
-from edl_sizing.sizing_round import run_round
+from edl_sizing.sizing_round import RoundResult, run_round
 from metrics_adapter.errors import SourceError
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.sizing.kube_objects import DeploymentRecord
@@ -92,6 +92,8 @@ class Sizer:
         self._last_write = float("-inf")
         self._emitted: dict[str, tuple[int, str, int]] = {}
         self._plan: PublishedPlan | None = None
+        self.last_round: RoundResult | None = None
+        """The latest round: the jobs as ``decide`` saw them, the plan, any error."""
         self._lock = threading.Lock()
         self._task = PeriodicTask("sizing", interval, self.run_once)
 
@@ -113,6 +115,7 @@ class Sizer:
             owners = {j.key: self._owner(j.key) for j in snapshot.jobs}
             history = self._refresh_history(snapshot, now)
             result = run_round(snapshot, history, self._policy, now)
+            self.last_round = result
             if result.error is not None:
                 log.error(
                     "sizing decision failed: serving every job its current replicas",
