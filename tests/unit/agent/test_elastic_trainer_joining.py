@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.protocol.control import RESCALE_EXIT, ControlChannel, NextWorld
 from agent.protocol.trainer_world import TrainerWorld
 from tests.unit.agent.helpers import trainer
@@ -54,6 +56,7 @@ sys.exit(3)  # never reached: the trainer exits 75 itself
 """
 
 
+@pytest.mark.slow
 def test_sigterm_while_meeting_is_a_clean_stop(tmp_path: Path) -> None:
     t0 = time.monotonic()
     proc = subprocess.run(

@@ -56,6 +56,7 @@ def test_there_are_examples_for_both_charts() -> None:
     assert len(EDL_EXAMPLES) >= 4 and len(TRAINER_EXAMPLES) >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("chart", "values"),
     [("edl", p) for p in EDL_EXAMPLES] + [("edl-trainer", p) for p in TRAINER_EXAMPLES],
@@ -66,6 +67,7 @@ def test_helm_lint_strict_passes_for_every_example(chart: str, values: Path) -> 
     assert "1 chart(s) linted, 0 chart(s) failed" in out, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", EDL_EXAMPLES, ids=lambda p: p.name)
 def test_each_adapter_example_serves_what_its_values_say(values: Path) -> None:
     v = values_of(values)
@@ -96,6 +98,7 @@ def test_each_adapter_example_serves_what_its_values_say(values: Path) -> None:
     assert not [d for d in docs if d["kind"] == "Secret" and d.get("type", "").endswith("token")]
 
 
+@pytest.mark.slow
 def test_the_generated_ca_signs_the_serving_certificate_the_apiservices_trust() -> None:
     docs = template("edl")
     secret = one(docs, "Secret")
@@ -113,6 +116,7 @@ def test_the_generated_ca_signs_the_serving_certificate_the_apiservices_trust() 
     assert volume == {"name": "serving-cert", "secret": {"secretName": secret["metadata"]["name"]}}
 
 
+@pytest.mark.slow
 def test_the_chart_installs_the_catalogue_alerts_and_rbac_of_the_manifests() -> None:
     docs = template("edl", CHARTS / "edl/examples/production.yaml")
     (catalogue_map,) = [d for d in kinds(docs, "ConfigMap") if "data" in d]
@@ -131,6 +135,7 @@ def test_the_chart_installs_the_catalogue_alerts_and_rbac_of_the_manifests() -> 
     assert rule["verbs"] == ["get", "update"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
@@ -147,6 +152,7 @@ def test_bad_adapter_values_are_one_clear_error(sets: tuple[str, ...], message: 
         template("edl", sets=sets)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", TRAINER_EXAMPLES, ids=lambda p: p.name)
 def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
     values: Path, tmp_path: Path
@@ -192,6 +198,7 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
         assert metric["object"]["metric"]["name"] == "desired_replicas"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
@@ -208,6 +215,7 @@ def test_bad_trainer_values_are_one_clear_error(sets: tuple[str, ...], message: 
 NAMESPACES = {"edl": ("edl-system", "edl"), "edl-trainer": ("ml", "digits")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chart", sorted(NAMESPACES))
 def test_the_namespace_is_left_to_helm_unless_the_chart_is_told_to_own_it(chart: str) -> None:
     namespace, release = NAMESPACES[chart]
@@ -225,6 +233,7 @@ def test_the_namespace_is_left_to_helm_unless_the_chart_is_told_to_own_it(chart:
     assert "0 chart(s) failed" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chart", sorted(NAMESPACES))
 def test_one_pod_security_level_can_be_changed_or_left_out(chart: str) -> None:
     namespace, release = NAMESPACES[chart]
@@ -240,6 +249,7 @@ def test_one_pod_security_level_can_be_changed_or_left_out(chart: str) -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("chart", "namespace", "sets", "message"),
     [
@@ -256,6 +266,7 @@ def test_bad_namespace_values_are_one_clear_error(
         template(chart, namespace=namespace, sets=("namespace.create=true", *sets))
 
 
+@pytest.mark.slow
 def test_the_least_privilege_table_lists_the_verbs_the_trainer_role_grants() -> None:
     """docs/helm.md's "Least privilege" rows, one per resource, say exactly the Role's verbs."""
     page = (ROOT / "docs" / "helm.md").read_text()

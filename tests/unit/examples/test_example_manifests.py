@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from agent.cli import build_parser, parse_args
@@ -34,6 +35,7 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_sizing_hpa_reads_desired_replicas_of_its_job() -> None:
     docs = render(EXAMPLE)
     deploy = one(docs, "Deployment")
@@ -66,6 +68,7 @@ def with_object_metric_hpa(tmp_path: Path) -> list[dict[str, Any]]:
     return render(str(here))
 
 
+@pytest.mark.slow
 def test_object_metric_hpa_reads_desired_replicas_of_the_example_deployment(
     tmp_path: Path,
 ) -> None:
@@ -99,6 +102,7 @@ def test_object_metric_hpa_reads_desired_replicas_of_the_example_deployment(
     assert int(annotations[MIN_WORKERS]) == hpa.spec.min_replicas
 
 
+@pytest.mark.slow
 def test_the_sizer_reads_the_example_as_a_job() -> None:
     deploy = one(render(EXAMPLE), "Deployment")
     record = deployment_from({**deploy, "metadata": {**deploy["metadata"], "namespace": "ml"}})
@@ -108,6 +112,7 @@ def test_the_sizer_reads_the_example_as_a_job() -> None:
     assert (job.min_replicas, job.max_replicas, job.worker.cpu) == (1, 8, 1.0)
 
 
+@pytest.mark.slow
 def test_throughput_hpa_alternative_names_served_metrics() -> None:
     deploy = one(render(EXAMPLE), "Deployment")
     hpa = parse_hpa(yaml.safe_load((ROOT / EXAMPLE / "hpa-throughput.yaml").read_text()))
@@ -118,6 +123,7 @@ def test_throughput_hpa_alternative_names_served_metrics() -> None:
         assert metric.metric_name in served, metric.metric_name
 
 
+@pytest.mark.slow
 def test_adapter_base_discovers_the_trainer_pods() -> None:
     adapter = one(render("manifests/base"), "Deployment")
     args = adapter["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -127,6 +133,7 @@ def test_adapter_base_discovers_the_trainer_pods() -> None:
     assert selector.matches(labels)
 
 
+@pytest.mark.slow
 def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     deploy = one(render(EXAMPLE), "Deployment")
     container = deploy["spec"]["template"]["spec"]["containers"][0]
@@ -142,6 +149,7 @@ def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     assert port == settings.exporter.port == 9400
 
 
+@pytest.mark.slow
 def test_membership_role_allows_what_the_kubernetes_store_calls_and_no_more() -> None:
     role = one(render(EXAMPLE), "Role")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
@@ -172,6 +180,7 @@ def with_checkpoints(tmp_path: Path) -> list[dict[str, Any]]:
     return render(str(here))  # an absolute path: ROOT / path is that path
 
 
+@pytest.mark.slow
 def test_the_example_runs_on_a_stock_cluster_from_the_image_make_images_builds() -> None:
     docs = render(EXAMPLE)
     assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]  # no RWX class needed
@@ -185,6 +194,7 @@ def test_the_example_runs_on_a_stock_cluster_from_the_image_make_images_builds()
     assert 'REPO="${IMAGE_REPO:-localhost}"' in script
 
 
+@pytest.mark.slow
 def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
     docs = render(EXAMPLE)
     deploy = one(docs, "Deployment")
@@ -199,6 +209,7 @@ def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
     assert "patch" in named[0]["verbs"]
 
 
+@pytest.mark.slow
 def test_every_trainer_pod_mounts_the_checkpoint_claim_its_agent_writes_to(
     tmp_path: Path,
 ) -> None:

@@ -29,6 +29,7 @@ CONTRACT = [
 ]
 
 
+@pytest.mark.slow
 def test_help_documents_every_option_and_env_var() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "metrics_adapter.cli", "serve", "--help"],

@@ -151,6 +151,7 @@ def test_a_finished_pod_is_not_ready_while_its_warm_trainer_is_on_its_way_out() 
     assert registry.get_sample_value("edl_trainer_job_finished") == 1.0
 
 
+@pytest.mark.slow
 def test_the_warm_trainer_starts_before_the_store_and_dies_when_the_start_up_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
