@@ -8,8 +8,10 @@ real simulation, replayed through the adapter's `Sizer`, give the same jobs and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -45,9 +47,10 @@ GI = 2**30
 NOW = 100_000.0
 
 
-def job(**fields: object) -> Job:
-    base = Job("ml", "a", Resources(cpu=1, memory=GI), replicas=2, max_replicas=8)
-    return Job(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, **fields})  # type: ignore[arg-type]
+def job(**fields: Any) -> Job:
+    return replace(
+        Job("ml", "a", Resources(cpu=1, memory=GI), replicas=2, max_replicas=8), **fields
+    )
 
 
 def test_a_job_gets_its_own_sizes_over_its_class_and_its_sources() -> None:
@@ -155,7 +158,7 @@ def test_the_adapters_sizer_decides_every_simulated_round_as_edl_sim_did(
             r.policy,
             SizingMetrics(CollectorRegistry()),
             LogEventRecorder(),
-            lambda now=r.now: now,
+            functools.partial(float, r.now),
         )
         published = sizer.run_once()
         assert published is not None and sizer.last_round is not None
