@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 from collections.abc import Iterator
@@ -10,13 +11,12 @@ import pytest
 
 from agent.protocol.errors import RendezvousTimeout
 from agent.trainer.rendezvous import FRESH_SECONDS, RendezvousHost, Superseded, ask, meet
+from tests.support.net import free_port
 from tests.support.waiting import wait_for
 
 
 def free_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
@@ -76,14 +76,14 @@ def test_a_rank_that_gave_up_does_not_count() -> None:
     clock = [100.0]
     h = RendezvousHost(free_endpoint(), clock=lambda: clock[0])
     try:
-        h.open(4, 2, "127.0.0.1:1")
-        assert h.answer("edl-rendezvous 4 1") == "ok 127.0.0.1:1"
-        h.open(5, 3, "127.0.0.1:2")
+        first = h.open(4, 2)
+        assert h.answer("edl-rendezvous 4 1") == f"ok {first}"
+        second = h.open(5, 3)
         assert h.answer("edl-rendezvous 5 1").startswith("wait")
         clock[0] += FRESH_SECONDS + 0.5  # rank 1 stopped polling (it followed a newer world)
         assert h.answer("edl-rendezvous 5 2") == "wait"
         assert not h.complete(5)
-        assert h.answer("edl-rendezvous 5 1") == "ok 127.0.0.1:2"  # back, both fresh: complete
+        assert h.answer("edl-rendezvous 5 1") == f"ok {second}"  # back, both fresh: complete
         assert h.complete(5)
         assert h.answer("edl-rendezvous 4 1") == "gone"
         assert h.answer("edl-rendezvous 6 1") == "wait"  # not opened yet
@@ -105,9 +105,79 @@ def test_waiting_gives_up_on_a_newer_world_and_times_out(host: RendezvousHost) -
 
 
 def test_rank_zero_forms_only_after_every_rank_was_told(host: RendezvousHost) -> None:
-    host.open(2, 2, "127.0.0.1:9")
+    store = host.open(2, 2)
     assert host.complete(2) is False
-    assert host.answer("edl-rendezvous 2 1") == "ok 127.0.0.1:9"  # complete, but not sent yet
+    assert host.answer("edl-rendezvous 2 1") == f"ok {store}"  # complete, but not sent yet
     assert host.complete(2) and not host.everyone_told(2)
-    assert ask(host.endpoint, 2, 1) == "ok 127.0.0.1:9"
+    assert ask(host.endpoint, 2, 1) == f"ok {store}"
     wait_for(lambda: host.everyone_told(2), timeout_s=30, what="everyone told", interval_s=0.01)
+
+
+def bind(address: str, port: int, reuse: bool = False, listen: bool = False) -> socket.socket:
+    """A socket bound to (`address`, `port`) (raises OSError when the port is taken)."""
+    s = socket.socket()
+    try:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((address, port))
+        if listen:
+            s.listen(8)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def test_the_store_port_is_held_on_every_address_until_rank_0s_store_binds_it(
+    host: RendezvousHost,
+) -> None:
+    """Paddle's store binds 0.0.0.0 and aborts the process when it cannot: from the moment
+    the meeting opens nothing else may take its port, on any address."""
+    store = host.open(3, 2)
+    port = int(store.rpartition(":")[2])
+    for address, reuse in (("127.0.0.2", False), ("127.0.0.1", True), ("0.0.0.0", True)):
+        with pytest.raises(OSError) as refused:
+            bind(address, port, reuse=reuse, listen=True).close()
+        assert refused.value.errno == errno.EADDRINUSE, (address, reuse)
+    host.lend(3)  # what `meet` does once everyone was told: rank 0 creates its store next
+    framework_store = bind("0.0.0.0", port, reuse=True, listen=True)  # as libuv binds it
+    try:
+        with pytest.raises(OSError):  # the store listens: still nobody else
+            bind("127.0.0.2", port).close()
+        host.open(4, 2)  # the host lets go of generation 3's port; the store keeps it
+        with pytest.raises(OSError):
+            bind("127.0.0.2", port).close()
+    finally:
+        framework_store.close()
+    bind("127.0.0.2", port).close()  # the store gone too: the port is free again
+
+
+def held_elsewhere(count: int) -> tuple[range, list[socket.socket]]:
+    """A band of `count` + 1 ports, all but its last bound by a listener on 127.0.0.2."""
+    for _ in range(50):
+        start = free_port()
+        band = range(start, start + count + 1)
+        held: list[socket.socket] = []
+        try:
+            held = [bind("127.0.0.2", p, listen=True) for p in band[:-1]]
+            bind("0.0.0.0", band[-1]).close()
+        except OSError:
+            for s in held:
+                s.close()
+            continue
+        return band, held
+    raise RuntimeError("no band of free ports found")
+
+
+def test_store_ports_taken_on_another_address_are_skipped() -> None:
+    band, held = held_elsewhere(6)
+    h = RendezvousHost(free_endpoint(), store_ports=band)
+    try:
+        store = h.open(1, 2)
+        assert store == f"127.0.0.1:{band[-1]}"  # the one port free on every address
+        with pytest.raises(RendezvousTimeout, match="no port for its store"):
+            meet(h.endpoint, 2, 0, 2, 5, never, h)  # the last one is held for generation 1
+    finally:
+        h.close()
+        for s in held:
+            s.close()
