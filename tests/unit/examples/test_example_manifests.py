@@ -197,6 +197,11 @@ def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
     named = [r for r in role["rules"] if "deployments/scale" in r["resources"]]
     assert named and named[0]["resourceNames"] == [deploy["metadata"]["name"]]
     assert "patch" in named[0]["verbs"]
+    # never the Deployment itself: a trainer that could patch it could rewrite its pod template
+    assert not [r for r in role["rules"] if "deployments" in r["resources"]]
+    # the trainer policy of manifests/base knows the ServiceAccount's job by its label
+    account = one(docs, "ServiceAccount")
+    assert account["metadata"]["labels"]["edl.paddlepaddle.org/job"] == options.job
 
 
 def test_every_trainer_pod_mounts_the_checkpoint_claim_its_agent_writes_to(
