@@ -28,6 +28,24 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no free port found after 50 tries")
 
 
+def bound(address: str, port: int, reuse: bool = False, listen: bool = False) -> socket.socket:
+    """A TCP socket bound to (`address`, `port`), listening if asked (OSError when taken).
+
+    `reuse` sets SO_REUSEADDR first, as a framework's store (libuv) does.
+    """
+    s = socket.socket()
+    try:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((address, port))
+        if listen:
+            s.listen(8)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 _SOCK_DIAG = 4  # NETLINK_SOCK_DIAG
 _SOCK_DIAG_BY_FAMILY = 20
 _NLM_F_REQUEST_DUMP = 0x301

@@ -11,7 +11,7 @@ import pytest
 
 from agent.protocol.errors import RendezvousTimeout
 from agent.trainer.rendezvous import FRESH_SECONDS, RendezvousHost, Superseded, ask, meet
-from tests.support.net import free_port
+from tests.support.net import bound, free_port
 from tests.support.waiting import wait_for
 
 
@@ -113,21 +113,6 @@ def test_rank_zero_forms_only_after_every_rank_was_told(host: RendezvousHost) ->
     wait_for(lambda: host.everyone_told(2), timeout_s=30, what="everyone told", interval_s=0.01)
 
 
-def bind(address: str, port: int, reuse: bool = False, listen: bool = False) -> socket.socket:
-    """A socket bound to (`address`, `port`) (raises OSError when the port is taken)."""
-    s = socket.socket()
-    try:
-        if reuse:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((address, port))
-        if listen:
-            s.listen(8)
-    except OSError:
-        s.close()
-        raise
-    return s
-
-
 def test_the_store_port_is_held_on_every_address_until_rank_0s_store_binds_it(
     host: RendezvousHost,
 ) -> None:
@@ -137,19 +122,19 @@ def test_the_store_port_is_held_on_every_address_until_rank_0s_store_binds_it(
     port = int(store.rpartition(":")[2])
     for address, reuse in (("127.0.0.2", False), ("127.0.0.1", True), ("0.0.0.0", True)):
         with pytest.raises(OSError) as refused:
-            bind(address, port, reuse=reuse, listen=True).close()
+            bound(address, port, reuse=reuse, listen=True).close()
         assert refused.value.errno == errno.EADDRINUSE, (address, reuse)
     host.lend(3)  # what `meet` does once everyone was told: rank 0 creates its store next
-    framework_store = bind("0.0.0.0", port, reuse=True, listen=True)  # as libuv binds it
+    framework_store = bound("0.0.0.0", port, reuse=True, listen=True)  # as libuv binds it
     try:
         with pytest.raises(OSError):  # the store listens: still nobody else
-            bind("127.0.0.2", port).close()
+            bound("127.0.0.2", port).close()
         host.open(4, 2)  # the host lets go of generation 3's port; the store keeps it
         with pytest.raises(OSError):
-            bind("127.0.0.2", port).close()
+            bound("127.0.0.2", port).close()
     finally:
         framework_store.close()
-    bind("127.0.0.2", port).close()  # the store gone too: the port is free again
+    bound("127.0.0.2", port).close()  # the store gone too: the port is free again
 
 
 def held_elsewhere(count: int) -> tuple[range, list[socket.socket]]:
@@ -159,8 +144,8 @@ def held_elsewhere(count: int) -> tuple[range, list[socket.socket]]:
         band = range(start, start + count + 1)
         held: list[socket.socket] = []
         try:
-            held = [bind("127.0.0.2", p, listen=True) for p in band[:-1]]
-            bind("0.0.0.0", band[-1]).close()
+            held = [bound("127.0.0.2", p, listen=True) for p in band[:-1]]
+            bound("0.0.0.0", band[-1]).close()
         except OSError:
             for s in held:
                 s.close()

@@ -18,21 +18,7 @@ from edl_common.ports import (
     parse_port_range,
     static_band,
 )
-from tests.support.net import free_port
-
-
-def bind(address: str, port: int, reuse: bool = False, listen: bool = False) -> socket.socket:
-    s = socket.socket()
-    try:
-        if reuse:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((address, port))
-        if listen:
-            s.listen(8)
-    except OSError:
-        s.close()
-        raise
-    return s
+from tests.support.net import bound, free_port
 
 
 def test_bands_lie_below_the_ephemeral_range_and_apart(tmp_path: Path) -> None:
@@ -52,17 +38,17 @@ def test_a_held_port_is_refused_to_everyone_until_shared() -> None:
     with hold_port() as held:  # the kernel's choice: free on every address
         for address, reuse in (("127.0.0.2", False), ("127.0.0.1", True), ("0.0.0.0", True)):
             with pytest.raises(OSError) as refused:
-                bind(address, held.port, reuse=reuse).close()
+                bound(address, held.port, reuse=reuse).close()
             assert refused.value.errno == errno.EADDRINUSE
         held.share()
-        store = bind("0.0.0.0", held.port, reuse=True, listen=True)  # as a TCPStore binds
+        store = bound("0.0.0.0", held.port, reuse=True, listen=True)  # as a TCPStore binds
         try:
             with socket.create_connection(("127.0.0.1", held.port), timeout=5):
                 pass  # the store, not the holder, answers
         finally:
             store.close()
     assert held.closed
-    bind("127.0.0.2", held.port).close()  # let go of
+    bound("127.0.0.2", held.port).close()  # let go of
 
 
 def test_ports_in_use_on_another_address_are_skipped() -> None:
@@ -70,8 +56,8 @@ def test_ports_in_use_on_another_address_are_skipped() -> None:
         start = free_port()
         taken: list[socket.socket] = []
         try:
-            taken = [bind("127.0.0.2", p, listen=True) for p in (start, start + 1)]
-            bind("0.0.0.0", start + 2).close()
+            taken = [bound("127.0.0.2", p, listen=True) for p in (start, start + 1)]
+            bound("0.0.0.0", start + 2).close()
         except OSError:
             for s in taken:
                 s.close()
@@ -93,7 +79,7 @@ def test_ports_in_use_on_another_address_are_skipped() -> None:
 def test_free_static_port_is_in_its_band_and_free_everywhere() -> None:
     port = free_static_port(Band.SERVER, random.Random(7))
     assert port in static_band(Band.SERVER)
-    bind("0.0.0.0", port).close()
+    bound("0.0.0.0", port).close()
 
 
 @pytest.mark.parametrize(
