@@ -44,7 +44,7 @@ from agent.rescales import RescaleLog
 from agent.temp_dirs import temporary_dir
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerSupervisor
-from edl_common import ports
+from edl_common import ports as port_choice
 from edl_common.options import add_arguments as add_option_arguments
 from edl_common.options import read
 
@@ -75,8 +75,8 @@ def free_static_port(rng: random.Random | None = None, attempts: int = 200) -> i
     lower one.
     """
     try:
-        return ports.free_static_port(ports.Band.MEMBER, rng, attempts)
-    except ports.NoFreePort as e:
+        return port_choice.free_static_port(port_choice.Band.MEMBER, rng, attempts)
+    except port_choice.NoFreePort as e:
         raise ConfigError(f"EDL_TRAINER_PORTS=auto: {e}") from e
 
 
@@ -95,6 +95,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
     if not (membership.startswith("local:") or membership == "kubernetes"):
         raise ConfigError(f"--membership {membership!r}: expected local:/dir or kubernetes")
     ports = _trainer_ports(values["trainer_ports"], membership)
+    _check_store_ports(env)
     member_id = (
         values["member_id"] or env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     )
@@ -139,6 +140,19 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
             on_finished=values["on_finished"],
         ),
     )
+
+
+def _check_store_ports(env: Mapping[str, str]) -> None:
+    """A bad EDL_STORE_PORTS (the trainers inherit it) is the agent's one-line error at start.
+
+    Not a traceback in every trainer.
+    """
+    raw = env.get(names.STORE_PORTS, "")
+    if raw.strip():
+        try:
+            port_choice.parse_port_range(raw)
+        except ValueError as e:
+            raise ConfigError(f"{names.STORE_PORTS}={e}") from None
 
 
 def _trainer_ports(raw: str | None, membership: str) -> tuple[int, int]:

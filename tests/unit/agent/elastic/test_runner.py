@@ -62,6 +62,7 @@ def test_ports_auto_and_explicit() -> None:
         ({**BASE, "membership": "etcd://x"}, {}),
         ({**BASE, "min_world": "many"}, {}),
         (BASE, {"EDL_TRAINER_PORTS": "1"}),
+        (BASE, {"EDL_STORE_PORTS": "25000-24000"}),
     ],
 )
 def test_bad_options_are_one_line_config_errors(
