@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent.errors import ConfigError
 from agent.protocol.errors import RendezvousTimeout
+from agent.trainer.elastic import ElasticTrainerSettings
 from agent.trainer.rendezvous import FRESH_SECONDS, RendezvousHost, Superseded, ask, meet
 from tests.support.net import bound, free_port
 from tests.support.waiting import wait_for
@@ -166,3 +168,11 @@ def test_store_ports_taken_on_another_address_are_skipped() -> None:
         h.close()
         for s in held:
             s.close()
+
+
+def test_the_trainer_reads_its_store_ports_from_the_environment() -> None:
+    assert ElasticTrainerSettings.from_env({}).store_ports is None  # the kernel's choice
+    settings = ElasticTrainerSettings.from_env({"EDL_STORE_PORTS": "24000-24009"})
+    assert settings.store_ports == range(24000, 24010)
+    with pytest.raises(ConfigError, match="EDL_STORE_PORTS='24000-': expected LOW-HIGH"):
+        ElasticTrainerSettings.from_env({"EDL_STORE_PORTS": "24000-"})
