@@ -5,13 +5,20 @@ opened connections first keep them, so 1,000 idle sockets took a training pod's 
 Prometheus and 1,020 unauthenticated TLS clients took the metrics API off kube-apiserver. Here
 a newcomer that finds the room full closes the connection that is worth least: one idle
 between requests (longest idle first), then one still handshaking or reading a head (longest
-first). A connection whose request is being served is never evicted, and unprivileged
-newcomers never evict privileged connections. Privileged (a client certificate the TLS
-context verified: the aggregator's front proxy) is only known after the handshake, so every
-connection starts unprivileged; unprivileged ones may hold ``max_connections - reserved``
-at most, and at most ``max_per_peer`` from one address.
+first). A connection waiting for its turn at being answered
+(:mod:`edl_common.http.fairness`) counts as idle; one whose request is being served is never
+evicted, and unprivileged newcomers never evict privileged connections. Privileged (a client
+certificate the TLS context verified: the aggregator's front proxy) is only known after the
+handshake, so every connection starts unprivileged; unprivileged ones may hold
+``max_connections - reserved`` at most, and at most ``max_per_peer`` from one address.
 
-The table is pure bookkeeping over a clock the caller passes: no sockets, no tasks.
+Memory is the third cap (:class:`~edl_common.http.memory.MemoryBudget`, when given): each
+connection is charged an estimate of what it holds when it opens, and a request body its
+size while it is read; a newcomer that does not fit closes a connection as above (or is
+refused), and a body of an unprivileged connection that does not fit is refused.
+
+The table is bookkeeping over a clock and a memory reading the caller passes: no sockets,
+no tasks.
 """
 
 from __future__ import annotations
@@ -19,6 +26,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from edl_common.http.memory import MemoryBudget
+
+_EVICTIONS_FOR_MEMORY = 2
+"""Connections one newcomer may close to fit in memory: at the high-water mark each newcomer
+takes one stranger's place; far above it (memory held by something else) none is closed."""
 
 
 class Phase(enum.Enum):
@@ -30,6 +43,8 @@ class Phase(enum.Enum):
     """No byte of the next request yet (idle between requests, or a fresh connection)."""
     READING = "reading"
     """A request head or body partly received."""
+    QUEUED = "queued"
+    """A complete request waiting for its turn (pipelined): evicted like an idle one."""
     SERVING = "serving"
     """A complete request being answered: never evicted."""
 
@@ -61,15 +76,25 @@ class Tracked:
     """Closes the connection (eviction)."""
     privileged: bool | None = None
     """None until the handshake says (plain connections: False at once)."""
+    cost: int = 0
+    """Bytes charged to it (its estimate, and the body being read)."""
     evicted: bool = field(default=False)
 
 
 class Admission:
     """The table of open connections and the admission rule over it."""
 
-    def __init__(self, limits: AdmissionLimits, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        limits: AdmissionLimits,
+        clock: Callable[[], float],
+        memory: MemoryBudget | None = None,
+    ) -> None:
         self.limits = limits
         self._clock = clock
+        self.memory = memory
+        self.charged = 0
+        """Bytes charged to open connections."""
         self._open: set[Tracked] = set()
         self._unprivileged: dict[str, int] = {}
         """Open connections known to be unprivileged, by peer (kept, not counted per call)."""
@@ -77,6 +102,8 @@ class Admission:
         """Connections closed because no room could be made."""
         self.evicted = 0
         """Connections closed to make room for a newer one."""
+        self.short_of_memory = 0
+        """Connections and bodies refused, or connections closed, for want of memory."""
 
     @property
     def open(self) -> int:
@@ -89,13 +116,23 @@ class Admission:
             return sum(self._unprivileged.values())
         return self._unprivileged.get(peer, 0)
 
-    def accept(self, peer: str, phase: Phase, close: Callable[[], None]) -> Tracked | None:
-        """Register a new connection; None (and nothing registered) when no room was made."""
+    def accept(
+        self, peer: str, phase: Phase, close: Callable[[], None], cost: int = 0
+    ) -> Tracked | None:
+        """Register a new connection costing about ``cost`` bytes.
+
+        None (and nothing registered): no room was made.
+        """
         conn = Tracked(peer, phase, self._clock(), close)
         self._open.add(conn)
         if len(self._open) > self.limits.max_connections and not self._evict(conn, None, False):
             self._refuse(conn)
             return None
+        if not self._fits_memory(conn, cost):
+            self._refuse(conn)
+            return None
+        conn.cost = cost
+        self.charged += cost
         if phase is not Phase.HANDSHAKE:
             self._mark_unprivileged(conn)
             if not self._fits_unprivileged(conn):
@@ -124,12 +161,48 @@ class Admission:
         if conn in self._open:
             self._drop(conn)
 
+    def charge_body(self, conn: Tracked, size: int) -> bool:
+        """Charge a request body of ``size`` bytes to be read.
+
+        False: an unprivileged connection's body does not fit (nothing charged; the caller
+        refuses it).
+        """
+        if not conn.privileged and self.memory is not None:
+            if not self.memory.fits(self.charged, size):
+                self.short_of_memory += 1
+                return False
+        conn.cost += size
+        self.charged += size
+        return True
+
+    def discharge(self, conn: Tracked, size: int) -> None:
+        """A body charged with :meth:`charge_body` is no longer held."""
+        size = min(size, conn.cost)
+        conn.cost -= size
+        if conn in self._open:
+            self.charged -= size
+
+    def _fits_memory(self, conn: Tracked, cost: int) -> bool:
+        """Whether ``cost`` more bytes fit, closing connections worth least to make room."""
+        if self.memory is None:
+            return True
+        for _ in range(_EVICTIONS_FOR_MEMORY):
+            if self.memory.fits(self.charged, cost):
+                return True
+            if not self._evict(conn, None, False):
+                break
+        if self.memory.fits(self.charged, cost):
+            return True
+        self.short_of_memory += 1
+        return False
+
     def _mark_unprivileged(self, conn: Tracked) -> None:
         conn.privileged = False
         self._unprivileged[conn.peer] = self._unprivileged.get(conn.peer, 0) + 1
 
     def _drop(self, conn: Tracked) -> None:
         self._open.discard(conn)
+        self.charged -= conn.cost
         if conn.privileged is False:
             left = self._unprivileged[conn.peer] - 1
             if left:
@@ -172,10 +245,10 @@ def choose_victim(
     """The connection to close for ``newcomer``, or None.
 
     Candidates: not privileged (``known``: known to be unprivileged, not still handshaking),
-    not being served, not the newcomer, from ``peer`` when given. First those idle since
-    before ``idle_before`` (longest first), then those handshaking or reading since before it
-    (slow: longest first); only then the young ones, waiting before reading, oldest first (a
-    scrape that just connected and sent its head goes last).
+    not being served, not the newcomer, from ``peer`` when given. First those idle (or
+    queued for a turn) since before ``idle_before`` (longest first), then those handshaking
+    or reading since before it (slow: longest first); only then the young ones, waiting
+    before reading, oldest first (a scrape that just connected and sent its head goes last).
     """
     candidates = [
         c
@@ -189,7 +262,7 @@ def choose_victim(
         return None
 
     def worth(c: Tracked) -> tuple[int, float]:
-        waiting = c.phase is Phase.WAITING
+        waiting = c.phase in (Phase.WAITING, Phase.QUEUED)
         if c.since <= idle_before:
             return (0 if waiting else 1, c.since)
         return (2 if waiting else 3, c.since)
