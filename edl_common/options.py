@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from edl_common.durations import parse_duration
 from edl_common.errors import ConfigError
+from edl_common.quantity import QuantityError, parse_quantity
 
 
 class Parser(argparse.ArgumentParser):
@@ -96,6 +97,21 @@ def duration(allow_zero: bool = False) -> Kind:
         lambda text: parse_duration(text, allow_zero=allow_zero),
         "soon",
     )
+
+
+def byte_size(low: int = 0) -> Kind:
+    """A Kubernetes quantity of bytes (``512Mi``, ``1G``, ``1048576``) ``>= low``; bytes."""
+
+    def parse(text: str) -> int:
+        try:
+            value = parse_quantity(text)
+        except QuantityError as e:
+            raise ConfigError(str(e)) from None
+        if value != value.to_integral_value() or value < low:
+            raise ConfigError(f"must be a whole number of bytes >= {low}")
+        return int(value)
+
+    return Kind("bytes (quantity)", parse, "-1")
 
 
 def choice(*values: str, fold: bool = False) -> Kind:

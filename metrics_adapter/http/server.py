@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from edl_common.http.admission import AdmissionLimits
+from edl_common.http.memory import MemoryBudget
 from edl_common.http.request_head import HeadLimits, HttpError, RequestHead
 from edl_common.http.server import Exchange, HttpServer, Request, Response, ServerLimits
 from edl_common.http.sockets import ListenError, listen, raise_open_files_limit
@@ -414,7 +415,8 @@ class AdapterServer:
     """Runs the app built by ``app_factory`` behind :class:`HttpServer` until SIGTERM/SIGINT.
 
     ``after_load`` runs once the app is built (the entry point tunes the process's memory
-    there: :mod:`metrics_adapter.process_memory`).
+    there: :mod:`metrics_adapter.process_memory`); ``memory`` is the budget admission keeps to
+    (the entry point's, from ``--memory-budget`` or the container's limit).
     """
 
     def __init__(
@@ -424,9 +426,11 @@ class AdapterServer:
         cert: ServingCert | None,
         context_factory: Callable[[], ssl.SSLContext] | None,
         after_load: Callable[[], object] = lambda: None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._settings = settings
         self._after_load = after_load
+        self._memory = memory
         self._app_factory = app_factory
         self._cert = cert
         self._context_factory = context_factory
@@ -455,7 +459,7 @@ class AdapterServer:
                 (str(name[0]), str(name[1])),
                 s.access_log,
             )
-            front = HttpServer(handler, limits, context)
+            front = HttpServer(handler, limits, context, memory=self._memory)
             reloader = (
                 CertReloader(self._cert, context)
                 if self._cert is not None and context is not None
