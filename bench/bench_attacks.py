@@ -23,10 +23,14 @@ Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given
 - `agent-idle`: the agent's exporter with 1,000 idle TCP connections, then 300 slowloris
   connections on top: scrapes answered, p50/p99 beside an idle baseline, RSS before/after.
 
-The scenarios above talk to the adapter directly. `acceptance` (the default) runs issue 25's
-attacks on the adapter behind a real kube-apiserver and prints each goal, met or missed
-(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target,
-path-confusion,framing,backlog`, `--hostile-minutes 10`).
+The scenarios above talk to the adapter directly. `acceptance` (the default) runs issues 25's
+and 37's attacks on the adapter behind a real kube-apiserver and prints each goal, met or
+missed (`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target,
+path-confusion,framing,backlog,pipelining,memory-floods`, `--hostile-minutes 10`): issue 37's
+are pipelined requests on 1 and 4 unauthenticated TLS connections, 1,500 half-open
+ClientHellos from 8 loopback addresses and 600 slow request bodies (`Expect: 100-continue`)
+from 100, each beside an idle baseline (the legitimate client's p50/p99 through
+kube-apiserver), with the adapter's peak RSS against the chart's memory limit.
 
 Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [acceptance slow ...]``
 """
@@ -702,7 +706,10 @@ def main() -> None:
     parser.add_argument("--serve-filled", nargs=2)
     parser.add_argument(
         "--attacks",
-        default="keepalive,selectors,exporter,hostile-target,path-confusion,framing,backlog",
+        default=(
+            "keepalive,selectors,exporter,hostile-target,path-confusion,framing,backlog,"
+            "pipelining,memory-floods"
+        ),
         help="acceptance: which attacks, comma-separated",
     )
     parser.add_argument(

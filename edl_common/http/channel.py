@@ -5,8 +5,9 @@ Why not asyncio's streams (``StreamReader``/``StreamWriter``), which the front e
 * asyncio gives every TLS connection a 256 KiB read buffer from accept on
   (``asyncio.sslproto.SSLProtocol.max_size``), and lets 256 KiB of ciphertext and 512 KiB of
   unsent answers pile up per connection: 1,500 half-open ClientHellos took the adapter from
-  242 to 619 MB. Here TLS is asyncio's own ``SSLProtocol`` with a 32 KiB read buffer (a TLS
-  record is at most 16 KiB and 256 bytes) and 64 KiB for each of the other two.
+  242 to 619 MB. Here TLS is asyncio's own ``SSLProtocol`` with a 16 KiB read buffer (a
+  record longer than one read waits in OpenSSL's input; requests are small) and 64 KiB for
+  each of the other two.
 * A connection whose TLS handshake fails never tells the streams' protocol it was lost, so
   its task, reader, writer and callbacks stayed in reference cycles until the cyclic
   collector ran (rarely, in the adapter). :meth:`Channel.release` drops every reference a
@@ -29,14 +30,14 @@ from asyncio import sslproto
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-TLS_READ_SIZE = 32 * 1024
+TLS_READ_SIZE = 16 * 1024
 """Bytes one TLS read takes from the socket (asyncio's default: 256 KiB per connection)."""
 TLS_BUFFER_HIGH_WATER = 64 * 1024
 """Ciphertext received but not yet decrypted, and answers not yet encrypted, at most before
 reading from the socket (or the front end's writing) pauses (asyncio: 256 and 512 KiB)."""
 TLS_CONNECTION_BYTES = TLS_READ_SIZE + 64 * 1024
 """What an open TLS connection costs, about: its read buffer, OpenSSL's state and the
-connection's objects (1,000 handshaking or idle connections: 93-103 KB each, measured)."""
+connection's objects (500 handshaking or idle connections: 78-88 KB each, measured)."""
 PLAIN_CONNECTION_BYTES = 16 * 1024
 """What an open plain-HTTP connection costs, about."""
 
