@@ -490,8 +490,9 @@ class HttpServer:
         limit = self.limits.max_body
         if not head.chunked and head.content_length == 0:
             return b""  # nothing to frame: what follows the head is the next request
-        exchange.receive_data(bytes(buf))
-        buf.clear()
+        if buf:  # what followed the head (h11 takes an empty read for the end)
+            exchange.receive_data(bytes(buf))
+            buf.clear()
         chunks: list[bytes] = []
         size = 0
         try:
