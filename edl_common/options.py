@@ -22,7 +22,6 @@ from typing import Any, NoReturn
 
 from edl_common.durations import parse_duration
 from edl_common.errors import ConfigError
-from edl_common.quantity import QuantityError, parse_quantity
 
 
 class Parser(argparse.ArgumentParser):
@@ -103,6 +102,10 @@ def byte_size(low: int = 0) -> Kind:
     """A Kubernetes quantity of bytes (``512Mi``, ``1G``, ``1048576``) ``>= low``; bytes."""
 
     def parse(text: str) -> int:
+        # here, not at the top: the quantity grammar imports the kubernetes client (a second
+        # of start-up every CLI would pay for one option)
+        from edl_common.quantity import QuantityError, parse_quantity
+
         try:
             value = parse_quantity(text)
         except QuantityError as e:

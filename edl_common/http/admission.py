@@ -96,8 +96,16 @@ class Admission:
         self.charged = 0
         """Bytes charged to open connections."""
         self._open: set[Tracked] = set()
+        self._candidates: dict[Phase, dict[Tracked, None]] = {
+            Phase.WAITING: {},
+            Phase.HANDSHAKE: {},
+            Phase.READING: {},
+        }
+        """Connections that may be closed for a newcomer, by phase (QUEUED with WAITING),
+        each in the order it entered its phase: the first is the one there longest."""
         self._unprivileged: dict[str, int] = {}
         """Open connections known to be unprivileged, by peer (kept, not counted per call)."""
+        self._unprivileged_total = 0
         self.refused = 0
         """Connections closed because no room could be made."""
         self.evicted = 0
@@ -113,7 +121,7 @@ class Admission:
     def unprivileged(self, peer: str | None = None) -> int:
         """Open connections known to be unprivileged (from ``peer`` only, when given)."""
         if peer is None:
-            return sum(self._unprivileged.values())
+            return self._unprivileged_total
         return self._unprivileged.get(peer, 0)
 
     def accept(
@@ -125,6 +133,7 @@ class Admission:
         """
         conn = Tracked(peer, phase, self._clock(), close)
         self._open.add(conn)
+        self._place(conn)
         if len(self._open) > self.limits.max_connections and not self._evict(conn, None, False):
             self._refuse(conn)
             return None
@@ -144,6 +153,7 @@ class Admission:
         """Record what the handshake said; False: no room for it (the caller closes it)."""
         if privileged:
             conn.privileged = True
+            self._unplace(conn)  # never closed for a newcomer
             return True
         self._mark_unprivileged(conn)
         if not self._fits_unprivileged(conn):
@@ -153,8 +163,11 @@ class Admission:
 
     def enter(self, conn: Tracked, phase: Phase) -> None:
         """The connection moved on to ``phase``."""
+        self._unplace(conn)
         conn.phase = phase
         conn.since = self._clock()
+        if conn in self._open:
+            self._place(conn)
 
     def leave(self, conn: Tracked) -> None:
         """The connection closed (idempotent)."""
@@ -196,14 +209,29 @@ class Admission:
         self.short_of_memory += 1
         return False
 
+    def _place(self, conn: Tracked) -> None:
+        """Put ``conn`` last among the candidates of its phase (unless it cannot be one)."""
+        if conn.privileged is True or conn.phase is Phase.SERVING:
+            return
+        group = Phase.WAITING if conn.phase is Phase.QUEUED else conn.phase
+        self._candidates[group][conn] = None
+
+    def _unplace(self, conn: Tracked) -> None:
+        group = Phase.WAITING if conn.phase is Phase.QUEUED else conn.phase
+        if group in self._candidates:
+            self._candidates[group].pop(conn, None)
+
     def _mark_unprivileged(self, conn: Tracked) -> None:
         conn.privileged = False
         self._unprivileged[conn.peer] = self._unprivileged.get(conn.peer, 0) + 1
+        self._unprivileged_total += 1
 
     def _drop(self, conn: Tracked) -> None:
         self._open.discard(conn)
+        self._unplace(conn)
         self.charged -= conn.cost
         if conn.privileged is False:
+            self._unprivileged_total -= 1
             left = self._unprivileged[conn.peer] - 1
             if left:
                 self._unprivileged[conn.peer] = left
@@ -223,9 +251,7 @@ class Admission:
         return self.unprivileged() <= room or self._evict(conn, None, True)
 
     def _evict(self, newcomer: Tracked, peer: str | None, known: bool) -> bool:
-        victim = choose_victim(
-            self._open, newcomer, peer, known, self._clock() - self.limits.idle_grace
-        )
+        victim = self._victim(newcomer, peer, known, self._clock() - self.limits.idle_grace)
         if victim is None:
             return False
         victim.evicted = True
@@ -238,33 +264,34 @@ class Admission:
         self._drop(conn)
         self.refused += 1
 
+    def _victim(
+        self, newcomer: Tracked, peer: str | None, known: bool, idle_before: float
+    ) -> Tracked | None:
+        """The connection to close for ``newcomer``, or None.
 
-def choose_victim(
-    open_: set[Tracked], newcomer: Tracked, peer: str | None, known: bool, idle_before: float
-) -> Tracked | None:
-    """The connection to close for ``newcomer``, or None.
+        Candidates: not privileged (``known``: known to be unprivileged, not still
+        handshaking), not being served, not the newcomer, from ``peer`` when given. First
+        those idle (or queued for a turn) since before ``idle_before`` (longest first), then
+        those handshaking or reading since before it (slow: longest first); only then the
+        young ones, waiting before reading, oldest first (a scrape that just connected and
+        sent its head goes last).
 
-    Candidates: not privileged (``known``: known to be unprivileged, not still handshaking),
-    not being served, not the newcomer, from ``peer`` when given. First those idle (or
-    queued for a turn) since before ``idle_before`` (longest first), then those handshaking
-    or reading since before it (slow: longest first); only then the young ones, waiting
-    before reading, oldest first (a scrape that just connected and sent its head goes last).
-    """
-    candidates = [
-        c
-        for c in open_
-        if c is not newcomer
-        and (c.privileged is False if known else c.privileged is not True)
-        and c.phase is not Phase.SERVING
-        and (peer is None or c.peer == peer)
-    ]
-    if not candidates:
-        return None
-
-    def worth(c: Tracked) -> tuple[int, float]:
-        waiting = c.phase in (Phase.WAITING, Phase.QUEUED)
-        if c.since <= idle_before:
-            return (0 if waiting else 1, c.since)
-        return (2 if waiting else 3, c.since)
-
-    return min(candidates, key=worth)
+        Each phase's candidates are kept in the order they entered it, so its first match is
+        its best: a victim costs a few steps, not a pass over every connection (a flood of
+        1,024 half-open handshakes, each newcomer closing one, held the loop for seconds).
+        """
+        best: Tracked | None = None
+        best_worth = (4, 0.0)
+        for phase, group in self._candidates.items():
+            if known and phase is Phase.HANDSHAKE:
+                continue  # their privilege is not known yet
+            for c in group:  # bounded by the group; the first match is the group's best
+                if c is newcomer or (peer is not None and c.peer != peer):
+                    continue
+                waiting = phase is Phase.WAITING
+                young = c.since > idle_before
+                worth = ((2 if young else 0) + (0 if waiting else 1), c.since)
+                if worth < best_worth:
+                    best, best_worth = c, worth
+                break
+        return best

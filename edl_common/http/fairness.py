@@ -8,12 +8,15 @@ ran before any other connection, handshake or front-proxy request got a turn.
 The model is kube-apiserver's API Priority and Fairness (APF), cut down to one event loop:
 
 * **Priority levels with their own share.** APF classifies each request (FlowSchemas) into a
-  priority level whose concurrency shares (seats) no other level's load can take. Here the
-  level is the connection's: the front proxy's (a client certificate the TLS context
-  verified) and everyone else's. One round (one pass of the event loop) answers at most
-  :attr:`FairnessLimits.unprivileged_seats` requests of the second level, however many
-  connections it has; the front proxy's level is never held back by it (like APF's exempt
-  level), so its share holds under any unauthenticated load.
+  priority level whose concurrency shares (seats, a share of the server's capacity) no other
+  level's load can take. Here the level is the connection's: the front proxy's (a client
+  certificate the TLS context verified) and everyone else's. One round (one pass of the
+  event loop) answers at most :attr:`FairnessLimits.unprivileged_seats` requests of the
+  second level, however many connections it has, and that level's requests take at most
+  :attr:`FairnessLimits.unprivileged_share` of the loop's time (a token bucket of seconds:
+  past it the next round waits); the front proxy's level is never held back by it (like
+  APF's exempt level), so its share holds under any unauthenticated load, and a flood leaves
+  the CPU to the rest of the node (kube-apiserver on a shared machine).
 * **Fair queuing across flows.** Within a level APF queues requests by flow (a user, a
   namespace), hashed into queues served round robin. Here a flow is a peer address: the
   waiting connections of one address form one queue, and the queues are served round robin,
@@ -31,18 +34,29 @@ its client; and the admission table may close it for a newcomer
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+_LONGEST_CHARGE_S = 0.02
+"""The most one request is charged: the loop thread's CPU time while it was answered also
+counts what other connections did while it waited (on a thread, on a slow reader)."""
 
 
 @dataclass(frozen=True)
 class FairnessLimits:
     """How much of the event loop each kind of connection gets."""
 
-    unprivileged_seats: int = 2
-    """Requests of connections without a verified client certificate answered per round
-    (one pass of the event loop), all of them together."""
+    unprivileged_seats: int = 1
+    """Requests of connections without a verified client certificate answered per round,
+    all of them together. A round starts in one pass of the event loop and the connections
+    it lets go run in the next, beside the next round's first: so at most twice this many
+    in one pass."""
+    unprivileged_share: float = 0.25
+    """Of the event loop's time, what those requests may take, all of them together."""
+    unprivileged_burst_s: float = 0.02
+    """Seconds of their time that may be spent at once after a quiet spell."""
     privileged_burst: int = 8
     """Pipelined requests a front-proxy connection answers in a row before it yields."""
 
@@ -74,10 +88,14 @@ class TurnTaking:
     flow at a time.
     """
 
-    def __init__(self, limits: FairnessLimits) -> None:
+    def __init__(self, limits: FairnessLimits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
+        self._clock = clock
         self._round = 0
         self._seats = limits.unprivileged_seats
+        self._credit = limits.unprivileged_burst_s
+        """Seconds unprivileged requests may still take (below zero: in debt)."""
+        self._refilled_at = clock()
         self._queues: dict[str, deque[_Waiting]] = {}
         """Waiting connections by flow; the dict's order is the round robin's."""
         self._next_round: asyncio.Handle | None = None
@@ -100,7 +118,7 @@ class TurnTaking:
                 turn.streak = 1
                 await asyncio.sleep(0)  # one pass of the loop for everyone else
             return
-        if turn.round != self._round and self._seats > 0 and not self._queues:
+        if turn.round != self._round and self._seats > 0 and not self._queues and self._funded():
             self._seats -= 1
             turn.round = self._round
             self._schedule_round()
@@ -116,13 +134,40 @@ class TurnTaking:
             self._forget(entry)
         turn.round = self._round
 
+    def spent(self, turn: Turn, seconds: float) -> None:
+        """``turn``'s request took ``seconds`` of the loop thread's CPU.
+
+        Counted for unprivileged ones, at most :data:`_LONGEST_CHARGE_S` each.
+        """
+        if not turn.privileged:
+            self._funded()
+            self._credit -= min(max(seconds, 0.0), _LONGEST_CHARGE_S)
+
+    def _funded(self) -> bool:
+        """Refill the unprivileged level's time; whether it has some left."""
+        now = self._clock()
+        limits = self.limits
+        earned = (now - self._refilled_at) * limits.unprivileged_share
+        self._credit = min(limits.unprivileged_burst_s, self._credit + earned)
+        self._refilled_at = now
+        return self._credit > 0
+
     def _schedule_round(self) -> None:
-        if self._next_round is None:
-            self._next_round = asyncio.get_running_loop().call_soon(self._new_round)
+        if self._next_round is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._funded():
+            self._next_round = loop.call_soon(self._new_round)
+        else:  # in debt: the next round when the level has earned its time back
+            wait = -self._credit / self.limits.unprivileged_share
+            self._next_round = loop.call_later(wait, self._new_round)
 
     def _new_round(self) -> None:
         """Start a round: fresh seats, given to the waiting flows in turn."""
         self._next_round = None
+        if not self._funded():
+            self._schedule_round()
+            return
         self._round += 1
         self._seats = self.limits.unprivileged_seats
         for _ in range(self.waiting):  # bounded: each pass takes one entry or stops

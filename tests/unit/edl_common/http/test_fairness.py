@@ -119,6 +119,57 @@ def test_a_privileged_connection_is_not_held_back_by_strangers_and_yields_after_
     assert [f for _, f in log].count("proxy") == 40
 
 
+def test_strangers_take_at_most_their_share_of_the_loops_time() -> None:
+    """Strangers whose every request keeps the loop busy 2 ms of CPU: what they take stays
+    within their share of the time that passed (plus the burst, plus one round's requests),
+    where without a share they would take all of it, and the loop keeps passing for
+    everyone else meanwhile."""
+    limits = FairnessLimits(
+        unprivileged_seats=2, unprivileged_share=0.25, unprivileged_burst_s=0.01
+    )
+
+    async def main() -> tuple[float, float, int]:
+        turns = TurnTaking(limits)
+        stop = asyncio.Event()
+        busy = [0.0]
+
+        async def stranger(flow: str) -> None:
+            turn = Turn(flow, False)
+            for _ in range(100_000):
+                if stop.is_set():
+                    return
+                await turns.take(turn, lambda: None)
+                began = time.thread_time()  # the loop thread's CPU, as the front end counts
+                while time.thread_time() - began < 0.002:  # the request's work, on the loop
+                    pass
+                took = time.thread_time() - began
+                busy[0] += took
+                turns.spent(turn, took)
+
+        passes = 0
+
+        async def others() -> None:
+            nonlocal passes
+            while not stop.is_set():
+                passes += 1
+                await asyncio.sleep(0.001)
+
+        began = time.monotonic()
+        tasks = [asyncio.create_task(stranger(f"10.0.0.{i}")) for i in range(4)]
+        tasks.append(asyncio.create_task(others()))
+        await asyncio.sleep(0.5)
+        stop.set()
+        elapsed = time.monotonic() - began
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return busy[0], elapsed, passes
+
+    busy, elapsed, passes = asyncio.run(main())
+    # what one round may overdraw: its two seats' requests, each charged at most 20 ms
+    allowed = limits.unprivileged_burst_s + limits.unprivileged_share * elapsed + 2 * 0.02
+    assert busy <= allowed, f"strangers took {busy:.3f} s of {elapsed:.3f} s"
+    assert busy > 0 and passes > 10
+
+
 def test_a_waiting_connection_is_told_it_waits() -> None:
     async def main() -> int:
         turns = TurnTaking(FairnessLimits(unprivileged_seats=1))
@@ -319,4 +370,5 @@ def test_another_client_is_answered_while_thousands_of_requests_are_pipelined(
     # the flood's connections wrote 200 requests at a time: without turns each batch was
     # answered in one pass of the loop, with nothing else run in between
     most = max(handler.per_pass.values())
-    assert most <= FairnessLimits().unprivileged_seats, f"{most} flood answers in one pass"
+    # a round's requests run in the pass after it starts, beside the next round's first
+    assert most <= 2 * FairnessLimits().unprivileged_seats, f"{most} flood answers in one pass"
