@@ -53,7 +53,7 @@ class FairnessLimits:
     all of them together. A round starts in one pass of the event loop and the connections
     it lets go run in the next, beside the next round's first: so at most twice this many
     in one pass."""
-    unprivileged_share: float = 0.25
+    unprivileged_share: float = 0.5
     """Of the event loop's time, what those requests may take, all of them together."""
     unprivileged_burst_s: float = 0.02
     """Seconds of their time that may be spent at once after a quiet spell."""
