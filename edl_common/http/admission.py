@@ -29,10 +29,6 @@ from dataclasses import dataclass, field
 
 from edl_common.http.memory import MemoryBudget
 
-_EVICTIONS_FOR_MEMORY = 2
-"""Connections one newcomer may close to fit in memory: at the high-water mark each newcomer
-takes one stranger's place; far above it (memory held by something else) none is closed."""
-
 
 class Phase(enum.Enum):
     """Where a connection is in its life, as far as eviction cares."""
@@ -196,15 +192,18 @@ class Admission:
             self.charged -= size
 
     def _fits_memory(self, conn: Tracked, cost: int) -> bool:
-        """Whether ``cost`` more bytes fit, closing connections worth least to make room."""
-        if self.memory is None:
+        """Whether ``cost`` more bytes fit, making room by one connection at most.
+
+        Past the high water the newcomer takes the place of the connection worth least (a
+        swap: memory stays level), else there is no room. One, not as many as the reading
+        asks for: resident memory does not fall when a connection closes (the heap keeps it
+        for the next), so closing more would empty the room for nothing; and every newcomer,
+        the front proxy's among them (its privilege is not known before its handshake),
+        still gets in while there is a stranger to close.
+        """
+        if self.memory is None or self.memory.fits(self.charged, cost):
             return True
-        for _ in range(_EVICTIONS_FOR_MEMORY):
-            if self.memory.fits(self.charged, cost):
-                return True
-            if not self._evict(conn, None, False):
-                break
-        if self.memory.fits(self.charged, cost):
+        if self._evict(conn, None, False):
             return True
         self.short_of_memory += 1
         return False

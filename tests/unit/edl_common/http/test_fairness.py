@@ -122,13 +122,12 @@ def test_a_privileged_connection_is_not_held_back_by_strangers_and_yields_after_
 def test_strangers_take_at_most_their_share_of_the_loops_time() -> None:
     """Strangers whose every request keeps the loop busy 2 ms of CPU: what they take stays
     within their share of the time that passed (plus the burst, plus one round's requests),
-    where without a share they would take all of it, and the loop keeps passing for
-    everyone else meanwhile."""
+    where without a share they would take all of it."""
     limits = FairnessLimits(
         unprivileged_seats=2, unprivileged_share=0.25, unprivileged_burst_s=0.01
     )
 
-    async def main() -> tuple[float, float, int]:
+    async def main() -> tuple[float, float]:
         turns = TurnTaking(limits)
         stop = asyncio.Event()
         busy = [0.0]
@@ -146,28 +145,18 @@ def test_strangers_take_at_most_their_share_of_the_loops_time() -> None:
                 busy[0] += took
                 turns.spent(turn, took)
 
-        passes = 0
-
-        async def others() -> None:
-            nonlocal passes
-            while not stop.is_set():
-                passes += 1
-                await asyncio.sleep(0.001)
-
         began = time.monotonic()
         tasks = [asyncio.create_task(stranger(f"10.0.0.{i}")) for i in range(4)]
-        tasks.append(asyncio.create_task(others()))
         await asyncio.sleep(0.5)
         stop.set()
         elapsed = time.monotonic() - began
         await asyncio.gather(*tasks, return_exceptions=True)
-        return busy[0], elapsed, passes
+        return busy[0], elapsed
 
-    busy, elapsed, passes = asyncio.run(main())
+    busy, elapsed = asyncio.run(main())
     # what one round may overdraw: its two seats' requests, each charged at most 20 ms
     allowed = limits.unprivileged_burst_s + limits.unprivileged_share * elapsed + 2 * 0.02
-    assert busy <= allowed, f"strangers took {busy:.3f} s of {elapsed:.3f} s"
-    assert busy > 0 and passes > 10
+    assert 0 < busy <= allowed, f"strangers took {busy:.3f} s of {elapsed:.3f} s"
 
 
 def test_a_waiting_connection_is_told_it_waits() -> None:
