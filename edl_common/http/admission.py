@@ -194,16 +194,16 @@ class Admission:
     def _fits_memory(self, conn: Tracked, cost: int) -> bool:
         """Whether ``cost`` more bytes fit, making room by one connection at most.
 
-        Past the high water the newcomer takes the place of the connection worth least (a
-        swap: memory stays level), else there is no room. One, not as many as the reading
-        asks for: resident memory does not fall when a connection closes (the heap keeps it
-        for the next), so closing more would empty the room for nothing; and every newcomer,
-        the front proxy's among them (its privilege is not known before its handshake),
-        still gets in while there is a stranger to close.
+        Past the high water (up to the swap line) the newcomer takes the place of the
+        connection worth least (a swap: memory stays level), else there is no room. One,
+        not as many as the reading asks for: resident memory does not fall when a connection
+        closes (the heap keeps it for the next), so closing more would empty the room for
+        nothing; and every newcomer, the front proxy's among them (its privilege is not
+        known before its handshake), still gets in while there is a stranger to close.
         """
         if self.memory is None or self.memory.fits(self.charged, cost):
             return True
-        if self._evict(conn, None, False):
+        if self.memory.swappable(self.charged) and self._evict(conn, None, False):
             return True
         self.short_of_memory += 1
         return False

@@ -191,3 +191,15 @@ def test_a_strangers_body_must_fit_a_privileged_ones_is_only_counted() -> None:
     t.admission.leave(proxy)
     t.admission.leave(stranger)
     assert t.admission.charged == 0
+
+
+def test_past_the_swap_line_no_newcomer_comes_in_and_no_one_is_closed() -> None:
+    rss = Resident(300)
+    t = memory_table(1000, rss)  # high water 500, swap line 750
+    strangers = [t.admission.accept("10.0.0.1", Phase.WAITING, lambda: None, 10) for _ in range(4)]
+    assert all(strangers)
+    rss.rss = 800
+    t.now += 2.0
+    assert t.admission.accept("10.0.0.2", Phase.WAITING, lambda: None, 10) is None
+    assert t.admission.evicted == 0 and t.admission.open == 4
+    assert t.admission.short_of_memory == 1
