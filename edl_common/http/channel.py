@@ -136,6 +136,9 @@ class Channel(asyncio.Protocol):
         Until its task reads them, a request whose head already arrived would look like a
         fresh idle connection, and a storm of newcomers could close it for room.
         """
+        transport = self._transport
+        if transport is None:
+            return  # released: the connection is over
         self._buffer += data
         if self.on_head is not None:
             if b"\r\n\r\n" in self._tail + data:
@@ -145,8 +148,7 @@ class Channel(asyncio.Protocol):
                 self._tail = data[-3:]
         if len(self._buffer) > self._high_water and not self._reading_paused:
             self._reading_paused = True
-            assert self._transport is not None
-            self._transport.pause_reading()
+            transport.pause_reading()
         _wake(self._data_waiter)
 
     def eof_received(self) -> bool:
