@@ -46,7 +46,9 @@ reads the limit from its cgroup); RSS is also read every 0.25 s for its peak:
   legitimate query failed, p99 within 3x idle, peak RSS at most 80 % of the chart's limit.
 - `memory-floods`: 1,500 half-open ClientHellos held from 8 addresses, then 600 slow request
   bodies (`Expect: 100-continue`, a byte every 2 s) from 100 addresses. Goals: peak RSS at
-  most 80 % of the chart's limit, Available, no `100 Continue` to a stranger.
+  most 80 % of the chart's limit, Available, no legitimate query failed, no `100 Continue`
+  to a stranger (the p99 against idle is shown, not a goal: issue 37 sets one for the
+  pipelining attack only).
 """
 
 from __future__ import annotations
@@ -1131,18 +1133,18 @@ def memory_floods(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
             stranger = [fresh_healthz(adapter.port) for _ in range(3)]
             counts = dict(held.last)
         phases.append(under)
-        goals += [
+        goals += [  # issue 37 asks a p99 within 3x idle of the pipelining attack only
             availability_goal(under),
             failures_goal(under),
-            ratio_goal(label, idle, under),
             peak_goal(label, peak.peak, limit),
         ]
         if kind == "slow-body":
             continues = counts.get("continues", 0)
             goals.append(Goal("no 100 Continue to a stranger", f"{continues}", continues == 0))
+        ratio = pct(under.times, 99) / pct(idle.times, 99)
         notes.append(
             f"{label}: attacker {counts}; a fresh stranger's GET /healthz: {stranger}; "
-            f"peak RSS {peak.peak:.0f} MB"
+            f"peak RSS {peak.peak:.0f} MB; legitimate p99 {ratio:.2f}x idle"
         )
     return report(
         f"memory-floods: unauthenticated floods straight to the adapter, {seconds:.0f} s each; "
