@@ -689,15 +689,15 @@ def floods(code: Path, seconds: float, workdir: Path) -> None:
     from bench.attacks_apiserver import PEAK_SHARE, Attack, PeakRss, chart_memory_limit
 
     limit = chart_memory_limit()
+    # a checkout from before issue 37 (--code) has no budget: its adapter runs without one
+    budget = [f"--memory-budget={limit}"] if (code / "edl_common/http/memory.py").exists() else []
     print(
-        f"floods: issue 37's, straight to the adapter (--memory-budget {limit >> 20}Mi, the "
-        f"chart's limit; {PEAK_SHARE:.0%} of it: {limit * PEAK_SHARE / 1e6:.0f} MB), "
-        f"{seconds:.0f} s each"
+        f"floods: issue 37's, straight to the adapter ({budget[0] if budget else 'no budget'}; "
+        f"the chart's limit {limit >> 20}Mi, {PEAK_SHARE:.0%} of it: "
+        f"{limit * PEAK_SHARE / 1e6:.0f} MB), {seconds:.0f} s each"
     )
     proxy, ca_file = front_proxy(workdir)
     user = "X-Remote-User: system:serviceaccount:kube-system:horizontal-pod-autoscaler\r\n"
-    # a checkout from before issue 37 (--code) has no budget: its adapter runs without one
-    budget = [f"--memory-budget={limit}"] if (code / "edl_common/http/memory.py").exists() else []
     attacks = [
         ("pipeline", 1, "1 connection pipelining GET /healthz"),
         ("pipeline", 4, "4 connections pipelining GET /healthz"),
