@@ -14,6 +14,12 @@ Why not asyncio's streams (``StreamReader``/``StreamWriter``), which the front e
   connection holds when its task ends, and the transports' own cycles are cut when they
   close, so reference counting frees a closed connection at once.
 
+Both lean on asyncio internals of CPython 3.11-3.13 (``SSLProtocol``'s buffer setters and
+read buffer, a selector transport's read callback):
+tests/unit/edl_common/http/test_asyncio_internals.py fails, naming the attribute, on a Python
+that moved them. They retire when ``loop.start_tls`` lets a server size its TLS buffers and
+aborted transports no longer keep themselves alive.
+
 A :class:`Channel` is the protocol of one accepted connection (and, after
 :meth:`Channel.start_tls`, the TLS layer's application protocol). It keeps what arrived in one
 buffer (reading paused above ``high_water``), writes with drain, and starts the connection's
