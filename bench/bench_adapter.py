@@ -67,6 +67,7 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
     from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.http.tls import ensure_serving_cert, server_context
     from metrics_adapter.options import default_settings
+    from metrics_adapter.process_memory import tune_process_memory
     from metrics_adapter.scraping.store import Sample
     from metrics_adapter.settings import AuthMode
 
@@ -115,7 +116,7 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
                 runtime.store.ingest(listed_key(runtime, i), samples)
         runtime.start()
         if threads_only:
-            from metrics_adapter.http.blocking import INLINE_EXTENSION
+            from metrics_adapter.api.flask_app import INLINE_EXTENSION
 
             runtime.app.extensions.pop(INLINE_EXTENSION)
         return runtime.app
@@ -129,7 +130,7 @@ def serve_filled(pods: int, port: int, tls: bool, workdir: Path, threads_only: b
     if tls:
         cert = ensure_serving_cert(None, None, workdir / "certs")
         context_factory = lambda: server_context(cert, None)  # noqa: E731
-    AdapterServer(settings, app_factory, cert, context_factory).run()
+    AdapterServer(settings, app_factory, cert, context_factory, tune_process_memory).run()
 
 
 def serve_hello(port: int, inline: bool) -> None:
@@ -137,9 +138,10 @@ def serve_hello(port: int, inline: bool) -> None:
     answered on the event loop, as the adapter's own app is)."""
     from flask import Flask
 
-    from metrics_adapter.http.blocking import INLINE_EXTENSION
+    from metrics_adapter.api.flask_app import INLINE_EXTENSION
     from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.options import default_settings
+    from metrics_adapter.process_memory import tune_process_memory
 
     def app_factory() -> Any:
         app = Flask("hello")
@@ -149,7 +151,7 @@ def serve_hello(port: int, inline: bool) -> None:
         return app
 
     settings = default_settings(host="127.0.0.1", port=port, tls=False, log_level="warning")
-    AdapterServer(settings, app_factory, None, None).run()
+    AdapterServer(settings, app_factory, None, None, tune_process_memory).run()
 
 
 def bench_hello(seconds: float, inline: bool) -> tuple[float, float, float]:

@@ -31,7 +31,7 @@ from edl_sim.cluster import load_workload, scenarios
 from edl_sim.cluster.cli import compare, parse_run_args, settings_from
 from edl_sim.cluster.plot import write_plot
 from edl_sim.cluster.policies import POLICIES
-from edl_sim.cluster.report import Figures, figures, ratio, table, to_json
+from edl_sim.cluster.report import Figures, figure_ratio, figures, not_comparable, table, to_json
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,10 @@ class Goal:
     def check(self, by: dict[str, Figures]) -> str:
         value = getattr(by[self.policy], self.figure)
         if self.baseline is not None:
-            value = ratio(value, getattr(by[self.baseline], self.figure))
+            why = not_comparable(by[self.policy], by[self.baseline])
+            if why is not None:
+                return f"  {self.text}: refused ({why})"
+            value = figure_ratio(by[self.policy], by[self.baseline], self.figure)
         if value is None:
             return f"  {self.text}: n/a"
         met = value >= self.bound if self.at_least else value <= self.bound
@@ -108,8 +111,12 @@ def dev_set(folder: Path, placements: bool, extra: list[str]) -> dict[str, objec
         base = by["static"]
         for name in DEV_POLICIES:
             f = by[name]
+            why = not_comparable(f, base)
+            if why is not None:
+                print(f"{path.stem:<12} {name:<9} no ratio to static: {why}", flush=True)
+                continue
             x = {
-                k: ratio(getattr(f, k), getattr(base, k)) or 0.0
+                k: figure_ratio(f, base, k) or 0.0
                 for k in ("jct_mean_s", "jct_p99_s", "makespan_s", "utilisation_mean")
             }
             verdict = _acceptance(by) if name == "edl" else ""
@@ -128,8 +135,8 @@ def _acceptance(by: dict[str, Figures]) -> str:
     """The issue's acceptance on one workload: met, or what misses."""
     s, e, o = by["static"], by["edl"], by["edl-2018"]
     checks = (
-        ("JCT", (ratio(e.jct_mean_s, s.jct_mean_s) or 9.0) <= 0.60),
-        ("makespan", (ratio(e.makespan_s, s.makespan_s) or 9.0) <= 1.0),
+        ("JCT", (figure_ratio(e, s, "jct_mean_s") or 9.0) <= 0.60),
+        ("makespan", (figure_ratio(e, s, "makespan_s") or 9.0) <= 1.0),
         ("util", e.utilisation_mean >= s.utilisation_mean),
         ("rescales", e.rescales_per_job <= 4),
         ("edl-2018 rescales", o.rescales_per_job <= 20),

@@ -27,9 +27,14 @@ plus ``allocatable`` and ``free`` summed over usable nodes, the protected pendin
 and where they were placed, the room left per node). ``Plan.to_dict()`` is its JSON form.
 
 Around the core: :class:`CapacitySource` (``snapshot() -> ClusterSnapshot | None``) with
-:class:`StaticCapacitySource` here and a Kubernetes one in :mod:`.kubernetes`;
-:class:`SizeHistory` and :class:`HistoryStore` (memory here, a ConfigMap in
-:mod:`.configmap`) keep the per-size throughput every replica decides from.
+:class:`StaticCapacitySource` here and a Kubernetes one in the adapter
+(``metrics_adapter.sizing.cluster_watch``); :class:`SizeHistory` and :class:`HistoryStore`
+(memory here, a ConfigMap in ``metrics_adapter.sizing.history_configmap``) keep the per-size
+throughput every replica decides from. One round as every caller runs it (the adapter's loop,
+``edl-sim``'s ``edl`` policy): :func:`run_round` (:mod:`.sizing_round`) turns a snapshot and
+the history into the jobs ``decide`` sees, decides, and falls back to every job's current
+replicas if the decision fails; :class:`Observation` folds a round's measurements into the
+history.
 
 Example::
 
@@ -68,6 +73,7 @@ from edl_sizing.history import (
 )
 from edl_sizing.resources import GPU, ResourceError, Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, fit_usl
+from edl_sizing.sizing_round import Observation, RoundResult, run_round, with_history
 
 __all__ = [
     "GPU",
@@ -81,12 +87,14 @@ __all__ = [
     "JobDecision",
     "MemoryHistoryStore",
     "Node",
+    "Observation",
     "Plan",
     "Pod",
     "Quota",
     "Reason",
     "ResourceError",
     "Resources",
+    "RoundResult",
     "ScalingCurve",
     "ScalingPrior",
     "SizeHistory",
@@ -99,5 +107,7 @@ __all__ = [
     "decide",
     "fit_usl",
     "job_error",
+    "run_round",
     "snapshot_from_dict",
+    "with_history",
 ]

@@ -6,10 +6,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import requests
 from flask import Flask
 from prometheus_client import CollectorRegistry
 
@@ -37,19 +35,16 @@ from metrics_adapter.auth.trust import (
 )
 from metrics_adapter.errors import ConfigError, SourceError
 from metrics_adapter.filewatch import FileWatcher
-from metrics_adapter.kube_client import make_api_client
+from metrics_adapter.kube.client import make_api_client
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.providers.protocol import CompositeProvider, MetricsProvider
 from metrics_adapter.providers.scraped_pods import ScrapedPodsProvider
-from metrics_adapter.providers.sizing import Sizer, SizingProvider
+from metrics_adapter.providers.sizing import SizingProvider
 from metrics_adapter.scraping.catalogue import CatalogueHolder, MetricCatalogue
 from metrics_adapter.scraping.evaluator import MetricEvaluator
 from metrics_adapter.scraping.pod_registry import PodRegistry
 from metrics_adapter.scraping.sources import Component
-from metrics_adapter.scraping.sources.deadline_session import DeadlineSession
-from metrics_adapter.scraping.sources.prometheus import PrometheusSource
-from metrics_adapter.scraping.sources.scraper import PodScraper
-from metrics_adapter.scraping.sources.static import StaticPodDiscovery
+from metrics_adapter.scraping.sources.registry import SourceContext, source
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
 from metrics_adapter.settings import (
@@ -58,13 +53,13 @@ from metrics_adapter.settings import (
     STALE_AFTER_MIN_S,
     AdapterSettings,
     AuthMode,
-    SourceKind,
 )
 from metrics_adapter.sizing import backends
 from metrics_adapter.sizing.backends import BackendContext
 from metrics_adapter.sizing.metrics import SizingMetrics
 from metrics_adapter.sizing.observation import SERIES as SIZING_SERIES
 from metrics_adapter.sizing.observation import ThroughputObserver
+from metrics_adapter.sizing.sizer import Sizer
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +156,16 @@ class AdapterRuntime:
         self.service = ScrapedPodsProvider(
             self.pods, MetricEvaluator(self.store, self.stale_after, clock), self.catalogue
         )
-        self.components: list[Component] = []
-        _SOURCES[settings.source](self)
+        self.components: list[Component] = source(settings.source).build(
+            SourceContext(
+                settings,
+                self.pods,
+                self.store,
+                self.catalogue,
+                self.metrics,
+                lambda: self.api_client(settings.kubeconfig),
+            )
+        )
         if settings.metrics_config is not None:
             self.components.append(CatalogueReloader(settings, self.catalogue, self.metrics))
         self.components.append(_Housekeeper(self, interval))
@@ -191,74 +194,6 @@ class AdapterRuntime:
         if kubeconfig not in self._api_clients:
             self._api_clients[kubeconfig] = self._api_client_factory(kubeconfig)
         return self._api_clients[kubeconfig]
-
-    def _static_sources(self) -> None:
-        s = self.settings
-        if s.static_file is None:
-            raise ConfigError("--source static needs --static-file")
-        self._static_pods(s.static_file)
-        self.components.append(self._scraper())
-
-    def _static_pods(self, path: Path) -> None:
-        static = StaticPodDiscovery(path, self.pods, self.store, self.settings.reload_interval)
-        static.load()
-        self.components.append(static)
-
-    def _kubernetes_sources(self) -> None:
-        from metrics_adapter.scraping.sources.kubernetes import KubernetesPodDiscovery
-
-        s = self.settings
-        self.components.append(
-            KubernetesPodDiscovery(
-                self.api_client(s.kubeconfig),
-                self.pods,
-                self.store,
-                self.metrics,
-                label_selector=s.pod_selector,
-                namespace=s.namespace,
-                port=s.metrics_port,
-                port_annotation=s.metrics_port_annotation,
-                path=s.metrics_path,
-            )
-        )
-        self.components.append(self._scraper())
-
-    def _prometheus_sources(self) -> None:
-        s = self.settings
-        if s.static_file:
-            self._static_pods(s.static_file)
-        if not s.prometheus_url:
-            raise ConfigError("--source prometheus needs --prometheus-url")
-        self.components.append(
-            PrometheusSource(
-                s.prometheus_url,
-                self.pods,
-                self.store,
-                self.catalogue,
-                self.metrics,
-                requests.Session(),
-                interval=s.scrape_interval,
-                timeout=s.scrape_timeout,
-                discover_pods=s.static_file is None,
-                namespace_label=s.prometheus_namespace_label,
-                pod_label=s.prometheus_pod_label,
-                owner_label=s.prometheus_owner_label,
-            )
-        )
-
-    def _scraper(self) -> PodScraper:
-        s = self.settings
-        return PodScraper(
-            self.pods,
-            self.store,
-            self.catalogue,
-            self.metrics,
-            DeadlineSession(pool_size=s.scrape_concurrency),
-            interval=s.scrape_interval,
-            timeout=s.scrape_timeout,
-            max_bytes=s.max_scrape_bytes,
-            concurrency=s.scrape_concurrency,
-        )
 
     def _build_sizer(self, clock: Callable[[], float]) -> tuple[Sizer, SizingProvider]:
         """The sizer and its provider, from the named capacity source and history store."""
@@ -377,14 +312,6 @@ class AdapterRuntime:
         """Stop every background component."""
         for component in reversed(self.components):
             component.stop()
-
-
-_SOURCES: dict[SourceKind, Callable[[AdapterRuntime], None]] = {
-    SourceKind.STATIC: AdapterRuntime._static_sources,
-    SourceKind.KUBERNETES: AdapterRuntime._kubernetes_sources,
-    SourceKind.PROMETHEUS: AdapterRuntime._prometheus_sources,
-}
-"""Pod sources by ``--source``: each adds its components (discovery, then collection)."""
 
 
 class _Housekeeper:

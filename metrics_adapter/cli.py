@@ -19,6 +19,7 @@ from typing import Any
 import metrics_adapter
 from edl_common.environment import unknown_variables
 from edl_common.error_boundary import EXIT_FAILURE, EXIT_USAGE, ErrorExit, run_command
+from edl_common.http.memory import MemoryBudget, container_memory_limit
 from edl_common.logs import (
     add_log_format_argument,
     configure_logging,
@@ -29,10 +30,10 @@ from edl_common.logs import (
 from edl_common.options import Parser, add_arguments, read
 from metrics_adapter.auth.trust import ClientTrust, TlsClientTrust, trust_from_configmap
 from metrics_adapter.errors import ConfigError, SourceError
-from metrics_adapter.kube_client import make_api_client
+from metrics_adapter.kube.client import make_api_client
 from metrics_adapter.options import ENV_PREFIX, GROUPS, OPTIONS, settings_from
 from metrics_adapter.preflight import Refused
-from metrics_adapter.settings import AdapterSettings, AuthMode, SourceKind
+from metrics_adapter.settings import AdapterSettings, AuthMode
 
 log = logging.getLogger("metrics_adapter")
 
@@ -151,13 +152,12 @@ def serve(settings: AdapterSettings) -> int:
     from metrics_adapter.assembly import AdapterRuntime, load_catalogue
     from metrics_adapter.http.server import AdapterServer
     from metrics_adapter.http.tls import ensure_serving_cert, server_context
+    from metrics_adapter.process_memory import tune_process_memory
+    from metrics_adapter.scraping.sources.registry import source
     from metrics_adapter.scraping.sources.static import load_static_pods
 
     load_catalogue(settings)  # fail fast, before forking a worker
-    if settings.source is SourceKind.STATIC and settings.static_file is None:
-        raise ConfigError("--source static needs --static-file")
-    if settings.source is SourceKind.PROMETHEUS and not settings.prometheus_url:
-        raise ConfigError("--source prometheus needs --prometheus-url")
+    source(settings.source).check(settings)
     if settings.static_file is not None:
         load_static_pods(settings.static_file)
     if settings.sizing:
@@ -176,11 +176,6 @@ def serve(settings: AdapterSettings) -> int:
                     f"--sizing with {' and '.join(sorted(needs_cluster))} needs a cluster: {e} "
                     "(without one: --sizing-capacity static --sizing-history memory)"
                 ) from e
-    if settings.source is SourceKind.KUBERNETES:
-        try:
-            make_api_client(settings.kubeconfig)
-        except SourceError as e:
-            raise ConfigError(f"--source kubernetes needs a cluster: {e}") from e
     if settings.authorization is AuthMode.DELEGATED:
         try:
             make_api_client(settings.authorization_kubeconfig or settings.kubeconfig)
@@ -230,8 +225,38 @@ def serve(settings: AdapterSettings) -> int:
         runtime.start()
         return runtime.app
 
-    AdapterServer(settings, app_factory, cert, context_factory).run()
+    AdapterServer(
+        settings,
+        app_factory,
+        cert,
+        context_factory,
+        tune_process_memory,
+        memory=memory_budget(settings),
+    ).run()
     return 0
+
+
+def memory_budget(settings: AdapterSettings) -> MemoryBudget | None:
+    """The budget admission keeps to: ``--memory-budget``, else the container's limit."""
+    from metrics_adapter.process_memory import release_free_memory
+
+    given = settings.memory_budget
+    limit = given if given is not None else container_memory_limit()
+    if not limit:
+        log.info(
+            "no memory budget (%s): connections are capped by count only",
+            "--memory-budget 0" if given == 0 else "no container memory limit found",
+        )
+        return None
+    budget = MemoryBudget(limit, reclaim=release_free_memory)
+    log.info(
+        "memory budget %d MiB (%s): new connections and request bodies without a verified "
+        "client certificate are refused past %d MiB",
+        limit >> 20,
+        "--memory-budget" if given is not None else "the container's limit",
+        budget.high_water >> 20,
+    )
+    return budget
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from edl_common.options import (
     TEXT,
     Kind,
     Option,
+    byte_size,
     choice,
     duration,
     integer,
@@ -29,6 +30,7 @@ from edl_common.options import (
 from edl_sizing import defaults
 from edl_sizing.decision import SizingPolicy
 from edl_sizing.resources import RESOURCE_NAMES, Resources
+from metrics_adapter.scraping.sources.registry import SOURCES
 from metrics_adapter.settings import (
     MAX_SAMPLES_PER_SERIES,
     SELF_SIGNED_HOSTNAMES,
@@ -36,7 +38,6 @@ from metrics_adapter.settings import (
     STALE_AFTER_MIN_S,
     AdapterSettings,
     AuthMode,
-    SourceKind,
 )
 from metrics_adapter.sizing.backends import (
     CAPACITY_SOURCES,
@@ -193,8 +194,17 @@ OPTIONS: tuple[Option, ...] = (
         "limits",
     ),
     _opt(
+        "memory_budget",
+        byte_size(0),
+        None,
+        "memory the process may use (a quantity: 512Mi); past 70 % of it new connections "
+        "and request bodies without a verified client certificate are refused (default: the "
+        "container's memory limit, read from its cgroup; 0: no budget)",
+        "limits",
+    ),
+    _opt(
         "source",
-        choice(*(k.value for k in SourceKind)),
+        choice(*SOURCES),
         "static",
         "where pods and samples come from",
         "sources",
@@ -498,7 +508,6 @@ def settings_from(values: Mapping[str, Any]) -> AdapterSettings:
     """`AdapterSettings` from `edl_common.options.read(OPTIONS, ...)` values."""
     fields = dict(values)
     fields["tls"] = not fields.pop("no_tls")
-    fields["source"] = SourceKind(fields["source"])
     fields["authentication"] = AuthMode(fields["authentication"])
     fields["authorization"] = AuthMode(fields["authorization"])
     fields["sizing_headroom"] = fields["sizing_headroom"] or Resources()

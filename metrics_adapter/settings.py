@@ -27,14 +27,6 @@ SELF_SIGNED_HOSTNAMES = ("localhost", "edl-metrics-adapter", "edl-metrics-adapte
 127.0.0.1, ::1)."""
 
 
-class SourceKind(enum.Enum):
-    """Where pods and samples come from."""
-
-    STATIC = "static"
-    KUBERNETES = "kubernetes"
-    PROMETHEUS = "prometheus"
-
-
 class AuthMode(enum.Enum):
     """``none`` (local demos/tests: everyone is allowed) or ``delegated``.
 
@@ -62,7 +54,7 @@ class AdapterSettings:
     """Serving private key (PEM)."""
     cert_dir: Path | None
     """Where a generated self-signed certificate is written (default: a temporary dir)."""
-    source: SourceKind
+    source: str
     """Source of pods and samples."""
     static_file: Path | None
     """Static pods file (``--source static``; also the pod list for ``--source prometheus``)."""
@@ -160,6 +152,10 @@ class AdapterSettings:
     """Requests queued or running at most; more are answered 429 TooManyRequests."""
     max_header_bytes: int
     """Largest request head (request line and headers); larger is 431 (a longer line 414)."""
+    memory_budget: int | None
+    """Bytes the process may use (None: the container's memory limit; 0: no budget).
+    Past 70 % of it new connections and request bodies of clients without a verified client
+    certificate are refused (``edl_common.http.memory``)."""
     max_series_per_pod: int
     """Label sets of the catalogue's series kept per pod; new ones beyond are refused."""
     series_prune_after: float | None

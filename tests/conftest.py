@@ -7,6 +7,10 @@ failed on `too_slow`: 2 inputs in 62 s). Tests set `max_examples` and nothing el
 (tests/unit/architecture/test_hypothesis_profile.py) fails if one sets a deadline or replaces
 the suppressed health checks.
 
+A unit test not marked ``slow`` may not start a process or import torch or Paddle
+(:func:`tests.support.fast_units.guarded` fails it, naming what it did), so
+``pytest tests/unit -m "unit and not slow"`` stays fast.
+
 Every test also gets the process environment back as it found it
 (:func:`tests.support.environment.restored_environment`): an in-process trainer exports its
 world into ``os.environ`` on purpose, and later tests must not see it.
@@ -21,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support.environment import restored_environment
+from tests.support.fast_units import guarded
 
 _LAYERS = ("unit", "integration", "e2e")
 
@@ -47,4 +52,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _environment_restored() -> Iterator[None]:
     """What a test sets in ``os.environ`` ends with it."""
     with restored_environment():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _fast_units_stay_fast(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A unit test not marked ``slow`` starts no process and imports no framework."""
+    node = request.node
+    if node.get_closest_marker("unit") is None or node.get_closest_marker("slow") is not None:
+        yield
+        return
+    with guarded(node.nodeid):
         yield

@@ -355,7 +355,7 @@ class ElasticTrainer:
         if self._reinits >= self.settings.reinit_limit:
             log.info(
                 "%d in-process generations in this process: the next rescale restarts it "
-                "(releasing the stores the framework keeps)",
+                "(releasing what the framework keeps per group)",
                 self._reinits,
             )
             joiner.in_process = False

@@ -160,7 +160,7 @@ class WorldJoiner:
         deadline = time.monotonic() + self.settings.master_wait_seconds
         while True:
             try:
-                return RendezvousHost(endpoint)
+                return RendezvousHost(endpoint, store_ports=self.settings.store_ports)
             except OSError as e:
                 if time.monotonic() >= deadline or self.superseded():
                     raise RendezvousTimeout(f"cannot listen on {endpoint}: {e}") from e

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent.errors import ConfigError
 from agent.protocol import env as names
+from edl_common.ports import parse_port_range
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:
@@ -87,7 +88,10 @@ class ElasticTrainerSettings:
     """EDL_REINIT_WAIT_SECONDS: how long a drained in-process trainer waits for its next world."""
     reinit_limit: int = 50
     """EDL_REINIT_LIMIT: in-process generations per trainer process; after that it takes the
-    process path once (frameworks cannot release a store, so each generation keeps one)."""
+    process path once (bounds what a framework keeps per group: Paddle's comm contexts)."""
+    store_ports: range | None = None
+    """EDL_STORE_PORTS (``LOW-HIGH``): the ports rank 0's store of a generation may take
+    (a firewall's opening); unset: any port the kernel finds free on every address."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
@@ -110,4 +114,14 @@ class ElasticTrainerSettings:
             reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
             reinit_wait_seconds=_number(env, names.REINIT_WAIT, cls.reinit_wait_seconds),
             reinit_limit=limit,
+            store_ports=_store_ports(env.get(names.STORE_PORTS, "")),
         )
+
+
+def _store_ports(raw: str) -> range | None:
+    if not raw.strip():
+        return None
+    try:
+        return parse_port_range(raw)
+    except ValueError as e:
+        raise ConfigError(f"{names.STORE_PORTS}={e}") from None

@@ -132,7 +132,14 @@ RUN: tuple[Option, ...] = (
         "placement", choice("spread", "pack"), _SIM.placement, "where the scheduler binds", CLUSTER
     ),
     _opt("preemption", SWITCH, None, "higher-priority pods evict lower-priority ones", CLUSTER),
-    _opt("max_time", duration(), format_duration(_SIM.max_time), "simulated time at most", CLUSTER),
+    _opt(
+        "max_time",
+        duration(),
+        None,
+        "simulated time at most; jobs left then are reported unfinished (default: until every "
+        "job has finished; a job still left far past that is an error naming it)",
+        CLUSTER,
+    ),
     _opt(
         "hpa_sync_period",
         duration(),

@@ -38,8 +38,9 @@ class SimSettings:
     pauses: PauseModel = field(default_factory=PauseModel)
     placement: str = "spread"
     preemption: bool = False
-    max_time: float = 30 * 86400.0
-    """Stop here even if jobs are left (they are reported unfinished)."""
+    max_time: float | None = None
+    """Stop here even if jobs are left (they are reported unfinished). None: run until every
+    job has finished; past :func:`horizon_bound` the run is an error naming the jobs left."""
     until: float = 0.0
     """Keep simulating at least until here (the end of a utilisation window)."""
 
@@ -102,6 +103,30 @@ class SimResult:
     wall_s: float
     decisions: int
     """Policy decisions made (sizer rounds, HPA syncs, autoscaler loops)."""
+
+
+HORIZON_SLACK = 4.0
+"""The default bound's multiple of running every job alone at its slowest size."""
+
+
+def horizon_bound(workload: Workload) -> float:
+    """How long a run may take before jobs left unfinished are an error (seconds).
+
+    After the last arrival (a job or a service step), :data:`HORIZON_SLACK` times the time
+    every job would take run alone, one after another, at its slowest size between its
+    minimum and maximum of workers: a policy that keeps the cluster working finishes well
+    within it, so a job still running past it is starved (or can never fit), not slow.
+    """
+    last = max(
+        [j.submit for j in workload.jobs] + [s.time for s in workload.background], default=0.0
+    )
+    alone = 0.0
+    for spec in workload.jobs:
+        curve = workload.curves[spec.curve]
+        sizes = range(max(1, spec.min_workers), max(1, spec.min_workers, spec.max_workers) + 1)
+        slowest = min((curve.throughput(n) for n in sizes), default=0.0)
+        alone += spec.work_samples / slowest if slowest > 0 else 0.0
+    return last + HORIZON_SLACK * alone + 86400.0
 
 
 class Simulation:
@@ -183,7 +208,11 @@ class Simulation:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> SimResult:
-        """Simulate until every job is done (or ``max_time``)."""
+        """Simulate until every job is done (or ``max_time``).
+
+        Raises:
+            SimulationError: without ``max_time``, jobs were left past :func:`horizon_bound`.
+        """
         started = wallclock.monotonic()
         for spec in self.workload.jobs:
             low, high = self.policy.bounds(spec)
@@ -197,9 +226,11 @@ class Simulation:
         self._record()
         total = len(self._runs)
         until = self.settings.until
+        limit = self.settings.max_time
+        bound = horizon_bound(self.workload) if limit is None else limit
         while self._heap and (self._finished < total or self._heap[0][0] <= until):
             t, order = self._heap[0][0], self._heap[0][1]
-            if t > self.settings.max_time:
+            if t > bound:
                 break
             self._now = t
             while self._heap and self._heap[0][0] == t and self._heap[0][1] == order:
@@ -208,6 +239,16 @@ class Simulation:
             self._update_worlds()
             self._report_progress(total)
         end = self._now
+        left = [r.spec for r in self._runs if r.finished_at is None]
+        if limit is None and left:
+            named = ", ".join(f"{s.name} (submitted at {s.submit:.0f} s)" for s in left[:5])
+            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+            raise SimulationError(
+                f"{self.policy.name} left {len(left)} of {total} jobs unfinished after "
+                f"{end:.0f} s of simulated time (the bound: {HORIZON_SLACK:g}x every job run "
+                f"alone at its slowest size, after the last arrival): {named}{more}; "
+                "--max-time compares the policies within a horizon instead"
+            )
         for pods in self._services.values():
             self._service_waits.extend(end - p.created for p in pods if p.node is None)
         jobs = tuple(

@@ -14,6 +14,10 @@ Definitions (docs/cluster-simulation.md has them for users):
   still in rescale pauses.
 * **protected pods pending**: seconds each background (higher-priority) pod waited to be
   bound; one still waiting at the end counts until then.
+* **jobs unfinished**: the jobs a run stopped before (only with ``--max-time``: by default a
+  run goes on until every job has finished). Policies that finished different jobs are not
+  compared: their ratios are refused (``-`` in the table, null in the JSON), since a mean over
+  other jobs says nothing about the same ones.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Figures:
     policy: str
     jobs: int
     jobs_finished: int
+    jobs_unfinished: tuple[str, ...]
+    """The names of the jobs left when the run stopped (``--max-time``)."""
     jct_mean_s: float | None
     jct_p50_s: float | None
     jct_p99_s: float | None
@@ -57,7 +63,9 @@ class Figures:
         """The JSON object (floats rounded to what the figures mean)."""
         out: dict[str, Any] = {}
         for key, value in asdict(self).items():
-            if isinstance(value, float):
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, float):
                 value = round(value, 4 if key.startswith("utilisation") else 2)
             out[key] = value
         return out
@@ -125,6 +133,7 @@ def figures(result: SimResult, window: float | None = None) -> Figures:
         policy=result.policy,
         jobs=len(result.jobs),
         jobs_finished=len(finished),
+        jobs_unfinished=tuple(j.name for j in result.jobs if j.finished is None),
         jct_mean_s=_mean(jct),
         jct_p50_s=quantile(jct, 0.5),
         jct_p99_s=quantile(jct, 0.99),
@@ -172,6 +181,23 @@ def ratio(value: float | None, base: float | None) -> float | None:
     return value / base
 
 
+def not_comparable(f: Figures, base: Figures) -> str | None:
+    """Why ``f`` and ``base`` cannot be compared (None: they finished the same jobs)."""
+    if f.jobs == base.jobs and set(f.jobs_unfinished) == set(base.jobs_unfinished):
+        return None
+    return (
+        f"{f.policy} finished {f.jobs_finished}/{f.jobs} jobs, {base.policy} "
+        f"{base.jobs_finished}/{base.jobs}: not the same jobs"
+    )
+
+
+def figure_ratio(f: Figures, base: Figures, key: str) -> float | None:
+    """``f``'s figure ``key`` over ``base``'s; None when missing or over different jobs."""
+    if not_comparable(f, base) is not None:
+        return None
+    return ratio(getattr(f, key), getattr(base, key))
+
+
 def table(all_figures: Sequence[Figures], baseline: str = "static") -> str:
     """Every figure for each policy, with its ratio to ``baseline`` (``x0.85``), one table."""
     base = next((f for f in all_figures if f.policy == baseline), None)
@@ -199,7 +225,7 @@ def table(all_figures: Sequence[Figures], baseline: str = "static") -> str:
             if key == "jobs_finished":
                 text = f"{value}/{f.jobs}"
             elif base is not None and f is not base:
-                r = ratio(value, getattr(base, key))
+                r = figure_ratio(f, base, key)
                 text += f" (x{r:.2f})" if r is not None else ""
             cells.append(text)
         rows.append(cells)
@@ -213,6 +239,14 @@ def table(all_figures: Sequence[Figures], baseline: str = "static") -> str:
             lines.append("  ".join("-" * w for w in widths))
     if base is not None and len(all_figures) > 1:
         lines.append(f"(xN: the figure divided by {baseline}'s)")
+    for f in all_figures:
+        if f.jobs_unfinished:
+            shown = ", ".join(f.jobs_unfinished[:10])
+            more = f" and {len(f.jobs_unfinished) - 10} more" if len(f.jobs_unfinished) > 10 else ""
+            lines.append(f"{f.policy}: unfinished when the run stopped: {shown}{more}")
+        why = not_comparable(f, base) if base is not None and f is not base else None
+        if why is not None:
+            lines.append(f"{f.policy}: no ratio to {baseline} ({why})")
     return "\n".join(lines)
 
 
@@ -222,14 +256,20 @@ def to_json(all_figures: Sequence[Figures], baseline: str = "static") -> dict[st
         return all_figures[0].to_dict()
     base = next((f for f in all_figures if f.policy == baseline), None)
     ratios: dict[str, Mapping[str, float | None]] = {}
+    refused: dict[str, str] = {}
     if base is not None:
         for f in all_figures:
             ratios[f.policy] = {
-                key: None if (r := ratio(getattr(f, key), getattr(base, key))) is None
-                else round(r, 4)
+                key: None if (r := figure_ratio(f, base, key)) is None else round(r, 4)
                 for key, _, _ in _ROWS
-            }  # fmt: skip
-    return {
+            }
+            why = not_comparable(f, base)
+            if why is not None:
+                refused[f.policy] = why
+    out: dict[str, Any] = {
         "policies": {f.policy: f.to_dict() for f in all_figures},
         f"ratios_to_{baseline}": ratios,
     }
+    if refused:
+        out[f"ratios_refused_{baseline}"] = refused
+    return out

@@ -1,7 +1,13 @@
-"""The Flask app factory: every request goes through one edge that renders metav1.Status.
+"""The Flask app factory: the app routes and renders; every error is a metav1.Status.
 
-Flask's own URL routing is bypassed: :func:`metrics_adapter.api.routes.parse_path` reads the raw
-(still percent-encoded) path, so ``%2A`` works and ``%2F`` cannot smuggle a segment.
+Authentication and authorisation happen before the app, in the filters
+(:mod:`metrics_adapter.api.filters`, installed as the app's WSGI middleware): by the time the
+app runs, the caller is known and allowed, and the app never waits on the network, so the
+front end runs it once, on its event loop.
+
+Paths are routed by :func:`metrics_adapter.api.routes.parse_path` over the raw (still
+percent-encoded) path, not by Flask's URL map, which sees the decoded one: ``%2A`` must work
+as ``*`` and ``%2F`` must not smuggle a segment (kube-apiserver splits before decoding too).
 """
 
 from __future__ import annotations
@@ -11,36 +17,36 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from metrics_adapter.api import wire_shapes as wire
-from metrics_adapter.api.routes import Route, RouteKind, parse_path, split_raw_path
-from metrics_adapter.api.selectors import LabelSelector
-from metrics_adapter.auth.attributes import request_attributes
-from metrics_adapter.auth.authn import DelegatingAuthenticator
-from metrics_adapter.auth.authz import AlwaysAllowAuthorizer, Authorizer
-from metrics_adapter.auth.identity import Credentials
-from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
-from metrics_adapter.http.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, WouldBlock
-from metrics_adapter.providers.protocol import (
-    ExternalMetricInfo,
-    MetricsProvider,
-    custom_metric_values,
+from metrics_adapter.api.filters import (
+    ROUTE_ENVIRON_KEY,
+    STARTED_ENVIRON_KEY,
+    RequestFilters,
+    raw_path,
 )
+from metrics_adapter.api.metric_reads import custom_metric_values
+from metrics_adapter.api.routes import Route, RouteKind
+from metrics_adapter.auth.authn import DelegatingAuthenticator
+from metrics_adapter.auth.authz import Authorizer
+from metrics_adapter.errors import AdapterError, MethodNotAllowedError, NotFoundError
+from metrics_adapter.kube.selectors import LabelSelector
+from metrics_adapter.providers.protocol import ExternalMetricInfo, MetricsProvider
 from metrics_adapter.selfmetrics import AdapterMetrics
 from metrics_adapter.settings import AdapterSettings
 
 log = logging.getLogger(__name__)
 
-PEER_CERT_ENVIRON_KEY = "edl.peer_cert_der"
-HEADER_LINES_ENVIRON_KEY = "edl.header_lines"  # ((lower-case name, value), ...) per line
-USER_ENVIRON_KEY = "edl.user"  # the authenticated user's name, for the access log
+FILTERS_EXTENSION = "edl.filters"
+"""The app's :class:`RequestFilters` in ``app.extensions`` (the front end calls them apart)."""
+INLINE_EXTENSION = "edl.inline"
+"""Set (True) in ``app.extensions``: the app behind its filters never waits on the network,
+so the front end may call it on its event loop."""
 _READ_METHODS = ("GET", "HEAD")
 _STREAM_ABOVE_ITEMS = 2048
-_NO_CREDENTIALS = Credentials({}, {})
 _VERSION = {"major": "0", "minor": "1", "gitVersion": "v0.1.0", "platform": "python"}
 
 
@@ -50,23 +56,6 @@ def _json(code: int, body: dict[str, Any], head: bool) -> Response:
     if head:
         resp.headers["Content-Length"] = "0"
     return resp
-
-
-def _credentials() -> Credentials:
-    """The request's headers as kube-apiserver sees them: one value per header line, verbatim.
-
-    A group named ``a,b`` stays one group. The server passes the lines; a plain WSGI environ
-    (tests) has one value per header name.
-    """
-    environ = request.environ
-    lines = environ.get(HEADER_LINES_ENVIRON_KEY)
-    if lines is None:
-        lines = [(name.lower(), value) for name, value in request.headers.items()]
-    lists: dict[str, tuple[str, ...]] = {}
-    for key, value in lines:
-        lists[key] = (*lists.get(key, ()), value)
-    first = {k: v[0] for k, v in lists.items()}
-    return Credentials(first, lists, environ.get(PEER_CERT_ENVIRON_KEY))
 
 
 def create_app(
@@ -86,9 +75,8 @@ def create_app(
     authorised like any other non-resource path.
     """
     app = Flask("metrics_adapter")
-    app.extensions[INLINE_EXTENSION] = True  # network waits defer (metrics_adapter.http.blocking)
+    app.extensions[INLINE_EXTENSION] = True  # it never waits on the network: run on the loop
     renderer = wire.MetricListRenderer()
-    allow_all = isinstance(authorizer, AlwaysAllowAuthorizer)
     app.config["EDL_ADAPTER_SETTINGS"] = settings
 
     def dispatch(route: Route) -> Response:
@@ -165,43 +153,26 @@ def create_app(
 
     @app.before_request
     def handle() -> Response:
-        started = time.perf_counter()
         environ = request.environ
-        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or quote(request.path)
-        label = "invalid"
-        code = 500
+        started = environ.get(STARTED_ENVIRON_KEY) or time.perf_counter()
+        route = environ.get(ROUTE_ENVIRON_KEY)
+        if route is None:  # the filters did not run: never for an app create_app built
+            raise RuntimeError("the app runs behind its RequestFilters (app.wsgi_app)")
+        label = route.label if isinstance(route, Route) else "invalid"
         try:
-            route: Route | None = None
-            path_error: AdapterError | None = None
-            try:
-                route = parse_path(split_raw_path(raw))
-                label = route.label
-            except AdapterError as e:
-                path_error = e
-            if route is None or route.kind is not RouteKind.HEALTH:
-                credentials = _credentials() if authenticator.needs_credentials else _NO_CREDENTIALS
-                user = authenticator.authenticate(credentials)
-                environ[USER_ENVIRON_KEY] = user.name
-                if not allow_all:
-                    path = route.path if route is not None else request.path
-                    authorizer.authorize(request_attributes(user, request.method, path))
             # Only callers allowed to ask learn that the method or the path is wrong.
             if request.method not in _READ_METHODS:
                 raise MethodNotAllowedError(
                     f"the server does not allow this method on the requested resource "
                     f"(method {request.method})"
                 )
-            if path_error is not None:
-                raise path_error
-            assert route is not None
+            if not isinstance(route, Route):
+                raise route
             resp = dispatch(route)
         except AdapterError as e:
             resp = _json(e.code, wire.status(e.code, e.reason, e.message), request.method == "HEAD")
-        except WouldBlock:  # on the event loop: the front end runs it again on a thread
-            environ[DEFERRED_ENVIRON_KEY] = True
-            return Response(status=503)
         except Exception:
-            log.exception("internal error serving %s %s", request.method, raw)
+            log.exception("internal error serving %s %s", request.method, raw_path(environ))
             resp = _json(
                 500,
                 wire.status(500, "InternalError", "an internal error occurred"),
@@ -211,4 +182,7 @@ def create_app(
         metrics.request_duration.labels(label, str(code)).observe(time.perf_counter() - started)
         return resp
 
+    filters = RequestFilters(app.wsgi_app, authenticator, authorizer, metrics)
+    app.wsgi_app = filters  # type: ignore[method-assign]
+    app.extensions[FILTERS_EXTENSION] = filters
     return app

@@ -18,14 +18,13 @@ import cachetools
 from edl_common.http.target import TargetError, split_target
 from metrics_adapter.bounded_cache import estimate_text
 from metrics_adapter.errors import InvalidPathError, NotFoundError
+from metrics_adapter.kube.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from metrics_adapter.scraping.catalogue import METRIC_NAME
 
 CUSTOM_GROUP = "custom.metrics.k8s.io"
 EXTERNAL_GROUP = "external.metrics.k8s.io"
 GROUP_VERSIONS = {CUSTOM_GROUP: ("v1beta2", "v1beta1"), EXTERNAL_GROUP: ("v1beta1",)}
 
-NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _HEALTH = ("healthz", "livez", "readyz")
 
@@ -103,7 +102,7 @@ def _check(value: str, pattern: re.Pattern[str], what: str, limit: int) -> str:
 
 
 def _name(value: str) -> str:
-    return value if value == "*" else _check(value, OBJECT_NAME_RE, "object name", 253)
+    return value if value == "*" else _check(value, DNS1123_SUBDOMAIN, "object name", 253)
 
 
 def _metric(value: str) -> str:
@@ -186,7 +185,7 @@ def _external(base: Route, rest: list[str]) -> Route:
             base.path,
             base.group,
             base.version,
-            namespace=_check(rest[1], NAMESPACE_RE, "namespace", 63),
+            namespace=_check(rest[1], DNS1123_LABEL, "namespace", 63),
             metric=_metric(rest[2]),
         )
     raise NotFoundError(
@@ -197,7 +196,7 @@ def _external(base: Route, rest: list[str]) -> Route:
 
 def _custom(base: Route, rest: list[str]) -> Route:
     if rest[0] == "namespaces" and len(rest) in (4, 5):
-        namespace = _check(rest[1], NAMESPACE_RE, "namespace", 63)
+        namespace = _check(rest[1], DNS1123_LABEL, "namespace", 63)
         if len(rest) == 4:
             if rest[2] != "metrics":
                 raise NotFoundError(

@@ -22,6 +22,7 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
+from metrics_adapter.auth.blocking import may_block
 from metrics_adapter.auth.identity import ANONYMOUS, Credentials, UserInfo
 from metrics_adapter.bounded_cache import (
     POINTER_BYTES,
@@ -30,7 +31,6 @@ from metrics_adapter.bounded_cache import (
     estimate_text,
 )
 from metrics_adapter.errors import AuthError, UnauthorizedError
-from metrics_adapter.http.blocking import may_block
 
 
 class Authenticator(Protocol):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from metrics_adapter.auth.blocking import may_block
 from metrics_adapter.auth.identity import RequestAttributes
 from metrics_adapter.bounded_cache import POINTER_BYTES, ByteBoundedLRU, estimate_nested
 from metrics_adapter.errors import AuthError, ForbiddenError
-from metrics_adapter.http.blocking import may_block
 
 
 class Authorizer(Protocol):

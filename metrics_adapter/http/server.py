@@ -2,10 +2,11 @@
 
 The connections, deadlines, caps and h11 framing are :mod:`edl_common.http` (the agent's
 exporter serves through the same code). What is the adapter's own lives here: errors of the
-HTTP layer as ``metav1.Status`` JSON like the app's, the Flask app called on the event loop
-when it can defer (:mod:`metrics_adapter.http.blocking`) and on a thread pool when it cannot,
-the 429 cap on requests in the app, the access log, and the serving loop with certificate
-reloads (:mod:`metrics_adapter.http.tls`).
+HTTP layer as ``metav1.Status`` JSON like the app's, the request filters (authentication,
+authorisation: :mod:`metrics_adapter.api.filters`) called on the event loop and, where they
+would wait on the network (:mod:`metrics_adapter.auth.blocking`), on a thread, then the Flask
+app called once, the 429 cap on requests on the threads, the access log, and the serving loop
+with certificate reloads (:mod:`metrics_adapter.http.tls`).
 
 One process keeps one in-memory store (the adapter scales out by replicas, not processes).
 Each request's environ carries the TLS peer certificate (``edl.peer_cert_der``) and the header
@@ -15,10 +16,6 @@ lines verbatim (``edl.header_lines``) for requestheader authentication.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
-import ctypes.util
-import gc
 import io
 import json
 import logging
@@ -29,70 +26,37 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from edl_common.http.admission import AdmissionLimits
+from edl_common.http.memory import MemoryBudget
 from edl_common.http.request_head import HeadLimits, HttpError, RequestHead
 from edl_common.http.server import Exchange, HttpServer, Request, Response, ServerLimits
 from edl_common.http.sockets import ListenError, listen, raise_open_files_limit
 from metrics_adapter.api import wire_shapes as wire
-from metrics_adapter.api.flask_app import (
+from metrics_adapter.api.filters import (
     HEADER_LINES_ENVIRON_KEY,
     PEER_CERT_ENVIRON_KEY,
     USER_ENVIRON_KEY,
+    RequestFilters,
 )
+from metrics_adapter.api.flask_app import FILTERS_EXTENSION, INLINE_EXTENSION
+from metrics_adapter.auth.blocking import WouldBlock, on_loop
+from metrics_adapter.auth.identity import ANONYMOUS
 from metrics_adapter.errors import ConfigError
-from metrics_adapter.http.blocking import DEFERRED_ENVIRON_KEY, INLINE_EXTENSION, on_loop
 from metrics_adapter.http.tls import CertReloader, ServingCert
-from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.settings import AdapterSettings
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("metrics_adapter.access")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+_T = TypeVar("_T")
 
 _STREAM_AFTER = 256 * 1024  # bodies without Content-Length above this go out chunked
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "upgrade"})
 _BACKLOG = 1024
-
-
-_M_MMAP_THRESHOLD = -3  # glibc mallopt
-_MMAP_THRESHOLD_BYTES = 128 * 1024
-TRIM_INTERVAL_S = 30.0
-"""How often freed heap pages are given back to the OS while serving."""
-
-
-def _libc() -> Any:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-
-
-def _release_free_memory() -> None:
-    """Give freed heap pages back to the OS (glibc ``malloc_trim``)."""
-    libc = _libc()
-    with contextlib.suppress(AttributeError):
-        if libc is not None:
-            libc.malloc_trim(0)
-
-
-def _limit_heap_retention() -> None:
-    """Keep glibc from holding freed memory after a burst of connections.
-
-    Each TLS connection's asyncio buffers are 256 KiB: glibc maps such blocks and unmaps
-    them when freed, but its threshold for that grows to the largest block freed, after
-    which they come from the heap and stay there once freed. A fixed threshold keeps them
-    mapped; what else a burst frees is given back every `TRIM_INTERVAL_S` (malloc_trim).
-    1,000 connects a second for 15 s left RSS at 411 MB, 186 MB with the fixed threshold,
-    92 MB once trimmed.
-    """
-    libc = _libc()
-    with contextlib.suppress(AttributeError):
-        if libc is not None:
-            libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
 
 
 def server_limits(s: AdapterSettings) -> ServerLimits:
@@ -122,6 +86,10 @@ def status_response(code: int, reason: str, message: str, close: bool = False) -
     """A ``metav1.Status`` failure as a response."""
     body = status_body(code, reason, message)
     return Response(code, [("Content-Type", "application/json")], body, close=close)
+
+
+class _Busy(Exception):
+    """The app threads have ``max_inflight`` requests already (answered 429)."""
 
 
 @dataclass
@@ -161,11 +129,13 @@ def _next_batch(rest: Iterator[bytes]) -> bytes:
 class WsgiHandler:
     """Serves a WSGI app behind :class:`edl_common.http.server.HttpServer`.
 
-    An app that can defer (``blocking.INLINE_EXTENSION`` in its ``extensions``) is called on
-    the event loop itself: no hand-off to a thread and back, which was most of a small
-    request's cost. A request that would wait on the network is deferred by the app and run
-    again on an app thread; an answer too large to buffer is streamed, pulled from an app
-    thread. Any other app runs on the threads only.
+    The adapter's app (:func:`~metrics_adapter.api.flask_app.create_app`) has its request
+    filters in ``app.extensions``: they run on the event loop itself (no hand-off to a thread
+    and back, which was most of a small request's cost) and, where a review must be asked of
+    kube-apiserver, again on an app thread; then the app runs once, on the loop when it says
+    it never blocks (``INLINE_EXTENSION``), else on a thread. An answer too large to buffer is
+    streamed, pulled from an app thread. Any other WSGI app runs on the threads unless it
+    says it never blocks.
 
     Args:
         app: the WSGI application.
@@ -185,8 +155,11 @@ class WsgiHandler:
         server: tuple[str, str] = ("localhost", "0"),
         log_access: bool = False,
     ) -> None:
-        self._app = app
-        self._inline = bool(getattr(app, "extensions", {}).get(INLINE_EXTENSION))
+        extensions = getattr(app, "extensions", {})
+        self._filters: RequestFilters | None = extensions.get(FILTERS_EXTENSION)
+        # With filters, the app proper is what they guard: they run apart, before it.
+        self._app: WsgiApp = self._filters.app if self._filters is not None else app
+        self._inline = bool(extensions.get(INLINE_EXTENSION))
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="http")
         self._max_inflight = max_inflight
         self._scheme = scheme
@@ -199,32 +172,92 @@ class WsgiHandler:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def respond(self, request: Request) -> Response:
-        """Answer on the loop when the app can, else (or when it defers) on a thread."""
+        """Filter, then answer: on the loop when possible, else (or to wait) on a thread.
+
+        The filters (authentication, authorisation) run on the loop and, where they would
+        wait on the network, again on a thread; the app then runs once: on the loop when it
+        says it never blocks, else on a thread.
+        """
         head = request.head
         environ = self._environ(request)
-        answer: Response | _Unfinished | None = None
-        if self._inline:
-            with on_loop():
-                answer = self._run_app(environ, head)
-            if environ.get(DEFERRED_ENVIRON_KEY):  # it would block: a thread runs it
-                if isinstance(answer, _Unfinished):
-                    _close_result(answer.result)
-                answer, environ = None, self._environ(request)
-        if answer is None:
-            if self._inflight >= self._max_inflight:
-                return status_response(
-                    429, "TooManyRequests", "too many requests in flight, please retry"
-                )
-            self._inflight += 1
-            try:
-                loop = asyncio.get_running_loop()
-                answer = await loop.run_in_executor(self._pool, self._run_app, environ, head)
-            finally:
-                self._inflight -= 1
+        try:
+            denial = await self._filter(environ)
+            if denial is not None:
+                return self._answered(denial, environ)
+            answer: Response | _Unfinished
+            if self._inline:
+                with on_loop():
+                    answer = self._run_app(environ, head)
+            else:
+                answer = await self._on_thread(self._run_app, environ, head)
+        except _Busy:
+            return status_response(
+                429, "TooManyRequests", "too many requests in flight, please retry"
+            )
         if isinstance(answer, _Unfinished):
-            response = Response(answer.status, answer.headers, self._stream(answer))
-        else:
-            response = answer
+            return self._answered(
+                Response(answer.status, answer.headers, self._stream(answer)), environ
+            )
+        return self._answered(answer, environ)
+
+    async def screen(self, request: Request) -> Response | None:
+        """Read a request body only for a client the filters authenticated and allowed.
+
+        The API is read-only (GET and HEAD), so no one needs to send a body; a stranger's
+        is refused before it is read and before ``100 Continue`` (600 slow bodies from
+        unauthenticated clients held 430 MB, issue 37). The filters' own denial (401, 403)
+        is the answer where they give one.
+        """
+        environ = self._environ(request)
+        try:
+            denial = await self._filter(environ)
+        except _Busy:
+            denial = status_response(
+                429, "TooManyRequests", "too many requests in flight, please retry"
+            )
+        if denial is None and environ.get(USER_ENVIRON_KEY) in (None, ANONYMOUS.name):
+            denial = status_response(
+                401, "Unauthorized", "a request body is accepted only from an authenticated client"
+            )
+        if denial is None:
+            return None
+        denial.close = True
+        return self._answered(denial, environ)
+
+    async def _filter(self, environ: dict[str, Any]) -> Response | None:
+        """Authenticate and authorise: on the loop, else (to wait on a review) on a thread.
+
+        Raises:
+            _Busy: the review would wait, and the threads are full.
+        """
+        if self._filters is None:
+            return None
+        try:
+            with on_loop():
+                denial = self._filters.admit(environ)
+        except WouldBlock:  # an uncached review: a thread waits for it
+            denial = await self._on_thread(self._filters.admit, environ)
+        if denial is None:
+            return None
+        return Response(denial.code, denial.headers, denial.body)
+
+    async def _on_thread(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` on an app thread.
+
+        Raises:
+            _Busy: ``max_inflight`` calls are queued or running there already.
+        """
+        if self._inflight >= self._max_inflight:
+            raise _Busy()
+        self._inflight += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._pool, call, *args)
+        finally:
+            self._inflight -= 1
+
+    @staticmethod
+    def _answered(response: Response, environ: dict[str, Any]) -> Response:
         response.note["user"] = str(environ.get(USER_ENVIRON_KEY) or "-")
         return response
 
@@ -379,7 +412,12 @@ def bind(host: str, port: int, backlog: int = _BACKLOG) -> socket.socket:
 
 
 class AdapterServer:
-    """Runs the app built by ``app_factory`` behind :class:`HttpFront` until SIGTERM/SIGINT."""
+    """Runs the app built by ``app_factory`` behind :class:`HttpServer` until SIGTERM/SIGINT.
+
+    ``after_load`` runs once the app is built (the entry point tunes the process's memory
+    there: :mod:`metrics_adapter.process_memory`); ``memory`` is the budget admission keeps to
+    (the entry point's, from ``--memory-budget`` or the container's limit).
+    """
 
     def __init__(
         self,
@@ -387,25 +425,20 @@ class AdapterServer:
         app_factory: Callable[[], WsgiApp],
         cert: ServingCert | None,
         context_factory: Callable[[], ssl.SSLContext] | None,
+        after_load: Callable[[], object] = lambda: None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._settings = settings
+        self._after_load = after_load
+        self._memory = memory
         self._app_factory = app_factory
         self._cert = cert
         self._context_factory = context_factory
 
     def load(self) -> WsgiApp:
-        """Build the app (and start its background work).
-
-        Objects alive after start-up (modules, the app) are frozen out of the cyclic garbage
-        collector and its first threshold is raised: the store's data is freed by reference
-        counting, and full collections over a large store were the main source of tail latency.
-        """
+        """Build the app (and start its background work), then call ``after_load``."""
         app = self._app_factory()
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(20_000, 20, 20)
-        _limit_heap_retention()
-        PeriodicTask("malloc-trim", TRIM_INTERVAL_S, _release_free_memory).start()
+        self._after_load()
         return app
 
     def run(self) -> None:
@@ -426,7 +459,7 @@ class AdapterServer:
                 (str(name[0]), str(name[1])),
                 s.access_log,
             )
-            front = HttpServer(handler, limits, context)
+            front = HttpServer(handler, limits, context, memory=self._memory)
             reloader = (
                 CertReloader(self._cert, context)
                 if self._cert is not None and context is not None

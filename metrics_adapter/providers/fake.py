@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.providers.protocol import (
     CustomMetricInfo,
     ExternalMetricInfo,

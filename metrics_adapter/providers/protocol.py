@@ -1,9 +1,9 @@
 """The provider seam: what answers the metrics APIs, named after custom-metrics-apiserver's verbs.
 
 custom-metrics-apiserver (``pkg/provider/interfaces.go``) splits an adapter into an API
-server and a provider of five methods; so does this one. The app
-(:mod:`metrics_adapter.api.flask_app`)
-parses paths, checks access and renders the wire format; a :class:`MetricsProvider`
+server and a provider of five methods; so does this one. The API room
+(:mod:`metrics_adapter.api`) parses paths and renders the wire format (turning a path into
+one of these verbs: :mod:`metrics_adapter.api.metric_reads`); a :class:`MetricsProvider`
 answers:
 
 * ``get_metric_by_name``: one object's value (``.../pods/trainer-0/samples_per_second``);
@@ -14,7 +14,7 @@ answers:
 
 The scraped-pods provider (:class:`metrics_adapter.providers.scraped_pods.ScrapedPodsProvider`)
 serves
-the catalogue's metrics; the sizer (:mod:`metrics_adapter.providers.sizing`) serves
+the catalogue's metrics; the sizer's plan (:mod:`metrics_adapter.providers.sizing`) serves
 ``desired_replicas``; :class:`CompositeProvider` serves several, each metric from the
 provider that lists it, and discovery (``/apis/<group>/<version>``) is generated from the
 lists.
@@ -26,13 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from metrics_adapter.api.routes import Route, RouteKind
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.scraping.catalogue import MetricDefinition
 from metrics_adapter.scraping.pod_registry import DescribedObject
-
-ALL = "*"
 
 
 class MetricPoint:
@@ -206,27 +203,3 @@ class CompositeProvider:
         for provider in self.providers:
             seen.update(dict.fromkeys(provider.list_all_external_metrics()))
         return list(seen)
-
-
-def custom_metric_values(
-    provider: MetricsProvider,
-    route: Route,
-    selector: LabelSelector,
-    metric_selector: LabelSelector,
-) -> list[MetricPoint]:
-    """A custom-metrics read path, as the provider verb it means.
-
-    ``namespaces/{ns}/{resource}/{name|*}/{metric}`` is by name or by selector in the
-    namespace; ``namespaces/{ns}/metrics/{metric}`` is the namespace object itself (by name,
-    root-scoped); ``/{resource}/{name|*}/{metric}`` is root-scoped.
-    """
-    if route.kind is RouteKind.CUSTOM_NAMESPACE:
-        info = CustomMetricInfo("namespaces", False, route.metric)
-        empty = LabelSelector()
-        return [provider.get_metric_by_name(None, route.namespace, info, empty, metric_selector)]
-    namespaced = route.kind is RouteKind.CUSTOM_OBJECTS
-    namespace = route.namespace if namespaced else None
-    info = CustomMetricInfo(route.resource, namespaced, route.metric)
-    if route.name == ALL:
-        return provider.get_metric_by_selector(namespace, selector, info, metric_selector)
-    return [provider.get_metric_by_name(namespace, route.name, info, selector, metric_selector)]

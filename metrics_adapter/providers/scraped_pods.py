@@ -16,9 +16,9 @@ import math
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.bounded_cache import POINTER_BYTES, ByteBoundedLRU, estimate_text
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.providers.protocol import (
     CustomMetricInfo,
     ExternalMetricInfo,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.scraping.catalogue import MetricDefinition, SeriesTerm
 from metrics_adapter.scraping.pod_registry import PodKey
 from metrics_adapter.scraping.store import MetricStore

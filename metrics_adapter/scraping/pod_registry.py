@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.bounded_cache import POINTER_BYTES, ByteBoundedLRU, estimate_text
+from metrics_adapter.kube.selectors import LabelSelector
 
 
 class PodKey(NamedTuple):

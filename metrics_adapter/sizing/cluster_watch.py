@@ -1,6 +1,6 @@
 """The Kubernetes capacity source: watches of the objects a sizing round reads.
 
-Each kind has a `metrics_adapter.kube_reflector.Reflector` (one thread: list, watch, resync,
+Each kind has a `metrics_adapter.kube.reflector.Reflector` (one thread: list, watch, resync,
 backoff) filling a `RecordStore` of the compact records of
 :mod:`metrics_adapter.sizing.kube_objects`, so memory grows with what the sizer reads, not
 with the objects' size. `WATCHED` is the table of kinds: a new kind is one row there and one
@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Node, Quota
-from metrics_adapter.kube_reflector import RecordStore, Reflector
+from metrics_adapter.kube.reflector import RecordStore, Reflector
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
     DeploymentRecord,

@@ -20,10 +20,9 @@ through the same pause.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from edl_sizing.capacity import ClusterSnapshot
-from edl_sizing.history import SizeHistory, class_key
+from edl_sizing.sizing_round import Observation, job_class_key
 from metrics_adapter.scraping.pod_registry import PodKey
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.scraping.window import MetricWindow
@@ -35,35 +34,6 @@ PAUSE_SUM = "edl_trainer_rescale_pause_seconds_sum"
 PAUSE_COUNT = "edl_trainer_rescale_pause_seconds_count"
 SERIES = frozenset({SAMPLES, WORLD_SIZE, GENERATION, PAUSE_SUM, PAUSE_COUNT})
 """The series the sizer reads from the agents (docs/metrics-contract.md)."""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One job's measurements this round."""
-
-    job: str
-    size: int | None = None
-    samples_per_second: float | None = None
-    pause_s: float | None = None
-    rescales: int = 0
-    """New rescale pauses counted since the last round."""
-    job_class: str | None = None
-    """The class's history key (:func:`edl_sizing.class_key`): recorded there too."""
-
-    def apply(self, history: SizeHistory, now: float) -> bool:
-        """Fold into ``history``; returns whether anything was added."""
-        changed = False
-        if self.size is not None and self.samples_per_second is not None:
-            history.observe(self.job, self.size, self.samples_per_second, now)
-            if self.job_class is not None:
-                history.observe(self.job_class, self.size, self.samples_per_second, now)
-            changed = True
-        if self.pause_s is not None:
-            history.observe_pause(self.job, self.pause_s, now, max(1, self.rescales))
-            if self.job_class is not None:
-                history.observe_pause(self.job_class, self.pause_s, now, 0)
-            changed = True
-        return changed
 
 
 def _one(windows: Sequence[tuple[object, MetricWindow]]) -> MetricWindow | None:
@@ -84,7 +54,7 @@ class ThroughputObserver:
         for pod in snapshot.pods:
             if pod.job is not None and pod.node is not None:
                 members.setdefault(pod.job, []).append(PodKey(pod.namespace, pod.name))
-        classes = {j.key: class_key(j.namespace, j.job_class) for j in snapshot.jobs if j.job_class}
+        classes = {j.key: job_class_key(j) for j in snapshot.jobs}
         out = []
         seen: set[PodKey] = set()
         for job in sorted(members):

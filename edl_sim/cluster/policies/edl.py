@@ -1,8 +1,10 @@
 """``edl``: the adapter's sizer (:func:`edl_sizing.decide`) through each job's HPA.
 
-What the adapter does, on the simulated cluster:
+What the adapter does, on the simulated cluster, through the adapter's own code for the round
+(:mod:`edl_sizing.sizing_round`: the history merge, the request rule, the rescale budget's
+window, the folding of measurements, the fallback plan):
 
-* every ``sizing_interval`` one :func:`~edl_sizing.decide` round over the nodes,
+* every ``sizing_interval`` one :func:`~edl_sizing.sizing_round.run_round` over the nodes,
   every non-terminated pod (bound or Pending; service pods with their priority) and every
   job (its Deployment's replicas, min/max workers, priority, arrival, the creation time of
   its newest worker as ``last_rescale``, the measured rescale pause and throughput per size
@@ -13,8 +15,9 @@ What the adapter does, on the simulated cluster:
   with ``class_history`` each job carries its curve's name as its class label
   (``edl.paddlepaddle.org/class``), so it is also recorded under its class and a new job of
   a class measured before starts from the class's sizes;
-* each job's request (``requested_workers``, the Deployment's replicas at creation) and its
-  rescales in the last hour go to the sizer as the adapter gives them;
+* each job's request (``requested_workers``, the Deployment's replicas at creation, as the
+  ``requested-workers`` annotation gives it) and its rescales in the last hour (counted from
+  its worlds, as the adapter counts them from the history) go to the round;
 * each job's HPA (``manifests/examples/digits-trainer/hpa-sizing.yaml``, packaged as
   ``hpa-sizing.yaml``, a test keeps the two equal: External ``desired_replicas``,
   AverageValue 1, tolerance 0, no stabilisation windows) reads the latest plan's value for
@@ -29,7 +32,8 @@ from edl_sim.cluster.policies.hpa_loop import HpaPolicy, one_metric, read_manife
 from edl_sim.cluster.policy import PolicySettings, SimulationView
 from edl_sim.hpa import MetricValues
 from edl_sim.hpa.spec import ExternalMetricSource
-from edl_sizing import Job, Node, Plan, Pod, SizeHistory, class_key, decide
+from edl_sizing import ClusterSnapshot, Job, Node, Plan, Pod, SizeHistory, class_key
+from edl_sizing.sizing_round import RESCALE_WINDOW_S, Observation, run_round
 
 SERVICE_NAMESPACE = "services"
 
@@ -48,7 +52,6 @@ class EdlPolicy(HpaPolicy):
         self._nodes: list[Node] = []
         self._pauses_seen: dict[str, tuple[float, int]] = {}
         self._last_history = float("-inf")
-        self._class: dict[str, str | None] = {}
 
     def start(self, sim: SimulationView) -> None:
         """Build the sizer's node list and start its loop."""
@@ -61,15 +64,11 @@ class EdlPolicy(HpaPolicy):
         if self.settings.prime_history:
             for size, rate in sorted(job.curve.points.items()):
                 self.history.observe(job.key, size, rate, self.sim.now)
-        self._class[job.key] = (
-            class_key(NAMESPACE, job.spec.curve) if self.settings.class_history else None
-        )
         super().submitted(job)
 
     def finished(self, job: JobRun) -> None:
         """Its history stays (the adapter forgets it only after a horizon)."""
         self._pauses_seen.pop(job.key, None)
-        self._class.pop(job.key, None)
         super().finished(job)
 
     def metric_values(self, job: JobRun) -> MetricValues:
@@ -87,27 +86,30 @@ class EdlPolicy(HpaPolicy):
                 self._observe(now)
                 self._last_history = now
             sim.decided()
-            self.plan = decide(
-                self._nodes, self._pods(), self._jobs(), self.settings.sizing, now=now
-            )
+            self.plan = run_round(self.snapshot(), self.history, self.settings.sizing, now).plan
         else:
             self.plan = None
         sim.at(now + self.settings.sizing_interval, self._round)
 
     def _observe(self, now: float) -> None:
+        """This round's measurements, as the adapter's observer makes them."""
         window = self.settings.observe_window
         for key, job in self.sim.active.items():
-            keys = [k for k in (key, self._class.get(key)) if k is not None]
+            size = rate = pause = None
+            rescales = 0
             if job.stable_for(now) >= window:
-                for k in keys:
-                    self.history.observe(k, job.world, job.rate, now)
+                size, rate = job.world, job.rate
             seen_sum, seen_count = self._pauses_seen.get(key, (0.0, 0))
             if job.pause_count > seen_count:
-                mean = (job.pause_sum - seen_sum) / (job.pause_count - seen_count)
-                count = job.pause_count - seen_count
-                for k in keys:
-                    self.history.observe_pause(k, mean, now, count if k == key else 0)
+                pause = (job.pause_sum - seen_sum) / (job.pause_count - seen_count)
+                rescales = job.pause_count - seen_count
                 self._pauses_seen[key] = (job.pause_sum, job.pause_count)
+            klass = class_key(NAMESPACE, job.spec.curve) if self.settings.class_history else None
+            Observation(key, size, rate, pause, rescales, klass).apply(self.history, now)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The simulated cluster as the adapter's capacity source would see it."""
+        return ClusterSnapshot(tuple(self._nodes), tuple(self._pods()), tuple(self._jobs()))
 
     def _pods(self) -> list[Pod]:
         pods = []
@@ -127,12 +129,11 @@ class EdlPolicy(HpaPolicy):
 
     def _jobs(self) -> list[Job]:
         jobs = []
-        for key, run in self.sim.active.items():
+        for run in self.sim.active.values():
             spec = run.spec
             newest = max((p.created for p in run.pods.values()), default=None)
-            klass = self._class.get(key)
-            hour_ago = self.sim.now - 3600.0
-            recent = sum(1 for t, _ in run.worlds[1:] if t > hour_ago)
+            window_start = self.sim.now - RESCALE_WINDOW_S
+            recent = sum(1 for t, _ in run.worlds[1:] if t > window_start)
             jobs.append(
                 Job(
                     NAMESPACE,
@@ -144,10 +145,9 @@ class EdlPolicy(HpaPolicy):
                     priority=spec.priority,
                     arrival=spec.submit,
                     last_rescale=newest,
-                    rescale_pause_s=self.history.pause(key, klass),
-                    observed=self.history.observed(key, klass),
                     requested=spec.requested,
                     recent_rescales=recent,
+                    job_class=spec.curve if self.settings.class_history else None,
                 )
             )
         return jobs

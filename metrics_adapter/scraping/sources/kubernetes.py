@@ -1,6 +1,6 @@
 """KubernetesPodDiscovery: trainer pods from a label-selected watch, owners resolved.
 
-The list/watch is a `metrics_adapter.kube_reflector.Reflector`; pods are read as their JSON.
+The list/watch is a `metrics_adapter.kube.reflector.Reflector`; pods are read as their JSON.
 A pod is a scrape target while it is Running with a pod IP; its agent is at
 ``http://<podIP>:<port><path>`` where the port comes from the pod annotation
 (``edl.paddlepaddle.org/metrics-port`` by default) or ``--metrics-port``. Owners are resolved
@@ -18,10 +18,16 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from metrics_adapter.kube_reflector import KubeObject, Reflector
+from metrics_adapter.errors import ConfigError, SourceError
+from metrics_adapter.kube.client import make_api_client
+from metrics_adapter.kube.reflector import KubeObject, Reflector
 from metrics_adapter.scraping.pod_registry import OwnerRef, PodKey, PodRegistry, PodTarget
+from metrics_adapter.scraping.sources import Component
+from metrics_adapter.scraping.sources.registry import SourceContext, SourceDefinition
+from metrics_adapter.scraping.sources.scraper import scraper_for
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
+from metrics_adapter.settings import AdapterSettings
 
 log = logging.getLogger(__name__)
 
@@ -178,3 +184,30 @@ class KubernetesPodDiscovery:
     def stop(self) -> None:
         """Stop watching (bounded wait)."""
         self._reflector.stop()
+
+
+def _check(settings: AdapterSettings) -> None:
+    try:
+        make_api_client(settings.kubeconfig)
+    except SourceError as e:
+        raise ConfigError(f"--source kubernetes needs a cluster: {e}") from e
+
+
+def _build(ctx: SourceContext) -> list[Component]:
+    s = ctx.settings
+    discovery = KubernetesPodDiscovery(
+        ctx.api_client(),
+        ctx.pods,
+        ctx.store,
+        ctx.metrics,
+        label_selector=s.pod_selector,
+        namespace=s.namespace,
+        port=s.metrics_port,
+        port_annotation=s.metrics_port_annotation,
+        path=s.metrics_path,
+    )
+    return [discovery, scraper_for(ctx)]
+
+
+SOURCE = SourceDefinition(_check, _build)
+"""``--source kubernetes``: trainer pods watched through the API, each pod's agent scraped."""

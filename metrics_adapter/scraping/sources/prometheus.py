@@ -14,13 +14,17 @@ from typing import Any
 
 import requests
 
-from metrics_adapter.api.selectors import validate_key, validate_value
-from metrics_adapter.errors import SourceError
+from metrics_adapter.errors import ConfigError, SourceError
+from metrics_adapter.kube.selectors import validate_key, validate_value
 from metrics_adapter.periodic import PeriodicTask
 from metrics_adapter.scraping.catalogue import CatalogueHolder
 from metrics_adapter.scraping.pod_registry import OwnerRef, PodKey, PodRegistry, PodTarget
+from metrics_adapter.scraping.sources import Component
+from metrics_adapter.scraping.sources.registry import SourceContext, SourceDefinition
+from metrics_adapter.scraping.sources.static import static_discovery
 from metrics_adapter.scraping.store import MetricStore, Sample
 from metrics_adapter.selfmetrics import AdapterMetrics
+from metrics_adapter.settings import AdapterSettings
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +140,39 @@ class PrometheusSource:
     def stop(self) -> None:
         """Stop querying."""
         self._task.stop()
+
+
+def _check(settings: AdapterSettings) -> None:
+    if not settings.prometheus_url:
+        raise ConfigError("--source prometheus needs --prometheus-url")
+
+
+def _build(ctx: SourceContext) -> list[Component]:
+    _check(ctx.settings)
+    s = ctx.settings
+    assert s.prometheus_url is not None
+    components: list[Component] = []
+    if s.static_file is not None:
+        components.append(static_discovery(ctx, s.static_file))
+    components.append(
+        PrometheusSource(
+            s.prometheus_url,
+            ctx.pods,
+            ctx.store,
+            ctx.catalogue,
+            ctx.metrics,
+            requests.Session(),
+            interval=s.scrape_interval,
+            timeout=s.scrape_timeout,
+            discover_pods=s.static_file is None,
+            namespace_label=s.prometheus_namespace_label,
+            pod_label=s.prometheus_pod_label,
+            owner_label=s.prometheus_owner_label,
+        )
+    )
+    return components
+
+
+SOURCE = SourceDefinition(_check, _build)
+"""``--source prometheus``: values (and, without ``--static-file``, the pods) from
+Prometheus' instant queries."""

@@ -16,6 +16,7 @@ from metrics_adapter.scraping.catalogue import CatalogueHolder
 from metrics_adapter.scraping.pod_registry import PodKey, PodRegistry, PodTarget
 from metrics_adapter.scraping.sources.deadline_session import DeadlineSession
 from metrics_adapter.scraping.sources.exposition import ExpositionScan, TooManySeries
+from metrics_adapter.scraping.sources.registry import SourceContext
 from metrics_adapter.scraping.store import MetricStore
 from metrics_adapter.selfmetrics import AdapterMetrics
 
@@ -161,3 +162,19 @@ def scrape_url_for(address: str, path: str = "/metrics", scheme: str = "http") -
     if "://" in address:
         return address
     return f"{scheme}://{address}{path}"
+
+
+def scraper_for(ctx: SourceContext) -> PodScraper:
+    """The scraper of the registry's pods, as the settings ask (static and Kubernetes use it)."""
+    s = ctx.settings
+    return PodScraper(
+        ctx.pods,
+        ctx.store,
+        ctx.catalogue,
+        ctx.metrics,
+        DeadlineSession(pool_size=s.scrape_concurrency),
+        interval=s.scrape_interval,
+        timeout=s.scrape_timeout,
+        max_bytes=s.max_scrape_bytes,
+        concurrency=s.scrape_concurrency,
+    )

@@ -5,7 +5,7 @@ the user judges them by what `kubectl get pods -l ...` says. So every selector o
 -picked edge cases: `in`, `notin`, `!key`, empty values, long names, DNS prefixes, whitespace,
 commas, `==`, `!=`, `>`/`<`, illegal characters; and a seeded generated mix of the same pieces)
 is sent as `labelSelector` to the real apiserver's pod list and parsed by
-`metrics_adapter.api.selectors`: both must accept or refuse the same ones, and for those
+`metrics_adapter.kube.selectors`: both must accept or refuse the same ones, and for those
 accepted, select the same pods of a small labelled set.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client
 
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.errors import InvalidSelectorError
+from metrics_adapter.kube.selectors import LabelSelector
 from tests.e2e.harness.bodies import as_body
 
 pytestmark = pytest.mark.timeout(600)

@@ -65,6 +65,7 @@ def test_the_framework_comes_from_the_flag_then_edl_framework() -> None:
     assert parse_args(flag, {"EDL_FRAMEWORK": "torch"})[0].trainer.framework == "paddle"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("elastic", [[], ["--elastic", "--job", "j", "--membership", "local:/m"]])
 def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
     """The agent process only maps worlds to variables; importing Paddle or torch would cost it

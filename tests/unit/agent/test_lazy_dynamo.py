@@ -86,6 +86,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_eager_training_never_loads_dynamo_and_matches_the_real_module() -> None:
     lazy, log = run(EAGER)
     assert (lazy.pop("dynamo"), lazy.pop("submodules")) == ("LazyDynamo", [])
@@ -112,6 +113,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_compiling_after_eager_steps_loads_dynamo_and_replays_what_it_disabled() -> None:
     """torch.compile(backend="eager") on a whole step (zero_grad, backward, step) after three
     eager ones: the same numbers and the same frames compiled as with the real module from
@@ -126,6 +128,7 @@ def test_compiling_after_eager_steps_loads_dynamo_and_replays_what_it_disabled()
     assert lazy == real
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "how",
     [
@@ -159,6 +162,7 @@ print(json.dumps({{
     assert log.count("torch._dynamo loaded late") == 1
 
 
+@pytest.mark.slow
 def test_switched_off_the_real_module_loads_with_the_collective() -> None:
     code = """
 print(json.dumps({"dynamo": dynamo()}))
@@ -167,6 +171,7 @@ print(json.dumps({"dynamo": dynamo()}))
     assert run(code)[0] == {"dynamo": "LazyDynamo"}
 
 
+@pytest.mark.slow
 def test_a_script_that_loaded_dynamo_first_keeps_it() -> None:
     code = """
 from agent.trainer.frameworks.torch.lazy_dynamo import install

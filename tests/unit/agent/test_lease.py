@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from agent.protocol import env as names
 from agent.trainer.lease import AgentLease, watch_agent
@@ -34,6 +35,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_a_trainer_stops_when_its_agent_is_sigkilled(tmp_path: Path) -> None:
     agent = subprocess.Popen(
         [sys.executable, "-c", AGENT, str(tmp_path), str(ROOT)],

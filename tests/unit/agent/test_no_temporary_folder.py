@@ -44,6 +44,7 @@ def test_the_elastic_state_folder_names_its_variable(
     assert "cannot create the member's state folder" in err and "EDL_ELASTIC_DIR" in err
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_temporary_folder")
 def test_with_a_metrics_folder_given_no_temporary_folder_is_needed(tmp_path: Path) -> None:
     assert main(["run", "--port", "0", "--metrics-dir", str(tmp_path / "m"), "--", "true"]) == 0

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_kubernetes_membership_without_a_cluster_is_one_error_line(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "EDL_JOBB": "typo"}
     done = subprocess.run(

@@ -23,6 +23,7 @@ while time.time() - t < 30:
 """
 
 
+@pytest.mark.slow
 def test_a_real_tree_is_measured_and_cpu_never_goes_back() -> None:
     proc = subprocess.Popen([sys.executable, "-c", BUSY_TREE])
     meter = ProcessTreeMeter()

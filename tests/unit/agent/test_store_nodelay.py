@@ -64,6 +64,7 @@ def test_no_proc_nothing_changes(tmp_path: Path) -> None:
         assert tuner.tuned == 0 and not nodelay(client)
 
 
+@pytest.mark.slow
 def test_paddle_s_own_store_gets_it() -> None:
     """The real TCPStore: its server's listener and its client connection are tuned."""
     core = pytest.importorskip("paddle.base.core")

@@ -68,6 +68,7 @@ def test_model_and_adam_state_survive_numpy_and_pickle() -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_the_installed_torch_passes_the_in_process_self_test() -> None:
     coll = TorchCollective()
     assert coll.self_test("gloo") is None

@@ -30,6 +30,7 @@ def supervisor(tmp_path: Path, code: str, world: TrainerWorld | None = None) -> 
     )
 
 
+@pytest.mark.slow
 def test_the_trainer_gets_the_world_and_metrics_env(tmp_path: Path) -> None:
     out = tmp_path / "env.json"
     sup = supervisor(
@@ -49,6 +50,7 @@ def test_the_trainer_gets_the_world_and_metrics_env(tmp_path: Path) -> None:
     assert env["KEEP"] == "me"
 
 
+@pytest.mark.slow
 def test_a_torch_trainer_gets_the_world_in_torchs_variables(tmp_path: Path) -> None:
     out = tmp_path / "env.json"
     world = TrainerWorld(rank=1, world_size=2, generation=7, master="127.0.0.1:29500")
@@ -65,6 +67,7 @@ def test_a_torch_trainer_gets_the_world_in_torchs_variables(tmp_path: Path) -> N
     assert not [k for k in env if k.startswith("PADDLE_")]
 
 
+@pytest.mark.slow
 def test_a_crashing_trainer_is_reported_with_its_status(tmp_path: Path) -> None:
     sup = supervisor(tmp_path, "raise SystemExit(3)")
     sup.start()
@@ -76,6 +79,7 @@ def test_a_crashing_trainer_is_reported_with_its_status(tmp_path: Path) -> None:
     assert "exited with status 3" in verdict.reason
 
 
+@pytest.mark.slow
 def test_a_missing_command_fails_to_start(tmp_path: Path) -> None:
     sup = TrainerSupervisor(["/no/such/trainer"], tmp_path, TrainerWorld(), {})
     with pytest.raises(TrainerStartError, match="cannot execute '/no/such/trainer'"):
@@ -84,6 +88,7 @@ def test_a_missing_command_fails_to_start(tmp_path: Path) -> None:
     assert "failed to start" in sup.readiness().reason
 
 
+@pytest.mark.slow
 def test_sigterm_reaches_the_trainer_and_its_status_is_128_plus_15(tmp_path: Path) -> None:
     sup = supervisor(tmp_path, "import time; time.sleep(60)")
     sup.start()
@@ -94,6 +99,7 @@ def test_sigterm_reaches_the_trainer_and_its_status_is_128_plus_15(tmp_path: Pat
     assert "killed by SIGTERM" in ended.describe()
 
 
+@pytest.mark.slow
 def test_stop_kills_a_trainer_that_ignores_sigterm(tmp_path: Path) -> None:
     armed = tmp_path / "ignoring-sigterm"
     code = (
@@ -107,6 +113,7 @@ def test_stop_kills_a_trainer_that_ignores_sigterm(tmp_path: Path) -> None:
     assert ended is not None and ended.status == 128 + signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_restart_starts_a_new_incarnation_in_the_new_world(tmp_path: Path) -> None:
     sup = supervisor(tmp_path, "import time; time.sleep(60)")
     sup.start()
@@ -121,6 +128,7 @@ def test_restart_starts_a_new_incarnation_in_the_new_world(tmp_path: Path) -> No
     assert sup.pid is None
 
 
+@pytest.mark.slow
 def test_incarnations_continue_after_reports_left_by_an_earlier_agent(tmp_path: Path) -> None:
     (tmp_path / "trainer-000005.json").write_text("{}")
     sup = supervisor(tmp_path, "pass")

@@ -45,6 +45,7 @@ def test_the_loaded_profile_is_the_load_tolerant_one() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_slow_property_passes_under_the_profile_and_fails_without_it() -> None:
     _slow_property(settings(max_examples=5, database=None))  # inherits the loaded profile
     with pytest.raises((FailedHealthCheck, DeadlineExceeded)):

@@ -32,29 +32,28 @@ PACKAGE_RULES: dict[str, frozenset[str]] = {
 
 # The adapter's top-level modules, each named on the page: those every room may import (the
 # room "."), and those nothing but the entry point imports (the CLI, its option table, the
-# wiring, the preflight check).
+# wiring, the preflight check, the process's memory tuning).
 TOP_LEVEL_SHARED = frozenset(
-    {
-        "errors",
-        "settings",
-        "periodic",
-        "filewatch",
-        "kube_client",
-        "kube_reflector",
-        "selfmetrics",
-        "bounded_cache",
-    }
+    {"errors", "settings", "periodic", "filewatch", "selfmetrics", "bounded_cache"}
 )
-TOP_LEVEL_ASSEMBLY = frozenset({"cli", "options", "assembly", "preflight", "__main__"})
-# Inside metrics_adapter: each room and the rooms it may import.
+TOP_LEVEL_ASSEMBLY = frozenset(
+    {"cli", "options", "assembly", "preflight", "process_memory", "__main__"}
+)
+# Inside metrics_adapter: the rooms in one order, highest first; rooms of one level do not
+# import each other. A room imports only the rooms below it: no upward import.
+ROOM_ORDER: tuple[frozenset[str], ...] = (
+    frozenset({"http"}),
+    frozenset({"api"}),
+    frozenset({"auth", "providers"}),
+    frozenset({"sizing"}),
+    frozenset({"scraping"}),
+    frozenset({"kube"}),
+    frozenset({"."}),
+)
 ROOM_RULES: dict[str, frozenset[str]] = {
-    ".": frozenset(),
-    "auth": frozenset({".", "http"}),
-    "http": frozenset({".", "api"}),
-    "api": frozenset({".", "auth", "http", "providers", "scraping"}),
-    "scraping": frozenset({".", "api"}),
-    "providers": frozenset({".", "api", "scraping", "sizing"}),
-    "sizing": frozenset({".", "api", "scraping"}),
+    room: frozenset().union(*ROOM_ORDER[level + 1 :])
+    for level, rooms in enumerate(ROOM_ORDER)
+    for room in rooms
 }
 
 # Third-party modules edl_sizing may import: it does no I/O and reads no clock.

@@ -128,6 +128,7 @@ def test_the_monitoring_doc_lists_every_panel() -> None:
             assert f"{panel['title']}" in doc, f"{path.name}: panel {panel['title']!r} undocumented"
 
 
+@pytest.mark.slow
 def test_the_kustomization_ships_every_dashboard_to_the_grafana_namespace() -> None:
     maps = [d for d in render("dashboards") if d["kind"] == "ConfigMap"]
     shipped = {name for d in maps for name in d["data"]}

@@ -165,6 +165,7 @@ def test_flags_and_variables_are_unique_per_cli() -> None:
         assert len(envs) == len(set(envs)), cli.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env", "message"),
     [

@@ -166,6 +166,7 @@ def test_field_default_reads_a_dataclass_field_or_says_there_is_none() -> None:
         field_default(ElasticSettings, "no_such_field")
 
 
+@pytest.mark.slow
 def test_the_docs_tables_are_generated_from_the_option_tables() -> None:
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "options_docs.py"), "--check"],

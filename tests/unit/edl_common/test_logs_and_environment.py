@@ -71,6 +71,7 @@ def test_what_the_agent_sets_for_its_trainer_is_known_to_every_cli() -> None:
     assert unknown_variables({"EDL_GENERATION": "3", "EDL_MEMBER": "a"}, set()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cli", ["edl-agent", "edl-adapter", "edl-hpa", "edl-sim"])
 def test_every_cli_says_its_version(cli: str) -> None:
     from edl_common.version import edl_version
@@ -93,6 +94,7 @@ TOOL_RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cli", sorted(TOOL_RUNS))
 def test_the_offline_tools_log_json_and_name_unknown_variables(cli: str, tmp_path: Path) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in TOOL_RUNS[cli]]
@@ -119,6 +121,7 @@ def test_the_offline_tools_log_json_and_name_unknown_variables(cli: str, tmp_pat
     assert as_json.stdout == text.stdout  # the results themselves are not log lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cli", sorted(TOOL_RUNS))
 def test_a_bad_log_format_variable_is_one_line(cli: str, tmp_path: Path) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in TOOL_RUNS[cli]]
@@ -143,6 +146,7 @@ def adapter_without_a_static_file(*flags: str) -> subprocess.CompletedProcess[st
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_adapter_names_unknown_variables_and_ends_in_one_error_line() -> None:
     done = adapter_without_a_static_file()
     assert done.returncode == 2
@@ -154,6 +158,7 @@ def test_the_adapter_names_unknown_variables_and_ends_in_one_error_line() -> Non
     assert lines[-1] == "edl-adapter: error: --source static needs --static-file"
 
 
+@pytest.mark.slow
 def test_the_adapter_logs_json_down_to_its_error_line() -> None:
     done = adapter_without_a_static_file("--log-format", "json")
     assert done.returncode == 2
@@ -168,6 +173,7 @@ def test_the_adapter_logs_json_down_to_its_error_line() -> None:
     assert records[-1]["time"].endswith("Z")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("cli", "args", "message"),
     [

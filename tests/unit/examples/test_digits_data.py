@@ -40,6 +40,7 @@ def test_the_test_mask_has_ceil_of_the_share_whatever_the_counts() -> None:
     assert [int(mask[y == c].sum()) for c in (0, 1, 2)] == [3, 1, 0]
 
 
+@pytest.mark.slow
 def test_a_trainer_start_does_not_import_scikit_learn() -> None:
     probe = (
         "import sys, examples.digits_data as d; d.load_data(0); "

@@ -8,12 +8,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from agent.elastic.runner import elastic_options
 from agent.process.cli import build_parser, parse_args
 from edl_sim.hpa.manifest import parse_hpa
-from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.providers.sizing import DESIRED_REPLICAS, OBJECT_METRIC
 from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.sizing.kube_objects import (
@@ -34,6 +35,7 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_sizing_hpa_reads_desired_replicas_of_its_job() -> None:
     docs = render(EXAMPLE)
     deploy = one(docs, "Deployment")
@@ -47,7 +49,10 @@ def test_sizing_hpa_reads_desired_replicas_of_its_job() -> None:
     selector = metric["external"]["metric"]["selector"]["matchLabels"]
     assert selector == {JOB_LABEL: deploy["metadata"]["labels"][JOB_LABEL]}
     behavior = raw["spec"]["behavior"]
-    assert behavior["scaleUp"]["tolerance"] == behavior["scaleDown"]["tolerance"] == "0"
+    windows = [behavior[d]["stabilizationWindowSeconds"] for d in ("scaleUp", "scaleDown")]
+    assert windows == [0, 0]  # the sizer holds growth off itself
+    # The per-HPA tolerance (1.33+) is the component hpa-tolerance/, not the example's.
+    assert "tolerance" not in behavior["scaleUp"] and "tolerance" not in behavior["scaleDown"]
     # The sizer's bounds agree with the HPA's.
     annotations = deploy["metadata"]["annotations"]
     assert int(annotations[MAX_WORKERS]) == hpa.spec.max_replicas
@@ -66,6 +71,7 @@ def with_object_metric_hpa(tmp_path: Path) -> list[dict[str, Any]]:
     return render(str(here))
 
 
+@pytest.mark.slow
 def test_object_metric_hpa_reads_desired_replicas_of_the_example_deployment(
     tmp_path: Path,
 ) -> None:
@@ -99,6 +105,7 @@ def test_object_metric_hpa_reads_desired_replicas_of_the_example_deployment(
     assert int(annotations[MIN_WORKERS]) == hpa.spec.min_replicas
 
 
+@pytest.mark.slow
 def test_the_sizer_reads_the_example_as_a_job() -> None:
     deploy = one(render(EXAMPLE), "Deployment")
     record = deployment_from({**deploy, "metadata": {**deploy["metadata"], "namespace": "ml"}})
@@ -108,6 +115,7 @@ def test_the_sizer_reads_the_example_as_a_job() -> None:
     assert (job.min_replicas, job.max_replicas, job.worker.cpu) == (1, 8, 1.0)
 
 
+@pytest.mark.slow
 def test_throughput_hpa_alternative_names_served_metrics() -> None:
     deploy = one(render(EXAMPLE), "Deployment")
     hpa = parse_hpa(yaml.safe_load((ROOT / EXAMPLE / "hpa-throughput.yaml").read_text()))
@@ -118,6 +126,7 @@ def test_throughput_hpa_alternative_names_served_metrics() -> None:
         assert metric.metric_name in served, metric.metric_name
 
 
+@pytest.mark.slow
 def test_adapter_base_discovers_the_trainer_pods() -> None:
     adapter = one(render("manifests/base"), "Deployment")
     args = adapter["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -127,6 +136,7 @@ def test_adapter_base_discovers_the_trainer_pods() -> None:
     assert selector.matches(labels)
 
 
+@pytest.mark.slow
 def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     deploy = one(render(EXAMPLE), "Deployment")
     container = deploy["spec"]["template"]["spec"]["containers"][0]
@@ -142,6 +152,7 @@ def test_trainer_command_is_a_valid_elastic_agent_invocation() -> None:
     assert port == settings.exporter.port == 9400
 
 
+@pytest.mark.slow
 def test_membership_role_allows_what_the_kubernetes_store_calls_and_no_more() -> None:
     role = one(render(EXAMPLE), "Role")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
@@ -172,6 +183,7 @@ def with_checkpoints(tmp_path: Path) -> list[dict[str, Any]]:
     return render(str(here))  # an absolute path: ROOT / path is that path
 
 
+@pytest.mark.slow
 def test_the_example_runs_on_a_stock_cluster_from_the_image_make_images_builds() -> None:
     docs = render(EXAMPLE)
     assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]  # no RWX class needed
@@ -185,6 +197,7 @@ def test_the_example_runs_on_a_stock_cluster_from_the_image_make_images_builds()
     assert 'REPO="${IMAGE_REPO:-localhost}"' in script
 
 
+@pytest.mark.slow
 def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
     docs = render(EXAMPLE)
     deploy = one(docs, "Deployment")
@@ -197,8 +210,14 @@ def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
     named = [r for r in role["rules"] if "deployments/scale" in r["resources"]]
     assert named and named[0]["resourceNames"] == [deploy["metadata"]["name"]]
     assert "patch" in named[0]["verbs"]
+    # never the Deployment itself: a trainer that could patch it could rewrite its pod template
+    assert not [r for r in role["rules"] if "deployments" in r["resources"]]
+    # the trainer policy of manifests/base knows the ServiceAccount's job by its label
+    account = one(docs, "ServiceAccount")
+    assert account["metadata"]["labels"]["edl.paddlepaddle.org/job"] == options.job
 
 
+@pytest.mark.slow
 def test_every_trainer_pod_mounts_the_checkpoint_claim_its_agent_writes_to(
     tmp_path: Path,
 ) -> None:

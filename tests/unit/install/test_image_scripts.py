@@ -7,9 +7,12 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.support.kustomize import ROOT
 
 
+@pytest.mark.slow
 def test_no_builder_and_no_apt_get_is_one_line_naming_what_to_install(tmp_path: Path) -> None:
     empty_path = tmp_path / "bin"  # no podman, buildah, docker or apt-get on PATH
     empty_path.mkdir()
@@ -27,6 +30,7 @@ def test_no_builder_and_no_apt_get_is_one_line_naming_what_to_install(tmp_path: 
     assert "install podman" in line and "docker" in line, line
 
 
+@pytest.mark.slow
 def test_a_builder_named_but_not_usable_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
         ["/bin/bash", str(ROOT / "scripts/install-image-tools.sh")],
@@ -53,6 +57,7 @@ def deps(*extras: str, paddle: str = "", skip: str = "") -> list[str]:
     return done.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_the_gpu_build_argument_swaps_only_the_paddle_wheel() -> None:
     cpu, gpu = deps("paddle", "gpu"), deps("paddle", "gpu", paddle="paddlepaddle-gpu==3.3.1")
     assert "paddlepaddle==3.3.1" in cpu and "paddlepaddle-gpu==3.3.1" in gpu
@@ -62,6 +67,7 @@ def test_the_gpu_build_argument_swaps_only_the_paddle_wheel() -> None:
     assert not any(r.startswith("paddle") for r in deps())  # the adapter gets no Paddle
 
 
+@pytest.mark.slow
 def test_every_image_requirement_is_pinned() -> None:
     pins = {
         line.split("==")[0].lower()
@@ -73,6 +79,7 @@ def test_every_image_requirement_is_pinned() -> None:
         assert name.lower().replace("_", "-") in pins, requirement
 
 
+@pytest.mark.slow
 def test_the_torch_image_installs_the_torch_extra_but_torch_itself() -> None:
     """torch comes from the machine's install (images/torch-site.py), scikit-learn from pip."""
     torch = deps("torch", skip="torch")
@@ -81,6 +88,7 @@ def test_the_torch_image_installs_the_torch_extra_but_torch_itself() -> None:
     assert set(deps()) < set(torch)
 
 
+@pytest.mark.slow
 def test_the_torch_tree_without_a_torch_install_is_one_line(tmp_path: Path) -> None:
     script, missing = str(ROOT / "images/torch-site.py"), tmp_path / "none"
     done = subprocess.run(

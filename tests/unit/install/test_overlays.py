@@ -17,6 +17,7 @@ def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(d["kind"], d["metadata"]["name"]) for d in docs}
 
 
+@pytest.mark.slow
 def test_custom_only_is_the_base_without_the_external_apiservice() -> None:
     base, custom = render("manifests/base"), render("manifests/overlays/custom-only")
     assert names(base) - names(custom) == {("APIService", "v1beta1.external.metrics.k8s.io")}
@@ -25,6 +26,7 @@ def test_custom_only_is_the_base_without_the_external_apiservice() -> None:
     assert groups == {"custom.metrics.k8s.io"}
 
 
+@pytest.mark.slow
 def test_prometheus_adapter_overlay_installs_only_the_rules() -> None:
     docs = render("manifests/overlays/prometheus-adapter")
     (cm,) = docs
@@ -55,6 +57,7 @@ def test_every_path_the_containerfile_copies_is_in_the_build_context() -> None:
         assert any(source == a or source.startswith(f"{a}/") for a in allowed), source
 
 
+@pytest.mark.slow
 def test_the_example_trainer_runs_non_root_with_a_read_only_root() -> None:
     (deploy,) = [
         d for d in render("manifests/examples/digits-trainer") if d["kind"] == "Deployment"
@@ -99,6 +102,7 @@ ADAPTER_KUSTOMIZATIONS = ["manifests/base"] + [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kustomization", ADAPTER_KUSTOMIZATIONS)
 def test_every_overlay_keeps_what_the_example_hpa_reads(kustomization: str) -> None:
     settings = adapter_settings(render(kustomization))
@@ -109,6 +113,7 @@ def test_every_overlay_keeps_what_the_example_hpa_reads(kustomization: str) -> N
     assert settings.metrics_config == Path("/etc/edl-adapter/catalogue.yaml")
 
 
+@pytest.mark.slow
 def test_production_patches_the_arguments_it_changes_and_keeps_the_rest() -> None:
     base = adapter_settings(render("manifests/base"))
     production = adapter_settings(render("manifests/overlays/production"))

@@ -61,6 +61,7 @@ def rendered(source: str, tmp_path: Path) -> list[dict[str, Any]]:
     return template("edl-trainer", Path(source), namespace="ml", release="digits")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "source",
     ["manifest", "manifest+checkpoints", *(str(p) for p in examples("edl-trainer"))],
@@ -77,6 +78,7 @@ def test_the_grace_period_outlasts_a_planned_leave(source: str, tmp_path: Path) 
         )
 
 
+@pytest.mark.slow
 def test_a_longer_drain_set_in_the_pod_is_read_and_caught(tmp_path: Path) -> None:
     sets = ("env[0].name=EDL_DRAIN_TIMEOUT", "env[0].value=55s")
     (pod,) = agent_pods(template("edl-trainer", namespace="ml", release="digits", sets=sets))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metrics_adapter.api.flask_app import PEER_CERT_ENVIRON_KEY
+from metrics_adapter.api.filters import PEER_CERT_ENVIRON_KEY
 from metrics_adapter.auth.attributes import request_attributes
 from metrics_adapter.auth.authn import (
     ClientCertAuthenticator,

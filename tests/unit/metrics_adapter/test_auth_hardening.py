@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from metrics_adapter.api.flask_app import (
+from metrics_adapter.api.filters import (
     HEADER_LINES_ENVIRON_KEY,
     PEER_CERT_ENVIRON_KEY,
     USER_ENVIRON_KEY,

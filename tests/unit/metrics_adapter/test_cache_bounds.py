@@ -14,7 +14,6 @@ import tracemalloc
 import pytest
 
 from metrics_adapter.api.routes import PARSED_PATHS_MAX_BYTES, parse_path
-from metrics_adapter.api.selectors import PARSED_SELECTORS_MAX_BYTES, LabelSelector, _parse_cached
 from metrics_adapter.api.wire_shapes import MetricListRenderer
 from metrics_adapter.auth.attributes import request_attributes
 from metrics_adapter.auth.authn import TOKEN_REVIEWS_MAX_BYTES, TokenReviewAuthenticator
@@ -22,6 +21,7 @@ from metrics_adapter.auth.authz import ACCESS_REVIEWS_MAX_BYTES, SubjectAccessRe
 from metrics_adapter.auth.identity import RequestAttributes, UserInfo
 from metrics_adapter.bounded_cache import ByteBoundedLRU
 from metrics_adapter.errors import UnauthorizedError
+from metrics_adapter.kube.selectors import PARSED_SELECTORS_MAX_BYTES, LabelSelector, _parse_cached
 from metrics_adapter.providers.protocol import CustomMetricInfo
 from metrics_adapter.providers.scraped_pods import ANSWERS_MAX_BYTES, answer_bytes
 from metrics_adapter.scraping.pod_registry import PodRegistry
@@ -81,6 +81,7 @@ def many_pods(n: int) -> Harness:
     return h
 
 
+@pytest.mark.slow
 def test_distinct_metric_selectors_cannot_grow_the_answers_past_their_budget() -> None:
     h = many_pods(400)
     for i in range(300):  # 300 answers of 400 pods: ~250 MB if each were kept
@@ -113,6 +114,7 @@ def test_an_answer_holds_no_more_than_its_estimate() -> None:
     assert 0 < held <= answer_bytes(key, len(items))
 
 
+@pytest.mark.slow
 def test_distinct_label_selectors_cannot_grow_the_registry_caches() -> None:
     registry = PodRegistry(selections_max_bytes=64 << 10)
     registry.replace_all(trainer(f"trainer-{i}", rank=str(i % 7)) for i in range(200))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from metrics_adapter.cli import build_parser, main, settings_from_args
-from metrics_adapter.settings import AuthMode, SourceKind
+from metrics_adapter.settings import AuthMode
 
 CONTRACT = [
     "--host",
@@ -29,6 +29,7 @@ CONTRACT = [
 ]
 
 
+@pytest.mark.slow
 def test_help_documents_every_option_and_env_var() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "metrics_adapter.cli", "serve", "--help"],
@@ -75,7 +76,7 @@ def test_contract_command_line_parses() -> None:
     assert (s.host, s.port, s.source, s.namespace, s.scrape_interval) == (
         "127.0.0.1",
         8443,
-        SourceKind.KUBERNETES,
+        "kubernetes",
         "ml",
         1.0,
     )

@@ -1,12 +1,14 @@
-"""The blocking rule, enforced: a request deferred at `may_block` leaves no trace behind.
+"""The blocking rule, enforced: filters deferred at `may_block` leave no trace behind.
 
-The front end calls the app on its event loop; code about to wait on the network calls
-`blocking.may_block`, the app marks the request deferred and the front end runs it again on a
-thread. That is only correct if nothing before `may_block` changed anything. Checked here by
-difference: two identical adapters answer the same sequence of requests, one trying each on
-the loop first (deferring where it must) and one on threads only; after every request both
-must agree on the answer, the self-metrics, the reviews made and the caches. A counter bumped,
-a cache filled or a review sent before `may_block` makes them differ.
+The front end runs the request filters (authentication, authorisation) on its event loop;
+code about to wait on the network calls `blocking.may_block`, which raises there, and the
+front end runs the filters again on a thread, then the app once. That is only correct if
+nothing before `may_block` changed anything. Checked here by difference: two identical
+adapters answer the same sequence of requests, one as the front end does (filters on the
+loop first, again on a thread where they must wait, then the app) and one through the whole
+WSGI chain on a thread; after every request both must agree on the answer, the
+self-metrics, the reviews made and the caches. A counter bumped, a cache filled or a review
+sent before `may_block` makes them differ.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import pytest
 from prometheus_client import generate_latest
 from werkzeug.test import EnvironBuilder
 
+from metrics_adapter.api.filters import RequestFilters
+from metrics_adapter.api.flask_app import FILTERS_EXTENSION
 from metrics_adapter.auth.authn import DelegatingAuthenticator, TokenReviewAuthenticator
 from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
+from metrics_adapter.auth.blocking import WouldBlock, on_loop
 from metrics_adapter.auth.identity import RequestAttributes
-from metrics_adapter.http.blocking import DEFERRED_ENVIRON_KEY, on_loop
 from tests.unit.metrics_adapter.helpers import (
     FakeTokenReviewer,
     Harness,
@@ -64,17 +68,22 @@ class Adapter:
             self.h.feed(p, agent_samples(100, 10))
 
     def call(self, path: str, token: str | None, loop_first: bool) -> tuple[int, bytes, bool]:
-        """Answer one request; (status, body, whether it was deferred)."""
+        """Answer one request; (status, body, whether its filters were deferred)."""
+        environ = self._environ(path, token)
+        if not loop_first:
+            return (*self._run(self.h.app, environ), False)
+        filters = self.h.app.extensions[FILTERS_EXTENSION]
+        assert isinstance(filters, RequestFilters)
         deferred = False
-        if loop_first:
+        try:
             with on_loop():
-                environ = self._environ(path, token)
-                status, body = self._run(environ)
-            deferred = bool(environ.get(DEFERRED_ENVIRON_KEY))
-            if not deferred:
-                return status, body, False
-        status, body = self._run(self._environ(path, token))
-        return status, body, deferred
+                denial = filters.admit(environ)
+        except WouldBlock:
+            deferred = True
+            denial = filters.admit(environ)
+        if denial is not None:
+            return denial.code, denial.body, deferred
+        return (*self._run(filters.app, environ), deferred)
 
     def state(self) -> dict[str, Any]:
         exposition = generate_latest(self.h.metrics.registry).decode()
@@ -92,14 +101,14 @@ class Adapter:
         environ["RAW_URI"] = path
         return environ
 
-    def _run(self, environ: dict[str, Any]) -> tuple[int, bytes]:
+    def _run(self, app: Any, environ: dict[str, Any]) -> tuple[int, bytes]:
         started: list[str] = []
 
         def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
             started.append(status)
             return lambda data: None
 
-        result = self.h.app(environ, start_response)
+        result = app(environ, start_response)
         try:
             body = b"".join(result)
         finally:

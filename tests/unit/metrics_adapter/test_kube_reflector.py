@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from metrics_adapter.kube_reflector import Backoff, RecordStore, Reflector
+from metrics_adapter.kube.reflector import Backoff, RecordStore, Reflector
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.unit

@@ -16,6 +16,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
+@pytest.mark.slow
 def test_base_has_every_piece() -> None:
     docs = render("manifests/base")
     (deploy,) = by_kind(docs, "Deployment")
@@ -48,6 +49,7 @@ def test_base_has_every_piece() -> None:
         }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["manifests/base", "manifests/overlays/production"])
 def test_deployment_args_are_valid_cli_options(path: str) -> None:
     docs = render(path)
@@ -61,12 +63,14 @@ def test_deployment_args_are_valid_cli_options(path: str) -> None:
     assert "/etc/edl-adapter" in mounts and "/var/run/serving-cert" in mounts
 
 
+@pytest.mark.slow
 def test_catalogue_configmap_is_the_built_in_catalogue() -> None:
     (cm,) = [d for d in render("manifests/base") if d["kind"] == "ConfigMap"]
     shipped = MetricCatalogue.from_yaml(cm["data"]["catalogue.yaml"])
     assert shipped == MetricCatalogue.default()
 
 
+@pytest.mark.slow
 def test_production_overlay_uses_a_ca_bundle() -> None:
     docs = render("manifests/overlays/production")
     for api in by_kind(docs, "APIService"):
@@ -91,6 +95,7 @@ def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
     }
 
 
+@pytest.mark.slow
 def test_adapter_rbac_is_exactly_what_it_calls() -> None:
     docs = render("manifests/base")
     (cluster_role,) = [

@@ -46,6 +46,7 @@ def base_text() -> str:
     return yaml.safe_dump_all(render("manifests/base"))
 
 
+@pytest.mark.slow
 def test_an_apiservice_of_another_service_is_refused_with_its_owner() -> None:
     with pytest.raises(Refused) as refused:
         check(base_text(), live_of(keda_owned()), take_over=False)
@@ -57,12 +58,14 @@ def test_an_apiservice_of_another_service_is_refused_with_its_owner() -> None:
     )
 
 
+@pytest.mark.slow
 def test_take_over_turns_the_refusal_into_a_warning() -> None:
     result, warnings = check(base_text(), live_of(keda_owned()), take_over=True)
     assert result == f"preflight: ok: taking over {EXTERNAL} (--take-over)"
     assert [w.startswith(f"APIService {EXTERNAL} is served by") for w in warnings] == [True]
 
 
+@pytest.mark.slow
 def test_nothing_live_or_our_own_service_passes() -> None:
     result, warnings = check(base_text(), live_of(), take_over=False)
     assert result.startswith("preflight: ok: no other Service serves ") and warnings == []
@@ -70,6 +73,7 @@ def test_nothing_live_or_our_own_service_passes() -> None:
     assert conflicts(planned_apiservices(base_text()), live_of(*ours)) == []
 
 
+@pytest.mark.slow
 def test_the_custom_only_overlay_does_not_touch_the_external_apiservice() -> None:
     text = yaml.safe_dump_all(render("manifests/overlays/custom-only"))
     assert check(text, live_of(keda_owned()), take_over=False)[1] == []
@@ -105,6 +109,7 @@ def cli_against_keda(
     return run
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_in_one_error_line_like_every_edl_command(
     cli_against_keda: Callable[..., tuple[int, str, str]],
 ) -> None:
@@ -123,6 +128,7 @@ def test_the_cli_refuses_in_one_error_line_like_every_edl_command(
     assert record["message"] == line.removeprefix("edl-adapter: error: ")
 
 
+@pytest.mark.slow
 def test_the_cli_taking_over_warns_in_the_chosen_log_format(
     cli_against_keda: Callable[..., tuple[int, str, str]],
 ) -> None:

@@ -14,10 +14,10 @@ from edl_sizing.decision import SizingPolicy
 from edl_sizing.events import LogEventRecorder
 from edl_sizing.history import MemoryHistoryStore
 from metrics_adapter.api.flask_app import create_app
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.auth.authn import DelegatingAuthenticator
 from metrics_adapter.auth.authz import AlwaysAllowAuthorizer
 from metrics_adapter.errors import NotFoundError
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.options import default_settings
 from metrics_adapter.providers.fake import FakeProvider
 from metrics_adapter.providers.protocol import (
@@ -25,10 +25,11 @@ from metrics_adapter.providers.protocol import (
     CustomMetricInfo,
     MetricsProvider,
 )
-from metrics_adapter.providers.sizing import Sizer, SizingProvider
+from metrics_adapter.providers.sizing import SizingProvider
 from metrics_adapter.selfmetrics import AdapterMetrics
 from metrics_adapter.sizing.kube_objects import JOB_LABEL
 from metrics_adapter.sizing.metrics import SizingMetrics
+from metrics_adapter.sizing.sizer import Sizer
 from tests.unit.metrics_adapter.helpers import T0, ManualClock, standard
 
 EXT = "/apis/external.metrics.k8s.io/v1beta1"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metrics_adapter.api.selectors import LabelSelector
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.scraping.evaluator import MetricEvaluator
 from metrics_adapter.scraping.pod_registry import PodKey

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.errors import ScrapeError
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.scraping.evaluator import MetricEvaluator
 from metrics_adapter.scraping.pod_registry import PodKey

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from tests.support.dashboards import MONITORING_DOC, ROOT
 from tests.support.kustomize import render
 
@@ -19,6 +21,7 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+@pytest.mark.slow
 def test_the_monitoring_kustomization_has_every_piece() -> None:
     docs = render("manifests/monitoring")
     kinds = sorted(d["kind"] for d in docs)
@@ -41,6 +44,7 @@ def test_the_monitoring_kustomization_has_every_piece() -> None:
             assert d["metadata"]["namespace"] == "monitoring"
 
 
+@pytest.mark.slow
 def test_the_service_monitor_scrapes_the_adapter_with_prometheus_own_token() -> None:
     docs = render("manifests/monitoring")
     base = render("manifests/base")
@@ -71,6 +75,7 @@ def test_the_service_monitor_scrapes_the_adapter_with_prometheus_own_token() -> 
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_pod_monitor_scrapes_the_example_trainer_and_labels_its_job() -> None:
     monitor = one(render("manifests/monitoring"), "PodMonitor")["spec"]
     pod = one(render("manifests/examples/digits-trainer"), "Deployment")["spec"]["template"]
@@ -84,6 +89,7 @@ def test_the_pod_monitor_scrapes_the_example_trainer_and_labels_its_job() -> Non
     assert pod["metadata"]["labels"][monitor["jobLabel"]] == "digits"
 
 
+@pytest.mark.slow
 def test_the_deployment_label_is_cut_from_the_replica_set_name() -> None:
     (relabel,) = one(render("manifests/monitoring"), "PodMonitor")["spec"]["podMetricsEndpoints"][
         0
@@ -104,6 +110,7 @@ def test_the_deployment_label_is_cut_from_the_replica_set_name() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_example_overlay_sets_the_release_and_the_grafana_namespace() -> None:
     plain = render("manifests/monitoring")
     overlay = render("manifests/examples/monitoring-release")

@@ -35,6 +35,7 @@ def run_promtool(tmp_path: Path, files: list[Path]) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.slow
 def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
     path = write_rule_file(tmp_path / "edl-rules.yaml")
     result = subprocess.run(
@@ -48,6 +49,7 @@ def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
     assert f"SUCCESS: {len(rules())} rules found" in result.stdout
 
 
+@pytest.mark.slow
 def test_every_promtool_case_passes(tmp_path: Path) -> None:
     assert CASE_FILES
     result = run_promtool(tmp_path, CASE_FILES)
@@ -55,6 +57,7 @@ def test_every_promtool_case_passes(tmp_path: Path) -> None:
     assert result.stdout.count("SUCCESS") == len(CASE_FILES), result.stdout
 
 
+@pytest.mark.slow
 def test_promtool_fails_a_wrong_expectation(tmp_path: Path) -> None:
     # The cases can fail: the stalled job's alert expected for the healthy job is reported.
     cases = yaml.safe_load((CASES / "alerts.yaml").read_text())
@@ -120,6 +123,7 @@ def test_every_rule_reads_only_exported_series() -> None:
             assert used in recorded, f"{rule.get('alert') or rule.get('record')}: {used}"
 
 
+@pytest.mark.slow
 def test_the_apiservice_alert_watches_exactly_the_base_apiservices() -> None:
     names = {d["metadata"]["name"] for d in render("manifests/base") if d["kind"] == "APIService"}
     expr = alerts()["EDLMetricsAPIServiceUnavailable"]["expr"]

@@ -57,6 +57,7 @@ def test_a_finished_checkpoint_without_a_world_record_starts_no_trainer(
     assert world.finished and world.finished_at_step == 184 and world.paused
 
 
+@pytest.mark.slow
 def test_an_unfinished_checkpoint_lets_the_job_run(tmp_path: Path) -> None:
     checkpoints = Checkpoints(LocalDirectory(tmp_path / "ckpt"))
     checkpoints.write(b"state", step=120, generation=7, epoch=5, consumed=0, framework="paddle")

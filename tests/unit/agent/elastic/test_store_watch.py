@@ -17,6 +17,7 @@ A = Member(1.0, "a", "1", "127.0.0.1", (1, 2))
 B = Member(2.0, "b", "2", "127.0.0.1", (3, 4))
 
 
+@pytest.mark.slow
 def test_the_local_watch_reports_members_and_the_world_but_not_renewals(tmp_path: Path) -> None:
     store = LocalStore.create(tmp_path)
     store.beat(A)
@@ -40,6 +41,7 @@ def test_the_local_watch_reports_members_and_the_world_but_not_renewals(tmp_path
         watch.close()
 
 
+@pytest.mark.slow
 def test_a_store_without_its_directory_falls_back_to_polling(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "missing")
     watch = store.watch()

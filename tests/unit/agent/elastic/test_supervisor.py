@@ -59,6 +59,7 @@ def agent(
     return sup, fake, tmp_path / "store" / "members" / "a.json"
 
 
+@pytest.mark.slow
 def test_warm_trainer_gets_the_world_and_the_job_ends_with_its_status(tmp_path: Path) -> None:
     sup, fake, heartbeat = agent(tmp_path, exit_status=0)
     assert sup.run(max_seconds=20) == 0
@@ -80,6 +81,7 @@ def stop_after(sup: ElasticSupervisor, seconds: float) -> threading.Timer:
     return timer
 
 
+@pytest.mark.slow
 def test_by_default_a_finished_member_idles_until_sigterm(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -95,6 +97,7 @@ def test_by_default_a_finished_member_idles_until_sigterm(
     assert World.from_json((tmp_path / "store" / "world.json").read_text()).finished
 
 
+@pytest.mark.slow
 def test_scale_to_zero_hands_the_agreed_step_to_its_hook_once_and_idles_on_its_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -138,6 +141,7 @@ def test_an_agent_reading_a_finished_world_starts_no_trainer(
     assert world.generation == 4 and world.finished
 
 
+@pytest.mark.slow
 def test_a_standby_that_reads_a_finished_world_stops_its_trainer(tmp_path: Path) -> None:
     sup, fake, heartbeat = agent(tmp_path, exit_status=0)
     fake.exit_at = None
@@ -157,6 +161,7 @@ def test_a_standby_that_reads_a_finished_world_stops_its_trainer(tmp_path: Path)
     assert sup.job_finished and not heartbeat.exists()
 
 
+@pytest.mark.slow
 def test_a_trainer_started_warm_before_the_supervisor_is_not_started_again(
     tmp_path: Path,
 ) -> None:
@@ -167,6 +172,7 @@ def test_a_trainer_started_warm_before_the_supervisor_is_not_started_again(
     assert sup.job_finished and not heartbeat.exists()
 
 
+@pytest.mark.slow
 def test_a_job_found_finished_sends_the_trainer_started_warm_away(tmp_path: Path) -> None:
     finished_store(tmp_path)
     sup, fake, heartbeat = agent(tmp_path, exit_status=0, warm_started=True)
@@ -188,6 +194,7 @@ class _SlowToImport(FakeTrainer):
         return 4242
 
 
+@pytest.mark.slow
 def test_the_warm_trainer_is_joined_on_as_soon_as_it_reports_and_a_sigterm_heard_at_once(
     tmp_path: Path,
 ) -> None:
@@ -212,12 +219,14 @@ def test_the_warm_trainer_is_joined_on_as_soon_as_it_reports_and_a_sigterm_heard
     assert not heartbeat.exists() and [w.generation for w in fake.worlds] == [0]
 
 
+@pytest.mark.slow
 def test_a_crashed_trainer_is_a_scale_down(tmp_path: Path) -> None:
     sup, _, heartbeat = agent(tmp_path, exit_status=128 + signal.SIGKILL)
     assert sup.run(max_seconds=20) == 137
     assert not heartbeat.exists()
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_cleanly(tmp_path: Path) -> None:
     sup, fake, heartbeat = agent(tmp_path, exit_status=75)
     fake.exit_at = None
@@ -228,6 +237,7 @@ def test_sigterm_leaves_cleanly(tmp_path: Path) -> None:
     assert not heartbeat.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(frameworks.FRAMEWORKS))
 def test_later_trainers_start_in_the_framework_the_warm_trainer_reported(
     tmp_path: Path, name: str

@@ -184,6 +184,7 @@ def finish(sup: ElasticSupervisor, out: dict[str, int]) -> int:
     return out["status"]
 
 
+@pytest.mark.slow
 def test_a_trainer_that_has_not_joined_is_handed_the_new_world_not_killed(
     tmp_path: Path,
 ) -> None:
@@ -200,6 +201,7 @@ def test_a_trainer_that_has_not_joined_is_handed_the_new_world_not_killed(
     assert finish(sup, out) == 0
 
 
+@pytest.mark.slow
 def test_every_rescale_is_recorded_even_when_the_trainer_restarts_in_a_newer_world(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -227,6 +229,7 @@ def test_every_rescale_is_recorded_even_when_the_trainer_restarts_in_a_newer_wor
     assert finish(sup, out) == 0
 
 
+@pytest.mark.slow
 def test_a_world_the_trainer_stepped_in_after_a_newer_one_came_gets_its_own_record(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -254,6 +257,7 @@ def test_a_world_the_trainer_stepped_in_after_a_newer_one_came_gets_its_own_reco
     assert finish(sup, out) == 0
 
 
+@pytest.mark.slow
 def test_a_stopped_trainer_is_excluded_within_the_stall_bound(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -272,6 +276,7 @@ def test_a_stopped_trainer_is_excluded_within_the_stall_bound(tmp_path: Path) ->
         sleeper.wait()
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_trainer_is_still_starting_is_a_clean_leave(tmp_path: Path) -> None:
     sup, fake, store, _ = make(tmp_path, drain_timeout=0.5)
     fake.joins = False
@@ -284,6 +289,7 @@ def test_sigterm_while_the_trainer_is_still_starting_is_a_clean_leave(tmp_path: 
     assert store.heartbeats() == []
 
 
+@pytest.mark.slow
 def test_a_trainer_stuck_forming_a_world_that_lost_a_member_is_restarted_at_once(
     tmp_path: Path,
 ) -> None:

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import edl_sim.cluster.policies.edl as edl_module
 import edl_sizing as sizing
+import edl_sizing.sizing_round as round_module
 from edl_sim.cluster import load_workload
 from edl_sim.cluster.cli import compare, main, parse_run_args, settings_from
 from edl_sim.cluster.jobs import JobRun
@@ -37,10 +39,34 @@ def test_the_packaged_throughput_hpa_is_the_example() -> None:
     assert read_manifest(None, "hpa-throughput.yaml").spec == example.spec
 
 
-def test_the_packaged_sizing_hpa_is_the_example() -> None:
-    example = load_hpa(REPO / "manifests/examples/digits-trainer/hpa-sizing.yaml")
+def with_component(manifest: Path, component: Path, out: Path) -> Path:
+    """``manifest`` with the JSON patch of a kustomize Component applied (its `add` ops)."""
+    doc = yaml.safe_load(manifest.read_text())
+    (patch,) = yaml.safe_load(component.read_text())["patches"]
+    for op in yaml.safe_load(patch["patch"]):
+        assert op["op"] == "add"
+        *parents, leaf = op["path"].strip("/").split("/")
+        node = doc
+        for key in parents:
+            node = node[key]
+        node[leaf] = op["value"]
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def test_the_packaged_sizing_hpa_is_the_example_on_1_35(tmp_path: Path) -> None:
+    """The simulator's HPA is the example as a 1.35 cluster runs it: with hpa-tolerance/."""
+    example_dir = REPO / "manifests/examples/digits-trainer"
+    example = load_hpa(
+        with_component(
+            example_dir / "hpa-sizing.yaml",
+            example_dir / "hpa-tolerance" / "kustomization.yaml",
+            tmp_path / "hpa.yaml",
+        )
+    )
     spec = read_manifest(None, "hpa-sizing.yaml").spec
     assert spec == example.spec
+    assert spec != load_hpa(example_dir / "hpa-sizing.yaml").spec  # the component's part
     (metric,) = spec.metrics
     assert metric.metric_name == "desired_replicas"
     assert metric.source.target.average_value_milli == 1000
@@ -66,14 +92,15 @@ def test_edl_growth_of_ten_percent_needs_the_per_hpa_tolerance(tmp_path: Path) -
 def test_edl_calls_the_real_decide_once_per_sizing_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert vars(edl_module)["decide"] is sizing.decide
+    assert vars(edl_module)["run_round"] is round_module.run_round
+    assert vars(round_module)["decide"] is sizing.decide
     calls: list[float] = []
 
     def counting(*args: Any, **kwargs: Any) -> sizing.Plan:
-        calls.append(kwargs["now"])
+        calls.append(args[4])
         return sizing.decide(*args, **kwargs)
 
-    monkeypatch.setattr(edl_module, "decide", counting)
+    monkeypatch.setattr(round_module, "decide", counting)
     job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
     args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
     result = _json([*args, "--policy", "edl", "--sizing-interval", "7"])
@@ -91,7 +118,7 @@ def test_edl_sim_sizer_options_reach_decide(
         policies.append(args[3])
         return sizing.decide(*args, **kwargs)
 
-    monkeypatch.setattr(edl_module, "decide", recording)
+    monkeypatch.setattr(round_module, "decide", recording)
     job = ("a", 0, 1, 8, 2, 1, "1Gi", 0, 30_000, "lin", 0)
     args = inputs(tmp_path, [job], nodes=[("n", 2, 4, "8Gi", 0)], curves=LINEAR_16)
     _json([*args, "--policy", "edl", "--rescale-margin", "1.5", "--prior-kappa", "0.001"])

@@ -34,6 +34,7 @@ def test_philly_sizes_and_durations() -> None:
     assert max(durations) <= scenarios.PHILLY_CAP_S
 
 
+@pytest.mark.slow
 def test_every_scenario_runs_under_every_policy() -> None:
     """All jobs finish and the figures are in range (their speed is measured in bench/)."""
     for name, scenario in sorted(scenarios.SCENARIOS.items()):

@@ -39,6 +39,7 @@ def assert_png(path: Path) -> None:
     assert data[-8:-4] == b"IEND"
 
 
+@pytest.mark.slow
 def test_simulate_prints_timeline_and_summary_and_writes_png(tmp_path: Path) -> None:
     plot = tmp_path / "sim.png"
     result = run(
@@ -69,6 +70,7 @@ def test_simulate_prints_timeline_and_summary_and_writes_png(tmp_path: Path) -> 
     assert_png(plot)
 
 
+@pytest.mark.slow
 def test_tune_prints_comparison_and_a_valid_manifest(tmp_path: Path) -> None:
     output = tmp_path / "recommended.yaml"
     result = run(
@@ -106,6 +108,7 @@ def test_tune_prints_comparison_and_a_valid_manifest(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -184,6 +187,7 @@ def test_in_process_warning_for_tolerance_without_the_gate(tmp_path: Path) -> No
     assert err.getvalue() == ""
 
 
+@pytest.mark.slow
 def test_unwritable_plot_fails_before_simulating(tmp_path: Path) -> None:
     result = run(
         "simulate",

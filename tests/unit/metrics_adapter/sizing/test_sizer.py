@@ -21,15 +21,16 @@ from edl_sizing import (
     StaticCapacitySource,
 )
 from edl_sizing.events import JobEvent
-from metrics_adapter.api.selectors import LabelSelector
 from metrics_adapter.errors import NotFoundError, SourceError
+from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.providers.protocol import CustomMetricInfo, ExternalMetricInfo
-from metrics_adapter.providers.sizing import DESIRED_REPLICAS, Sizer, SizingProvider
+from metrics_adapter.providers.sizing import DESIRED_REPLICAS, SizingProvider
 from metrics_adapter.scraping.pod_registry import PodKey
 from metrics_adapter.scraping.store import MetricStore, Sample
 from metrics_adapter.sizing.kube_objects import JOB_LABEL, DeploymentRecord
 from metrics_adapter.sizing.metrics import SizingMetrics
 from metrics_adapter.sizing.observation import ThroughputObserver
+from metrics_adapter.sizing.sizer import Sizer
 
 T0 = 1_800_000_000.0
 GI = 2**30

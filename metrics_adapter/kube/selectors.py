@@ -33,9 +33,8 @@ import cachetools
 
 from metrics_adapter.bounded_cache import POINTER_BYTES, estimate_text
 from metrics_adapter.errors import InvalidSelectorError
+from metrics_adapter.kube.names import DNS1123_SUBDOMAIN, QUALIFIED_NAME_PART
 
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _INTEGER = re.compile(r"^[0-9]+$")
 _SPECIAL = frozenset(" \t\r\n,()!=<>")
 
@@ -178,13 +177,13 @@ def validate_key(key: str) -> str | None:
     if slash:
         if not prefix:
             return "prefix part must be non-empty"
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
+        if len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix):
             return "prefix part must be a lowercase RFC 1123 subdomain"
     if not name:
         return "name part must be non-empty"
     if len(name) > 63:
         return "name part must be no more than 63 characters"
-    if not _NAME.match(name):
+    if not QUALIFIED_NAME_PART.match(name):
         return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"  # noqa: E501
     return None
 
@@ -193,7 +192,7 @@ def validate_value(value: str) -> str | None:
     """Return why ``value`` is not a valid label value, or ``None`` when it is."""
     if len(value) > 63:
         return "must be no more than 63 characters"
-    if value and not _NAME.match(value):
+    if value and not QUALIFIED_NAME_PART.match(value):
         return "must be empty or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"  # noqa: E501
     return None
 
