@@ -9,10 +9,12 @@ workers do, then PyTorch's real one with two worker processes (slow).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from agent.trainer.data import ElasticDataLoader
@@ -198,35 +200,40 @@ def test_the_loader_refuses_what_it_decides_itself() -> None:
         loader_of(Ranks(0, 1), sampler=[0, 1])
 
 
+class Indices:
+    """A map-style dataset whose sample i is ``[i]`` (an array: both DataLoaders collate it)."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> npt.NDArray[np.int64]:
+        return np.array([index], dtype=np.int64)
+
+
 @pytest.mark.slow
-def test_pytorch_workers_load_ahead_and_a_world_change_discards_what_they_loaded() -> None:
-    """torch's DataLoader, two worker processes, persistent: the same guarantees."""
-    torch = pytest.importorskip("torch")
-    from agent.trainer.frameworks.torch.data import data_loader
-
-    class Tensors(torch.utils.data.Dataset):  # type: ignore[misc,name-defined]
-        def __len__(self) -> int:
-            return 64
-
-        def __getitem__(self, index: int) -> Any:
-            return torch.tensor([index], dtype=torch.int64)
-
-    framework = Framework(make=data_loader)
+@pytest.mark.parametrize("name", ["torch", "paddle"])
+def test_workers_load_ahead_and_a_world_change_discards_what_they_loaded(name: str) -> None:
+    """The framework's own DataLoader with two worker processes: the same guarantees."""
+    pytest.importorskip(name)
+    make = import_module(f"agent.trainer.frameworks.{name}.data").data_loader
+    framework = Framework(make=make)
     trainer = Trainer(Ranks(0, 2), framework)
     trainer.moves.append(Ranks(2, 3, generation=2))
-    loader = ElasticDataLoader(Tensors(), 8, trainer, seed=5, num_workers=2)  # type: ignore[arg-type]
+    loader = ElasticDataLoader(Indices(), 8, trainer, seed=5, num_workers=2)  # type: ignore[arg-type]
     (real,) = framework.loaders
-    assert real.persistent_workers and real.num_workers == 2
+    assert real.num_workers == 2
+    persistent = getattr(real, "persistent_workers", getattr(real, "_persistent_workers", None))
+    assert persistent == (name == "torch")  # Paddle's default stands
     trained = []
     for i, batch in enumerate(loader):
-        trained.append(batch.reshape(-1).tolist())
+        trained.append(np.asarray(batch).reshape(-1).tolist())
         if i == 1:
             trainer.world.drain = True
     sampler = ElasticSampler(64, 8, None, seed=5)
     plans = list(sampler.plans(0, 0, 0, 2))[:2] + list(sampler.plans(0, 16, 2, 3))
     assert trained == [p.indices.tolist() for p in plans]
     assert np.all([len(t) > 0 for t in trained])
-    again = [batch.reshape(-1).tolist() for batch in loader]  # the next epoch, same workers
+    again = [np.asarray(b).reshape(-1).tolist() for b in loader]  # the next epoch
     assert again == [p.indices.tolist() for p in sampler.plans(1, 0, 2, 3)]
 
 
