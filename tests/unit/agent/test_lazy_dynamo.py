@@ -177,3 +177,9 @@ print(json.dumps({"dynamo": dynamo(), "again": install(torch) is torch._dynamo})
     assert run(code)[0] == {"dynamo": "LazyDynamo", "again": True}
     out, _ = run(code, first="import torch._dynamo\n")
     assert out == {"dynamo": "module", "again": False}
+
+
+def test_a_script_that_imported_elastic_data_parallel_loads_dynamo_while_warming_up() -> None:
+    """Its DDP needs dynamo: loaded at start, so a joiner does not load it inside a pause."""
+    out, _ = run(EAGER, first="from agent.trainer import ElasticDataParallel\n")
+    assert out["dynamo"] == "module"
