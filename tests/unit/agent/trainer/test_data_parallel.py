@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,20 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.net import free_port
 from tests.unit.agent.trainer.ranks import PEER_LOST_EXIT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # three framework processes each
 
 ROOT = Path(__file__).resolve().parents[4]
 SIZE = 3
-
-
-def free_port() -> int:
-    """A port free on every address (the store listens on all), with room for Paddle's
-    per-rank endpoints after it."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 def start(framework: str, case: str, rank: int, port: int) -> subprocess.Popen[str]:
@@ -56,7 +48,12 @@ def world(framework: str, case: str) -> list[tuple[int, dict[str, Any], str]]:
         procs = [start(framework, case, rank, port) for rank in range(SIZE)]
         results = []
         for proc in procs:
-            out, err = proc.communicate(timeout=300)
+            try:
+                out, err = proc.communicate(timeout=600)  # a bound on a hang, not a speed
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                raise
             lines = [line for line in out.splitlines() if line.startswith("{")]
             results.append((proc.returncode, json.loads(lines[-1]) if lines else {}, err[-3000:]))
         if not any("EADDRINUSE" in err for _, _, err in results):
