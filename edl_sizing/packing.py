@@ -27,6 +27,7 @@ class Packing:
         self.by_node: dict[str, dict[str, int]] = {}
         """node name -> job key -> workers of the job on that node."""
         self._candidates: dict[_Shape, list[Node]] = {}
+        self._allowed: dict[_Shape, frozenset[str]] = {}
         self._hints: dict[tuple[Resources, _Shape], int] = {}
 
     def copy(self) -> Packing:
@@ -34,6 +35,7 @@ class Packing:
         other = Packing.__new__(Packing)
         other.nodes = self.nodes
         other._candidates = self._candidates
+        other._allowed = self._allowed
         other._hints = {}
         other.free = {}
         other.restore(self)
@@ -55,6 +57,17 @@ class Packing:
         if found is None:
             found = [n for n in self.nodes if n.accepts(tolerations, node_selector)]
             self._candidates[shape] = found
+        return found
+
+    def _allowed_names(
+        self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
+    ) -> frozenset[str]:
+        """The names of `candidates`, as a set kept per shape (a lookup, not a scan, per worker)."""
+        shape = (tolerations, tuple(sorted(node_selector.items())))
+        found = self._allowed.get(shape)
+        if found is None:
+            found = frozenset(n.name for n in self.candidates(tolerations, node_selector))
+            self._allowed[shape] = found
         return found
 
     def first_fit(
@@ -89,7 +102,7 @@ class Packing:
         selector = node_selector or {}
         mine = self.workers.get(job, {})
         if mine:
-            allowed = {n.name for n in self.candidates(tolerations, selector)}
+            allowed = self._allowed_names(tolerations, selector)
             for node in sorted(mine, key=lambda n: (-mine[n], n)):
                 if node in allowed and requests.fits_in(self.free[node]):
                     return node
