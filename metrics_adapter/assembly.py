@@ -232,7 +232,7 @@ class AdapterRuntime:
             interval=s.sizing_interval,
             history_interval=s.sizing_history_interval,
             observer=ThroughputObserver(self.store, window),
-            owner=getattr(source, "deployment", lambda _: None),
+            owners=getattr(source, "deployments_by_job", dict),
         )
         self.components.append(sizer)
         max_age = 3 * s.sizing_interval + 30.0

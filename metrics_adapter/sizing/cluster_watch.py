@@ -118,14 +118,10 @@ class KubernetesCapacitySource:
         quotas: list[Quota] = self.records("resourcequotas")
         return assemble(nodes, pods, deployments, classes, self._defaults, quotas)
 
-    def deployment(self, job_key: str) -> DeploymentRecord | None:
-        """The trainer Deployment behind a job key (for Events)."""
-        namespace, _, name = job_key.partition("/")
+    def deployments_by_job(self) -> dict[str, DeploymentRecord]:
+        """The trainer Deployments by job key (``namespace/name``), for Events: one pass."""
         deployments: list[DeploymentRecord] = self.records("deployments")
-        for d in deployments:
-            if d.namespace == namespace and d.name == name:
-                return d
-        return None
+        return {f"{d.namespace}/{d.name}": d for d in deployments}
 
     def start(self) -> None:
         """Start the watches."""

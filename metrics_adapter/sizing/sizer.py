@@ -76,7 +76,7 @@ class Sizer:
         interval: float = 10.0,
         history_interval: float = 60.0,
         observer: ThroughputObserver | None = None,
-        owner: Callable[[str], DeploymentRecord | None] = lambda _: None,
+        owners: Callable[[], Mapping[str, DeploymentRecord]] = dict,
     ) -> None:
         self._source = source
         self._history_store = history
@@ -87,7 +87,7 @@ class Sizer:
         self.interval = interval
         self._history_interval = history_interval
         self._observer = observer
-        self._owner = owner
+        self._owners = owners
         self._history = SizeHistory()
         self._last_write = float("-inf")
         self._emitted: dict[str, tuple[int, str, int]] = {}
@@ -111,8 +111,9 @@ class Sizer:
                 return None
             # The Deployments as of this snapshot: an Event names the generation the decision
             # was made on, not the one the cache holds after the history's I/O and `decide`
-            # (by then the HPA may have acted on the other replica's plan).
-            owners = {j.key: self._owner(j.key) for j in snapshot.jobs}
+            # (by then the HPA may have acted on the other replica's plan). One lookup table
+            # per round, not one search of the Deployments per job.
+            owners = self._owners()
             history = self._refresh_history(snapshot, now)
             result = run_round(snapshot, history, self._policy, now)
             self.last_round = result
@@ -145,9 +146,7 @@ class Sizer:
             log.warning("sizing history unavailable, deciding from the last copy read: %s", e)
         return self._history
 
-    def _emit(
-        self, published: PublishedPlan, owners: Mapping[str, DeploymentRecord | None]
-    ) -> None:
+    def _emit(self, published: PublishedPlan, owners: Mapping[str, DeploymentRecord]) -> None:
         """One Event per new decision, named so that two replicas' same decision is one.
 
         The name holds the Deployment's generation as of the decision's snapshot; a record

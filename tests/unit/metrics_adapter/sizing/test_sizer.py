@@ -381,9 +381,11 @@ class _MovingDeployment:
             "ml", "trainer", "digits", LabelSelector.parse(f"{JOB_LABEL}=digits"), replicas,
             T0, {}, None, Resources(cpu=1, memory=GI), (), {}, uid="u1", generation=generation,
         )  # fmt: skip
+        self.lookups = 0
 
-    def __call__(self, key: str) -> DeploymentRecord | None:
-        return self.record if key == "ml/trainer" else None
+    def __call__(self) -> dict[str, DeploymentRecord]:
+        self.lookups += 1
+        return {"ml/trainer": self.record}
 
     def scale(self, replicas: int) -> None:
         self.record = replace(self.record, replicas=replicas, generation=self.record.generation + 1)
@@ -407,7 +409,7 @@ def _sizer_with_owner(
     events = Events()
     sizer = Sizer(
         source, history, SizingPolicy(hold_off_s=30.0), SizingMetrics(CollectorRegistry()),
-        events, Clock(), interval=1.0, history_interval=0.0, owner=owner,
+        events, Clock(), interval=1.0, history_interval=0.0, owners=owner,
     )  # fmt: skip
     return sizer, events
 
@@ -426,6 +428,7 @@ def test_an_event_names_the_generation_its_decision_was_made_on() -> None:
         )  # fmt: skip
         sizer.run_once()
         assert [(e.reason, e.generation, e.desired) for e in events.seen] == [("SizingGrow", 7, 4)]
+        assert owner.lookups == 1  # one table per round, not one search per job
         names.append(events.seen[0].name)
     assert names[0] == names[1]
 
