@@ -6,7 +6,9 @@ from that version streams the changes (the kubernetes client's `watch.Watch` fra
 ``410 Gone`` (the version was compacted away) means list again, at once; any other failure
 means list again after a bounded, doubling backoff; every ``resync_s`` the watch is ended
 and the kind relisted, so a missed event cannot live forever. Objects stay plain JSON
-(`dict`): a watcher keeps only what it reads of them.
+(`dict`): a watcher keeps only what it reads of them. A list reaches the sink page by page
+(`ReflectorSink.replace` takes an iterator), so a list of 150,000 pods never exists as JSON in
+the process at once: one page of it does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -34,8 +36,12 @@ T = TypeVar("T")
 class ReflectorSink(Protocol):
     """Where a reflector puts what it learns (a watcher's own store)."""
 
-    def replace(self, objects: list[KubeObject]) -> None:
-        """Everything there is, after a (re)list: what is not in `objects` is gone."""
+    def replace(self, objects: Iterable[KubeObject]) -> None:
+        """Everything there is, after a (re)list: what is not in `objects` is gone.
+
+        `objects` yields the list's pages as they arrive; a page that fails raises through
+        it, so a sink must change nothing before the iteration has completed.
+        """
 
     def apply(self, event_type: str, obj: KubeObject) -> None:
         """One change: ``ADDED``, ``MODIFIED`` or ``DELETED``."""
@@ -133,28 +139,12 @@ class Reflector:
         Raises:
             ApiException: the server refused a page (``410``: a continue token expired).
         """
-        objects: list[KubeObject] = []
-        token: str | None = None
-        version = ""
-        for _ in range(self.MAX_PAGES):
-            kwargs: dict[str, Any] = {"limit": self._page, **self._kwargs}
-            if token:
-                kwargs["_continue"] = token
-            resp = self._list(_preload_content=False, _request_timeout=60, **kwargs)
-            body = json.loads(resp.data)
-            objects.extend(body.get("items") or [])
-            meta = body.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            token = meta.get("continue")
-            if not token:
-                break
-        else:
-            raise ApiException(status=500, reason=f"{self.kind}: more than {self.MAX_PAGES} pages")
-        self._sink.replace(objects)
+        listing = _Listing(self._list, self.kind, self._page, self._kwargs, self.MAX_PAGES)
+        self._sink.replace(listing.objects())
         self._listed_at = self._clock()
         self.lists += 1
         self.synced = True
-        return version
+        return listing.version
 
     def watch(self, version: str) -> str:
         """Watch from `version` until the server ends the stream, a resync is due or `stop`.
@@ -254,6 +244,50 @@ class Reflector:
             self._thread.join(timeout_s)
 
 
+class _Listing:
+    """One paged list: the objects page by page, and the version of the whole list."""
+
+    def __init__(
+        self,
+        list_fn: Callable[..., Any],
+        kind: str,
+        page_size: int,
+        kwargs: Mapping[str, Any],
+        max_pages: int,
+    ) -> None:
+        self._list = list_fn
+        self._kind = kind
+        self._page = page_size
+        self._kwargs = kwargs
+        self._max_pages = max_pages
+        self.version = ""
+        """The list's resourceVersion, once `objects` has been iterated to the end."""
+
+    def objects(self) -> Iterator[KubeObject]:
+        """Every object of every page; each page is fetched when the previous one is used up.
+
+        Raises:
+            ApiException: a page was refused, or the server kept answering ``continue``.
+        """
+        token: str | None = None
+        for _ in range(self._max_pages):
+            kwargs: dict[str, Any] = {"limit": self._page, **self._kwargs}
+            if token:
+                kwargs["_continue"] = token
+            resp = self._list(_preload_content=False, _request_timeout=60, **kwargs)
+            body = json.loads(resp.data)
+            del resp
+            items = body.pop("items", None) or []
+            meta = body.get("metadata") or {}
+            self.version = str(meta.get("resourceVersion") or self.version)
+            token = meta.get("continue")
+            del body
+            yield from items
+            if not token:
+                return
+        raise ApiException(status=500, reason=f"{self._kind}: more than {self._max_pages} pages")
+
+
 class RecordStore(Generic[T]):
     """A `ReflectorSink` that keeps one compact record per object (``None``: not kept).
 
@@ -271,8 +305,8 @@ class RecordStore(Generic[T]):
         with self._lock:
             return list(self._records.values())
 
-    def replace(self, objects: list[KubeObject]) -> None:
-        """Everything there is (after a list)."""
+    def replace(self, objects: Iterable[KubeObject]) -> None:
+        """Everything there is (after a list); the old records stay until it is complete."""
         fresh: dict[str, T] = {}
         for obj in objects:
             record = self._convert(obj)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from metrics_adapter.kube.reflector import Backoff, RecordStore, Reflector
 from tests.support.waiting import wait_for
@@ -124,6 +125,39 @@ def test_a_paged_list_then_a_watch_keeps_the_records_and_the_version() -> None:
     watch = api.watch_calls()[-1]
     assert watch["resource_version"] == "9" and watch["allow_watch_bookmarks"] is True
     assert watch["label_selector"] == "app=x" and watch["timeout_seconds"] == 60
+
+
+def test_a_list_reaches_the_store_page_by_page_and_a_failed_page_changes_nothing() -> None:
+    # 150,000 pods must not sit in the process as JSON at once: the next page is fetched only
+    # when the store has taken the previous one. A page refused midway leaves the old records.
+    pages: list[dict[str, Any]] = [
+        {"items": [obj(f"p{i}", str(i), f"p{i}")], "metadata": {"continue": str(i + 1)}}
+        for i in range(3)
+    ]
+    pages[-1]["metadata"] = {"resourceVersion": "7"}
+    api = FakeApi(pages, [])
+    lists_when_seen: list[int] = []
+
+    def keep(o: dict[str, Any]) -> str | None:
+        lists_when_seen.append(len(api.lists()))
+        return keep_value(o)
+
+    store: RecordStore[str] = RecordStore(keep)
+    r = Reflector("pods", api, store, page_size=1)
+    assert r.relist() == "7" and values(store) == ["p0", "p1", "p2"]
+    assert lists_when_seen == [1, 2, 3]
+
+    class Refused(FakeApi):
+        def __call__(self, **kw: Any) -> Response:
+            if kw.get("_continue") == "2":
+                raise ApiException(status=410, reason="continue token expired")
+            return super().__call__(**kw)
+
+    fresh = [{**p, "items": [obj("new", "9", "new")]} for p in pages]
+    again = Reflector("pods", Refused(fresh, []), store, page_size=1)
+    with pytest.raises(ApiException):
+        again.relist()
+    assert values(store) == ["p0", "p1", "p2"]
 
 
 def run_in_thread(r: Reflector) -> threading.Thread:
