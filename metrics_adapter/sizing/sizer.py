@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class Sizer:
         history_interval: float = 60.0,
         observer: ThroughputObserver | None = None,
         owners: Callable[[], Mapping[str, DeploymentRecord]] = dict,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._source = source
         self._history_store = history
@@ -88,6 +90,7 @@ class Sizer:
         self._history_interval = history_interval
         self._observer = observer
         self._owners = owners
+        self._timer = timer
         self._history = SizeHistory()
         self._last_write = float("-inf")
         self._emitted: dict[str, tuple[int, str, int]] = {}
@@ -105,17 +108,21 @@ class Sizer:
     def run_once(self) -> PublishedPlan | None:
         """One round; returns the plan published (None: no cluster view yet)."""
         with self._lock:
+            started = self._timer()
             now = self._clock()
             snapshot = self._source.snapshot()
             if snapshot is None:
                 return None
+            viewed = self._timer()
             # The Deployments as of this snapshot: an Event names the generation the decision
             # was made on, not the one the cache holds after the history's I/O and `decide`
             # (by then the HPA may have acted on the other replica's plan). One lookup table
             # per round, not one search of the Deployments per job.
             owners = self._owners()
             history = self._refresh_history(snapshot, now)
+            before_decide = self._timer()
             result = run_round(snapshot, history, self._policy, now)
+            decided = self._timer()
             self.last_round = result
             if result.error is not None:
                 log.error(
@@ -127,6 +134,7 @@ class Sizer:
             self._plan = published
             self._metrics.publish(plan, published.names)
             self._emit(published, owners)
+            self._metrics.timed(viewed - started, decided - before_decide, self._timer() - started)
             return published
 
     def _refresh_history(self, snapshot: ClusterSnapshot, now: float) -> SizeHistory:

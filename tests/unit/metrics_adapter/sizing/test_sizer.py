@@ -445,3 +445,34 @@ def test_a_deployment_that_moved_before_its_lookup_gets_no_event_that_round() ->
     source.replace(snapshot(replicas=3, bound=3, observed={2: 180.0}))
     sizer.run_once()
     assert [(e.reason, e.generation, e.desired) for e in events.seen] == [("SizingGrow", 8, 4)]
+
+
+class _SlowView(StaticCapacitySource):
+    """A capacity source whose snapshot takes 0.25 s of the round's timer."""
+
+    def __init__(self, snapshot: ClusterSnapshot, timer: Clock) -> None:
+        super().__init__(snapshot)
+        self._timer = timer
+
+    def snapshot(self) -> ClusterSnapshot:
+        self._timer.t += 0.25
+        return super().snapshot()
+
+
+def test_each_round_reports_how_long_its_view_its_decision_and_all_of_it_took() -> None:
+    # An admin sizes the adapter by these (docs/install.md): a round must stay far below the
+    # interval. The timer is injected: the figures are the round's parts, whatever the machine.
+    timer = Clock()
+    timer.t = 0.0
+    registry = CollectorRegistry()
+    sizer = Sizer(
+        _SlowView(snapshot(), timer), MemoryHistoryStore(), SizingPolicy(),
+        SizingMetrics(registry), Events(), Clock(), timer=timer,
+    )  # fmt: skip
+    sizer.run_once()
+    sizer.run_once()
+    text = generate_latest(registry).decode()
+    assert 'edl_adapter_sizing_round_seconds_count{part="round"} 2.0' in text
+    assert 'edl_adapter_sizing_round_seconds_sum{part="snapshot"} 0.5' in text
+    assert 'edl_adapter_sizing_round_seconds_sum{part="round"} 0.5' in text
+    assert 'edl_adapter_sizing_round_seconds_bucket{le="0.25",part="snapshot"} 2.0' in text
