@@ -3,10 +3,11 @@
 Each kind has a `metrics_adapter.kube.reflector.Reflector` (one thread: list, watch, resync,
 backoff) filling a `RecordStore` of the compact records of
 :mod:`metrics_adapter.sizing.kube_objects`, so memory grows with what the sizer reads, not
-with the objects' size. `WATCHED` is the table of kinds: a new kind is one row there and one
-argument of `assemble`. Deployments are watched with the job label as selector; the rest
-cluster-wide (RBAC: get/list/watch on nodes, pods, priorityclasses, deployments,
-resourcequotas).
+with the objects' size; what records have in common (namespaces, node names, request
+shapes, label sets) is kept once per kind (`SharedValues`). `WATCHED` is the table of kinds:
+a new kind is one row there and one argument of `assemble`. Deployments are watched with
+the job label as selector; the rest cluster-wide (RBAC: get/list/watch on nodes, pods,
+priorityclasses, deployments, resourcequotas).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kubernetes import client as k8s
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Node, Quota
 from metrics_adapter.kube.reflector import RecordStore, Reflector
+from metrics_adapter.kube.shared_values import SharedValues
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
     DeploymentRecord,
@@ -42,29 +44,30 @@ class WatchedKind:
     kind: str
     list_fn: Callable[[Any], Callable[..., Any]]
     """The client's list function, from an ``ApiClient``."""
-    convert: Callable[[dict[str, Any]], Any]
-    """Object JSON -> record, or None when the object does not count."""
+    convert: Callable[[dict[str, Any], SharedValues], Any]
+    """Object JSON -> record, or None when the object does not count (values the records
+    have in common are taken from the watch's `SharedValues`)."""
     label_selector: str | None = None
 
 
 WATCHED: tuple[WatchedKind, ...] = (
-    WatchedKind("nodes", lambda api: k8s.CoreV1Api(api).list_node, node_from),
+    WatchedKind("nodes", lambda api: k8s.CoreV1Api(api).list_node, lambda o, _: node_from(o)),
     WatchedKind("pods", lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces, pod_from),
     WatchedKind(
         "deployments",
         lambda api: k8s.AppsV1Api(api).list_deployment_for_all_namespaces,
-        deployment_from,
+        lambda o, _: deployment_from(o),
         JOB_LABEL,
     ),
     WatchedKind(
         "priorityclasses",
         lambda api: k8s.SchedulingV1Api(api).list_priority_class,
-        priority_class_from,
+        lambda o, _: priority_class_from(o),
     ),
     WatchedKind(
         "resourcequotas",
         lambda api: k8s.CoreV1Api(api).list_resource_quota_for_all_namespaces,
-        quota_from,
+        lambda o, _: quota_from(o),
     ),
 )
 """Every kind the sizer reads, by the name `KubernetesCapacitySource.records` takes."""
@@ -84,7 +87,7 @@ class KubernetesCapacitySource:
         self._stores: dict[str, RecordStore[Any]] = {}
         self._reflectors: list[Reflector] = []
         for row in WATCHED:
-            store: RecordStore[Any] = RecordStore(row.convert)
+            store: RecordStore[Any] = RecordStore(_with_shared(row.convert, SharedValues()))
             selector = {"label_selector": row.label_selector} if row.label_selector else {}
             self._stores[row.kind] = store
             self._reflectors.append(
@@ -132,3 +135,9 @@ class KubernetesCapacitySource:
         """Stop them."""
         for r in self._reflectors:
             r.stop()
+
+
+def _with_shared(
+    convert: Callable[[dict[str, Any], SharedValues], Any], shared: SharedValues
+) -> Callable[[dict[str, Any]], Any]:
+    return lambda obj: convert(obj, shared)

@@ -39,6 +39,7 @@ from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
+from metrics_adapter.kube.shared_values import SharedValues
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
@@ -174,8 +175,12 @@ def node_from(obj: Mapping[str, Any]) -> Node:
     )
 
 
-def pod_from(obj: Mapping[str, Any]) -> PodRecord | None:
-    """A Pod object, or None when it no longer counts (terminal, or being deleted)."""
+def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodRecord | None:
+    """A Pod object, or None when it no longer counts (terminal, or being deleted).
+
+    With ``shared``, what pods have in common (namespace, node, requests, tolerations, label
+    sets) is kept once for all of them: the record holds its own name and creation time.
+    """
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("phase") in _TERMINAL:
         return None
@@ -183,16 +188,20 @@ def pod_from(obj: Mapping[str, Any]) -> PodRecord | None:
         requests = pod_requests(spec)
     except ResourceError:
         requests = Resources()  # the API server validated it; never seen in practice
+    values = shared if shared is not None else SharedValues(limit=0)
+    node = spec.get("nodeName") or None
     pod = Pod(
-        namespace=str(meta.get("namespace", "")),
+        namespace=values.text(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
-        requests=requests,
+        requests=values.value(requests),
         priority=int(spec.get("priority") or 0),
-        node=spec.get("nodeName") or None,
-        tolerations=_tolerations(spec),
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        node=values.text(str(node)) if node else None,
+        tolerations=values.value(_tolerations(spec)),
+        node_selector=values.labels(spec.get("nodeSelector")),
     )
-    return PodRecord(pod, dict(meta.get("labels") or {}), timestamp(meta.get("creationTimestamp")))
+    return PodRecord(
+        pod, values.labels(meta.get("labels")), timestamp(meta.get("creationTimestamp"))
+    )
 
 
 def selector_from(obj: Mapping[str, Any] | None) -> LabelSelector:
