@@ -32,6 +32,10 @@ from metrics_adapter.sizing.observation import ThroughputObserver
 
 log = logging.getLogger(__name__)
 
+FIRST_VIEW_POLL_S = 0.25
+"""While the capacity source has no view yet (its watches are listing), how often to look: the
+first plan follows the first complete view at once, not up to an interval later."""
+
 
 @dataclass(frozen=True)
 class PublishedPlan:
@@ -98,7 +102,12 @@ class Sizer:
         self.last_round: RoundResult | None = None
         """The latest round: the jobs as ``decide`` saw them, the plan, any error."""
         self._lock = threading.Lock()
-        self._task = PeriodicTask("sizing", interval, self.run_once)
+        self._task = PeriodicTask(
+            "sizing",
+            interval,
+            lambda: self.run_once() is not None,
+            retry_interval=FIRST_VIEW_POLL_S,
+        )
 
     @property
     def plan(self) -> PublishedPlan | None:

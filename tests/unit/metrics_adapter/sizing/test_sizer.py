@@ -31,6 +31,7 @@ from metrics_adapter.sizing.kube_objects import JOB_LABEL, DeploymentRecord
 from metrics_adapter.sizing.metrics import SizingMetrics
 from metrics_adapter.sizing.observation import ThroughputObserver
 from metrics_adapter.sizing.sizer import Sizer
+from tests.support.waiting import wait_for
 
 T0 = 1_800_000_000.0
 GI = 2**30
@@ -476,3 +477,32 @@ def test_each_round_reports_how_long_its_view_its_decision_and_all_of_it_took() 
     assert 'edl_adapter_sizing_round_seconds_sum{part="snapshot"} 0.5' in text
     assert 'edl_adapter_sizing_round_seconds_sum{part="round"} 0.5' in text
     assert 'edl_adapter_sizing_round_seconds_bucket{le="0.25",part="snapshot"} 2.0' in text
+
+
+class _ListingFor(StaticCapacitySource):
+    """A capacity source whose watches complete their first list after ``calls`` looks."""
+
+    def __init__(self, snapshot: ClusterSnapshot, calls: int) -> None:
+        super().__init__(snapshot)
+        self.looks = 0
+        self._calls = calls
+
+    def snapshot(self) -> ClusterSnapshot | None:  # type: ignore[override]
+        self.looks += 1
+        return super().snapshot() if self.looks > self._calls else None
+
+
+def test_the_first_plan_follows_the_first_complete_view_not_a_whole_interval_later() -> None:
+    # A round that finds no view yet (the watches still list 150,000 pods) looks again soon:
+    # with an interval of an hour, the plan still comes once the view is there.
+    source = _ListingFor(snapshot(), calls=3)
+    sizer = Sizer(
+        source, MemoryHistoryStore(), SizingPolicy(), SizingMetrics(CollectorRegistry()),
+        Events(), Clock(), interval=3600.0,
+    )  # fmt: skip
+    sizer.start()
+    try:
+        wait_for(lambda: sizer.plan is not None, timeout_s=60, what="the first plan")
+    finally:
+        sizer.stop()
+    assert source.looks == 4
