@@ -13,6 +13,7 @@ the process at once: one page of it does.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import threading
@@ -292,18 +293,25 @@ class RecordStore(Generic[T]):
     """A `ReflectorSink` that keeps one compact record per object (``None``: not kept).
 
     `convert` turns an object's JSON into what a watcher reads of it, so memory grows with
-    that, not with the objects' size.
+    that, not with the objects' size. With ``ordered``, `records` come in key order
+    (``namespace/name``), kept as objects come and go (a sorted list of keys: an insertion
+    or removal moves pointers, a round sorts nothing), for a reader that would otherwise sort
+    150,000 records every time it looks.
     """
 
-    def __init__(self, convert: Callable[[KubeObject], T | None]) -> None:
+    def __init__(self, convert: Callable[[KubeObject], T | None], ordered: bool = False) -> None:
         self._convert = convert
         self._records: dict[str, T] = {}
+        self._keys: list[str] | None = [] if ordered else None
         self._lock = threading.Lock()
 
     def records(self) -> list[T]:
-        """The current records (a snapshot)."""
+        """The current records (a snapshot; in key order when ``ordered``)."""
         with self._lock:
-            return list(self._records.values())
+            if self._keys is None:
+                return list(self._records.values())
+            records = self._records
+            return [records[k] for k in self._keys]
 
     def replace(self, objects: Iterable[KubeObject]) -> None:
         """Everything there is (after a list); the old records stay until it is complete."""
@@ -312,8 +320,10 @@ class RecordStore(Generic[T]):
             record = self._convert(obj)
             if record is not None:
                 fresh[object_key(obj)] = record
+        keys = sorted(fresh) if self._keys is not None else None
         with self._lock:
             self._records = fresh
+            self._keys = keys
 
     def apply(self, event_type: str, obj: KubeObject) -> None:
         """One change."""
@@ -321,6 +331,9 @@ class RecordStore(Generic[T]):
         key = object_key(obj)
         with self._lock:
             if record is None:
-                self._records.pop(key, None)
+                if self._records.pop(key, None) is not None and self._keys is not None:
+                    del self._keys[bisect.bisect_left(self._keys, key)]
             else:
+                if key not in self._records and self._keys is not None:
+                    bisect.insort(self._keys, key)
                 self._records[key] = record

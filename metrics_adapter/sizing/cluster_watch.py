@@ -48,11 +48,15 @@ class WatchedKind:
     """Object JSON -> record, or None when the object does not count (values the records
     have in common are taken from the watch's `SharedValues`)."""
     label_selector: str | None = None
+    ordered: bool = False
+    """Records kept in key order (`RecordStore`): a round then sorts nothing."""
 
 
 WATCHED: tuple[WatchedKind, ...] = (
     WatchedKind("nodes", lambda api: k8s.CoreV1Api(api).list_node, lambda o, _: node_from(o)),
-    WatchedKind("pods", lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces, pod_from),
+    WatchedKind(
+        "pods", lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces, pod_from, ordered=True
+    ),
     WatchedKind(
         "deployments",
         lambda api: k8s.AppsV1Api(api).list_deployment_for_all_namespaces,
@@ -87,7 +91,9 @@ class KubernetesCapacitySource:
         self._stores: dict[str, RecordStore[Any]] = {}
         self._reflectors: list[Reflector] = []
         for row in WATCHED:
-            store: RecordStore[Any] = RecordStore(_with_shared(row.convert, SharedValues()))
+            store: RecordStore[Any] = RecordStore(
+                _with_shared(row.convert, SharedValues()), ordered=row.ordered
+            )
             selector = {"label_selector": row.label_selector} if row.label_selector else {}
             self._stores[row.kind] = store
             self._reflectors.append(
@@ -119,7 +125,9 @@ class KubernetesCapacitySource:
         deployments: list[DeploymentRecord] = self.records("deployments")
         classes: list[PriorityClassRecord] = self.records("priorityclasses")
         quotas: list[Quota] = self.records("resourcequotas")
-        return assemble(nodes, pods, deployments, classes, self._defaults, quotas)
+        return assemble(
+            nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
+        )
 
     def deployments_by_job(self) -> dict[str, DeploymentRecord]:
         """The trainer Deployments by job key (``namespace/name``), for Events: one pass."""

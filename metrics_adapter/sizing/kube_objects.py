@@ -384,8 +384,14 @@ def assemble(
     classes: Iterable[PriorityClassRecord],
     defaults: JobDefaults | None = None,
     quotas: Iterable[Quota] = (),
+    pods_in_key_order: bool = False,
 ) -> ClusterSnapshot:
-    """The cluster view: pods attributed to their job, jobs with priority and last growth."""
+    """The cluster view: pods attributed to their job, jobs with priority and last growth.
+
+    The snapshot's pods are in key order (``namespace/name``, the order `decide` takes them
+    in); ``pods_in_key_order`` says they come so (a watch keeps them so) and are not sorted
+    again.
+    """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
     per_namespace: dict[str, list[DeploymentRecord]] = {}
@@ -406,7 +412,8 @@ def assemble(
     last_growth: dict[str, float] = {}
     out_pods = []
     owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
-    for record in sorted(pods, key=lambda r: (r.pod.namespace, r.pod.name)):
+    ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
+    for record in ordered:
         pod = record.pod
         index = owners.get(pod.namespace)
         owner = index.owner(record.labels) if index is not None else None

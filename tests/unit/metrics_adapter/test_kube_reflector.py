@@ -232,3 +232,22 @@ def test_stop_ends_a_quiet_watch() -> None:
     r.stop()
     assert quiet.connection.sock.closed.is_set()
     wait_for(lambda: not thread.is_alive(), timeout_s=30, what="the reflector to stop")
+
+
+def test_an_ordered_store_keeps_its_records_in_key_order_as_objects_come_and_go() -> None:
+    # The sizer reads 150,000 pods in key order every round: the store keeps that order as
+    # events arrive instead of the round sorting them.
+    store: RecordStore[str] = RecordStore(keep_value, ordered=True)
+    store.replace(
+        [obj("c", "1", "c"), obj("a", "2", "a"), obj("e", "3", "e"), obj("s", "4", "skip")]
+    )
+    assert store.records() == ["a", "c", "e"]
+    store.apply("ADDED", obj("b", "5", "b"))
+    store.apply("ADDED", obj("f", "6", "f"))
+    store.apply("MODIFIED", obj("c", "7", "c2"))
+    store.apply("DELETED", obj("e", "8", "e"))
+    store.apply("DELETED", obj("zz", "9", "never seen"))
+    store.apply("MODIFIED", obj("a", "10", "skip"))  # no longer kept: gone from the order too
+    assert store.records() == ["b", "c2", "f"]
+    store.apply("ADDED", obj("a", "11", "a3"))
+    assert store.records() == ["a3", "b", "c2", "f"]

@@ -202,6 +202,19 @@ def test_assemble_attributes_pods_to_their_job_and_finds_the_last_growth() -> No
     assert snap.job_names == {"ml/trainer": "digits"}
 
 
+def test_the_snapshot_holds_the_pods_in_key_order_sorted_or_as_a_watch_kept_them() -> None:
+    # decide reads pods in key order (namespace/name); a watch's store keeps them so, and
+    # then the round sorts nothing; pods in any order are sorted into the same order.
+    objs = [pod("b", {}, "n1"), pod("a", {}, "n1"), pod("c", {}, None)]
+    objs[0]["metadata"]["namespace"] = "ml-x"  # "ml-x/b" < "ml/a": '-' sorts before '/'
+    records = [r for r in (pod_from(p) for p in objs) if r is not None]
+    nodes = [node_from(node("n1"))]
+    keys = [p.key for p in assemble(nodes, records, [], []).pods]
+    assert keys == ["ml-x/b", "ml/a", "ml/c"]
+    kept = sorted(records, key=lambda r: r.pod.key)
+    assert [p.key for p in assemble(nodes, kept, [], [], pods_in_key_order=True).pods] == keys
+
+
 def test_two_deployments_with_one_job_name_are_both_refused() -> None:
     a, b = deployment_from(deployment("a")), deployment_from(deployment("b"))
     assert a is not None and b is not None
