@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ def test_pods_in_common_share_their_namespace_node_requests_tolerations_and_labe
     pods = [r.pod for r in records if r is not None]
     labels = [r.labels for r in records if r is not None]
 
-    def distinct(values: list[object]) -> int:
+    def distinct(values: Sequence[object]) -> int:
         return len({id(v) for v in values})
 
     assert distinct([p.namespace for p in pods]) == 1
