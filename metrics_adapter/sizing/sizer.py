@@ -16,8 +16,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from edl_sizing.capacity import CapacitySource, ClusterSnapshot
 from edl_sizing.decision import Plan, Reason, SizingPolicy
@@ -39,7 +39,11 @@ first plan follows the first complete view at once, not up to an interval later.
 
 @dataclass(frozen=True)
 class PublishedPlan:
-    """A plan as served: with the jobs' names and when it was decided."""
+    """A plan as served: with the jobs' names and when it was decided.
+
+    Indexed once when published (`in_namespace`, `named`), so that each of the HPAs' reads
+    finds its job without going through every job of the cluster.
+    """
 
     plan: Plan
     names: Mapping[str, str]
@@ -47,10 +51,28 @@ class PublishedPlan:
     ambiguous: frozenset[tuple[str, str]]
     """(namespace, job name) pairs carried by more than one Deployment."""
     decided_at: float
+    _by_namespace: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _by_name: dict[tuple[str, str], list[str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for key in sorted(self.plan.jobs):
+            namespace = key.partition("/")[0]
+            self._by_namespace.setdefault(namespace, []).append(key)
+            self._by_name.setdefault((namespace, self.name(key)), []).append(key)
 
     def name(self, key: str) -> str:
         """The job name of a job key."""
         return self.names.get(key) or key.partition("/")[2]
+
+    def in_namespace(self, namespace: str | None) -> list[str]:
+        """The job keys of ``namespace``, in key order."""
+        return self._by_namespace.get(namespace or "", [])
+
+    def named(self, namespace: str, names: Iterable[str]) -> list[str]:
+        """The job keys of ``namespace`` whose job name is one of ``names``, in key order."""
+        return sorted(k for name in set(names) for k in self._by_name.get((namespace, name), ()))
 
 
 def _error_reason(message: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import pytest
@@ -506,3 +506,40 @@ def test_the_first_plan_follows_the_first_complete_view_not_a_whole_interval_lat
     finally:
         sizer.stop()
     assert source.looks == 4
+
+
+class _CountingSelector(LabelSelector):
+    """A selector that counts the jobs it was asked about."""
+
+    asked = 0
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        type(self).asked += 1
+        return super().matches(labels)
+
+
+def test_an_hpa_read_looks_at_its_own_job_not_at_every_job_of_the_cluster() -> None:
+    # 1,000 HPAs each read desired_replicas every sync: a read that went through every job
+    # made the adapter's work grow with the square of the jobs.
+    jobs = tuple(
+        Job(f"ns-{i % 10}", f"job-{i}", Resources(cpu=1, memory=GI), replicas=1, max_replicas=2)
+        for i in range(1000)
+    )
+    nodes = (Node("n1", Resources(cpu=4, memory=64 * GI)),)
+    names = {j.key: j.name for j in jobs}
+    source = StaticCapacitySource(ClusterSnapshot(nodes, (), jobs, job_names=names))
+    clock = Clock()
+    sizer, provider, _, _ = build(source, clock)
+    sizer.run_once()
+    wanted = LabelSelector.parse(f"{JOB_LABEL}=job-437")
+    counting = _CountingSelector(wanted.requirements)
+    items = provider.get_external_metric("ns-7", counting, ExternalMetricInfo(DESIRED_REPLICAS))
+    assert [i.labels for i in items] == [{JOB_LABEL: "job-437"}]
+    assert _CountingSelector.asked == 1
+    _CountingSelector.asked = 0
+    every = _CountingSelector(())
+    assert (
+        len(provider.get_external_metric("ns-7", every, ExternalMetricInfo(DESIRED_REPLICAS)))
+        == 100
+    )
+    assert _CountingSelector.asked == 100  # the namespace's jobs only
