@@ -95,6 +95,8 @@ class Reflector:
         resync_s: relist at least this often (None: only after a failure or ``410``).
         backoff: the waits after failures in a row.
         watcher: builds the watch framing (the kubernetes client's by default).
+        decode: a list page's JSON -> its body (``items``, ``metadata``); a watcher that
+            keeps little of each object passes a decoder that builds no more than that.
     """
 
     MAX_PAGES = 100_000
@@ -113,6 +115,7 @@ class Reflector:
         backoff: Backoff = Backoff(),
         watcher: Callable[[], Watcher] = k8s_watch.Watch,
         clock: Callable[[], float] = time.monotonic,
+        decode: Callable[[bytes], Any] = json.loads,
     ) -> None:
         self.kind = kind
         self._list = list_fn
@@ -125,6 +128,7 @@ class Reflector:
         self._backoff = backoff
         self._new_watch = watcher
         self._clock = clock
+        self._decode = decode
         self._stop = threading.Event()
         self._watch: Watcher | None = None
         self._thread: threading.Thread | None = None
@@ -140,7 +144,9 @@ class Reflector:
         Raises:
             ApiException: the server refused a page (``410``: a continue token expired).
         """
-        listing = _Listing(self._list, self.kind, self._page, self._kwargs, self.MAX_PAGES)
+        listing = _Listing(
+            self._list, self.kind, self._page, self._kwargs, self.MAX_PAGES, self._decode
+        )
         self._sink.replace(listing.objects())
         self._listed_at = self._clock()
         self.lists += 1
@@ -255,8 +261,10 @@ class _Listing:
         page_size: int,
         kwargs: Mapping[str, Any],
         max_pages: int,
+        decode: Callable[[bytes], Any] = json.loads,
     ) -> None:
         self._list = list_fn
+        self._decode = decode
         self._kind = kind
         self._page = page_size
         self._kwargs = kwargs
@@ -276,7 +284,7 @@ class _Listing:
             if token:
                 kwargs["_continue"] = token
             resp = self._list(_preload_content=False, _request_timeout=60, **kwargs)
-            body = json.loads(resp.data)
+            body = self._decode(resp.data)
             del resp
             items = body.pop("items", None) or []
             meta = body.get("metadata") or {}

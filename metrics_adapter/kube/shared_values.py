@@ -13,11 +13,12 @@ stay valid, they are just no longer shared with new ones.
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 from typing import TypeVar
 
 H = TypeVar("H", bound=Hashable)
+V = TypeVar("V")
 EMPTY: Mapping[str, str] = MappingProxyType({})
 """The one empty label set or node selector."""
 
@@ -43,6 +44,21 @@ class SharedValues:
             self._values[value] = value
             return value
         return found  # type: ignore[return-value]  # equal and hashed alike: the same type
+
+    def memo(self, key: Hashable, compute: Callable[[], V]) -> V:
+        """What ``compute`` gave for an equal ``key`` before (it is called for a new key).
+
+        For a value worth sharing that is costly to compute from raw input (a pod's requests
+        parsed from its containers' quantities): equal input, one computation.
+        """
+        slot = ("memo", key)
+        found = self._values.get(slot)
+        if found is None:
+            found = compute()
+            if len(self._values) >= self._limit:
+                self._values.clear()
+            self._values[slot] = found
+        return found  # type: ignore[return-value]  # stored under this key by this method
 
     def labels(self, labels: Mapping[str, object] | None) -> Mapping[str, str]:
         """A read-only label set (or node selector) equal to ``labels``, shared."""

@@ -12,6 +12,7 @@ priorityclasses, deployments, resourcequotas).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from metrics_adapter.sizing.kube_objects import (
     PodRecord,
     PriorityClassRecord,
     assemble,
+    decode_pod_list,
     deployment_from,
     node_from,
     pod_from,
@@ -50,12 +52,18 @@ class WatchedKind:
     label_selector: str | None = None
     ordered: bool = False
     """Records kept in key order (`RecordStore`): a round then sorts nothing."""
+    decode: Callable[[bytes], Any] | None = None
+    """A list page's JSON -> only what `convert` reads (None: all of it)."""
 
 
 WATCHED: tuple[WatchedKind, ...] = (
     WatchedKind("nodes", lambda api: k8s.CoreV1Api(api).list_node, lambda o, _: node_from(o)),
     WatchedKind(
-        "pods", lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces, pod_from, ordered=True
+        "pods",
+        lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces,
+        pod_from,
+        ordered=True,
+        decode=decode_pod_list,
     ),
     WatchedKind(
         "deployments",
@@ -104,6 +112,7 @@ class KubernetesCapacitySource:
                     selector,
                     on_error,
                     watch_timeout_s=watch_timeout_s,
+                    decode=row.decode or json.loads,
                 )
             )
 

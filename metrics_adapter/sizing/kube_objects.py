@@ -32,7 +32,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
@@ -131,6 +133,27 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return total + Resources.parse(spec.get("overhead"))
 
 
+def _requests_key(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The raw quantities `pod_requests` reads, as a key (None: not hashable as they are)."""
+
+    def amounts(c: Mapping[str, Any]) -> tuple[Any, ...]:
+        res = c.get("resources") or {}
+        return tuple(sorted((res.get("requests") or {}).items())), tuple(
+            sorted((res.get("limits") or {}).items())
+        )
+
+    key = (
+        tuple(amounts(c) for c in spec.get("containers") or ()),
+        tuple(amounts(c) for c in spec.get("initContainers") or ()),
+        tuple(sorted((spec.get("overhead") or {}).items())),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _container_requests(container: Mapping[str, Any]) -> Resources:
     res = container.get("resources") or {}
     merged = dict(res.get("limits") or {})
@@ -175,6 +198,62 @@ def node_from(obj: Mapping[str, Any]) -> Node:
     )
 
 
+class _Metadata(TypedDict, total=False):
+    name: str
+    namespace: str
+    labels: dict[str, Any] | None
+    creationTimestamp: str | None
+    deletionTimestamp: str | None
+    resourceVersion: str
+    uid: str
+
+
+class _Resources(TypedDict, total=False):
+    requests: dict[str, Any] | None
+    limits: dict[str, Any] | None
+
+
+class _Container(TypedDict, total=False):
+    resources: _Resources | None
+
+
+class _PodSpec(TypedDict, total=False):
+    nodeName: str | None
+    priority: Any
+    containers: list[_Container] | None
+    initContainers: list[_Container] | None
+    overhead: dict[str, Any] | None
+    tolerations: list[dict[str, Any]] | None
+    nodeSelector: dict[str, Any] | None
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: str | None
+
+
+class _Pod(TypedDict, total=False):
+    metadata: _Metadata
+    spec: _PodSpec
+    status: _PodStatus
+
+
+class _PodList(TypedDict, total=False):
+    items: list[_Pod] | None
+    metadata: dict[str, Any] | None
+
+
+_POD_LIST = msgspec.json.Decoder(_PodList)
+
+
+def decode_pod_list(data: bytes) -> dict[str, Any]:
+    """A page of a pod list with only what `pod_from` reads (and the list's metadata).
+
+    The rest of each pod (its managed fields, status conditions, container statuses, most
+    of its spec: most of its bytes) is skipped while parsing, not built and thrown away.
+    """
+    return dict(_POD_LIST.decode(data))
+
+
 def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodRecord | None:
     """A Pod object, or None when it no longer counts (terminal, or being deleted).
 
@@ -184,11 +263,12 @@ def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodR
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("phase") in _TERMINAL:
         return None
+    values = shared if shared is not None else SharedValues(limit=0)
     try:
-        requests = pod_requests(spec)
+        key = _requests_key(spec)
+        requests = values.memo(key, lambda: pod_requests(spec)) if key else pod_requests(spec)
     except ResourceError:
         requests = Resources()  # the API server validated it; never seen in practice
-    values = shared if shared is not None else SharedValues(limit=0)
     node = spec.get("nodeName") or None
     pod = Pod(
         namespace=values.text(str(meta.get("namespace", ""))),

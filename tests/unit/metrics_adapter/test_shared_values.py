@@ -64,3 +64,16 @@ def test_the_table_is_emptied_past_its_limit_and_what_was_handed_out_stays_valid
     assert len(shared) == 1
     again = shared.value((0, "x"))
     assert again == first[0] and again is not first[0]
+
+
+def test_a_memo_computes_once_per_equal_key() -> None:
+    shared = SharedValues()
+    computed: list[str] = []
+
+    def compute(value: str) -> str:
+        computed.append(value)
+        return value.upper()
+
+    for raw in ("100m", "1Gi", "100m", "100m", "1Gi"):
+        assert shared.memo(("requests", raw), lambda raw=raw: compute(raw)) == raw.upper()
+    assert computed == ["100m", "1Gi"]
