@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,5 +76,5 @@ def test_a_memo_computes_once_per_equal_key() -> None:
         return value.upper()
 
     for raw in ("100m", "1Gi", "100m", "100m", "1Gi"):
-        assert shared.memo(("requests", raw), lambda raw=raw: compute(raw)) == raw.upper()
+        assert shared.memo(("requests", raw), functools.partial(compute, raw)) == raw.upper()
     assert computed == ["100m", "1Gi"]
