@@ -29,8 +29,7 @@ class Packing:
         """job key -> node name -> workers of the job on that node."""
         self.by_node: dict[str, dict[str, int]] = {}
         """node name -> job key -> workers of the job on that node."""
-        self._candidates: dict[_Shape, list[Node]] = {}
-        self._allowed: dict[_Shape, frozenset[str]] = {}
+        self._candidates: dict[_Shape, tuple[list[Node], frozenset[str]]] = {}
         self._hints: dict[tuple[Resources, _Shape], int] = {}
         self.worker_room: dict[str, Resources] = {}
         """node name -> the room of the job workers placed there (with `free`: the most that
@@ -42,7 +41,6 @@ class Packing:
         other = Packing.__new__(Packing)
         other.nodes = self.nodes
         other._candidates = self._candidates
-        other._allowed = self._allowed
         other._hints = {}
         other._reclaimable = {}
         other.free = {}
@@ -62,22 +60,24 @@ class Packing:
         self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
     ) -> list[Node]:
         """Nodes a pod with these tolerations and selector may go to, in name order."""
-        shape = (tolerations, tuple(sorted(node_selector.items())))
-        found = self._candidates.get(shape)
-        if found is None:
-            found = [n for n in self.nodes if n.accepts(tolerations, node_selector)]
-            self._candidates[shape] = found
-        return found
+        return self._accepting(tolerations, node_selector)[0]
 
     def _allowed_names(
         self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
     ) -> frozenset[str]:
-        """The names of `candidates`, as a set kept per shape (a lookup, not a scan, per worker)."""
+        """The names of `candidates`, as a set (a lookup, not a scan, per worker)."""
+        return self._accepting(tolerations, node_selector)[1]
+
+    def _accepting(
+        self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
+    ) -> tuple[list[Node], frozenset[str]]:
+        """`candidates` and their names, found once per (tolerations, node selector)."""
         shape = (tolerations, tuple(sorted(node_selector.items())))
-        found = self._allowed.get(shape)
+        found = self._candidates.get(shape)
         if found is None:
-            found = frozenset(n.name for n in self.candidates(tolerations, node_selector))
-            self._allowed[shape] = found
+            nodes = [n for n in self.nodes if n.accepts(tolerations, node_selector)]
+            found = (nodes, frozenset(n.name for n in nodes))
+            self._candidates[shape] = found
         return found
 
     def reclaimable(
