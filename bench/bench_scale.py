@@ -10,7 +10,9 @@ registered behind the aggregator; then, over ``--window`` seconds:
 
 * **first plan**: from the adapter's start to its first sizing round (every watch listed);
 * **round / decide / view**: p50 and p99 of ``edl_adapter_sizing_round_seconds`` (the whole
-  round, ``decide`` with the jobs' history, the cluster view), one value per round;
+  round, ``decide`` with the jobs' history, the cluster view), one value per round, and of
+  ``edl_adapter_sizing_round_cpu_seconds`` (the round's CPU time: on a busy machine the
+  rounds wait for a core, and the difference is that wait);
 * **RSS, CPU**: the adapter's resident memory (the most seen) and CPU (share of one core);
 * **API**: p50 / p99 of ``desired_replicas`` (External) and ``pods/*`` (custom, a scraped
   job's ``samples_per_second``) read through kube-apiserver during the churn;
@@ -56,6 +58,7 @@ from tests.support.waiting import wait_for  # noqa: E402
 
 STEPS = ((500, 100), (1000, 300), (2000, 300), (5000, 1000))
 ROUND = "edl_adapter_sizing_round_seconds"
+ROUND_CPU = "edl_adapter_sizing_round_cpu_seconds"
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
 
@@ -99,7 +102,7 @@ class Sample:
     """What the sampler saw of the adapter."""
 
     rounds: dict[str, list[float]] = field(
-        default_factory=lambda: {"round": [], "decide": [], "snapshot": []}
+        default_factory=lambda: {"round": [], "decide": [], "snapshot": [], "cpu": []}
     )
     rss: list[float] = field(default_factory=list)
     cpu_s: float = 0.0
@@ -129,6 +132,8 @@ class Sampler:
             )
             values = list(sums.values())
             out[part] = (values[0], values[1])
+        cpu = list(scrape_sums(text, (f"{ROUND_CPU}_sum ", f"{ROUND_CPU}_count ")).values())
+        out["cpu"] = (cpu[0], cpu[1])
         return out
 
     def start(self) -> None:
@@ -219,6 +224,8 @@ class StepResult:
     decide_p99_s: float
     view_p50_s: float
     view_p99_s: float
+    round_cpu_p50_s: float
+    round_cpu_p99_s: float
     rss_max_mb: float
     cpu_share: float
     desired_p50_ms: float
@@ -324,6 +331,7 @@ def measure_step(
         nodes, jobs, pods, running, pending, healthy, first, len(r),
         quantile(r, 0.5), quantile(r, 0.99), quantile(d, 0.5), quantile(d, 0.99),
         quantile(v, 0.5), quantile(v, 0.99),
+        quantile(sample.rounds["cpu"], 0.5), quantile(sample.rounds["cpu"], 0.99),
         max(sample.rss, default=0) / 2**20, sample.cpu_s / max(1e-9, sample.seconds),
         1000 * quantile(lat["desired_replicas"], 0.5),
         1000 * quantile(lat["desired_replicas"], 0.99),
@@ -339,13 +347,15 @@ def measure_step(
 def print_steps(results: list[StepResult]) -> None:
     print()
     print(f"{'nodes':>6} {'pods':>7} {'jobs':>5} {'1st plan':>8} {'rounds':>6} "
-          f"{'round p50/p99':>14} {'decide p50/p99':>15} {'view p50/p99':>13} {'RSS MB':>7} "
+          f"{'round p50/p99':>14} {'decide p50/p99':>15} {'view p50/p99':>13} "
+          f"{'round CPU p50/p99':>17} {'RSS MB':>7} "
           f"{'CPU':>5} {'desired ms p50/p99':>18} {'pods/* ms p50/p99':>18} {'+req/s':>7} "
           f"{'+watch KB/s':>11} {'read KB/s':>9} {'churn/s':>7} {'load':>5}")  # fmt: skip
     for s in results:
         print(f"{s.nodes:>6} {s.pods:>7} {s.jobs:>5} {s.first_plan_s:>7.1f}s {s.rounds:>6} "
               f"{s.round_p50_s:>6.2f}/{s.round_p99_s:<6.2f}s {s.decide_p50_s:>6.2f}/"
               f"{s.decide_p99_s:<6.2f}s {s.view_p50_s:>5.2f}/{s.view_p99_s:<5.2f}s "
+              f"{s.round_cpu_p50_s:>8.2f}/{s.round_cpu_p99_s:<7.2f}s "
               f"{s.rss_max_mb:>7.0f} {100 * s.cpu_share:>4.0f}% "
               f"{s.desired_p50_ms:>8.0f}/{s.desired_p99_ms:<8.0f} "
               f"{s.pods_p50_ms:>8.0f}/{s.pods_p99_ms:<8.0f} {s.added_requests_per_s:>7.1f} "

@@ -68,13 +68,21 @@ class SizingMetrics:
             buckets=ROUND_BUCKETS,
             registry=registry,
         )
+        self.round_cpu_seconds = Histogram(
+            "edl_adapter_sizing_round_cpu_seconds",
+            "CPU time the sizing thread spent on a round (below its duration when the "
+            "process waited for a core or for the interpreter lock).",
+            buckets=ROUND_BUCKETS,
+            registry=registry,
+        )
         self._labels: dict[str, tuple[str, str, str]] = {}
 
-    def timed(self, snapshot_s: float, decide_s: float, round_s: float) -> None:
-        """One round's durations (seconds)."""
+    def timed(self, snapshot_s: float, decide_s: float, round_s: float, cpu_s: float) -> None:
+        """One round's durations and its CPU time (seconds)."""
         self.round_seconds.labels("snapshot").observe(snapshot_s)
         self.round_seconds.labels("decide").observe(decide_s)
         self.round_seconds.labels("round").observe(round_s)
+        self.round_cpu_seconds.observe(cpu_s)
 
     def publish(self, plan: Plan, names: Mapping[str, str]) -> None:
         """Set every series from one plan; jobs no longer planned lose their series."""

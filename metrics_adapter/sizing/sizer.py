@@ -105,6 +105,7 @@ class Sizer:
         observer: ThroughputObserver | None = None,
         owners: Callable[[], Mapping[str, DeploymentRecord]] = dict,
         timer: Callable[[], float] = time.perf_counter,
+        cpu_timer: Callable[[], float] = time.thread_time,
     ) -> None:
         self._source = source
         self._history_store = history
@@ -117,6 +118,7 @@ class Sizer:
         self._observer = observer
         self._owners = owners
         self._timer = timer
+        self._cpu_timer = cpu_timer
         self._history = SizeHistory()
         self._last_write = float("-inf")
         self._emitted: dict[str, tuple[int, str, int]] = {}
@@ -139,7 +141,7 @@ class Sizer:
     def run_once(self) -> PublishedPlan | None:
         """One round; returns the plan published (None: no cluster view yet)."""
         with self._lock:
-            started = self._timer()
+            started, cpu_started = self._timer(), self._cpu_timer()
             now = self._clock()
             snapshot = self._source.snapshot()
             if snapshot is None:
@@ -165,7 +167,12 @@ class Sizer:
             self._plan = published
             self._metrics.publish(plan, published.names)
             self._emit(published, owners)
-            self._metrics.timed(viewed - started, decided - before_decide, self._timer() - started)
+            self._metrics.timed(
+                viewed - started,
+                decided - before_decide,
+                self._timer() - started,
+                self._cpu_timer() - cpu_started,
+            )
             return published
 
     def _refresh_history(self, snapshot: ClusterSnapshot, now: float) -> SizeHistory:

@@ -468,7 +468,7 @@ def test_each_round_reports_how_long_its_view_its_decision_and_all_of_it_took() 
     registry = CollectorRegistry()
     sizer = Sizer(
         _SlowView(snapshot(), timer), MemoryHistoryStore(), SizingPolicy(),
-        SizingMetrics(registry), Events(), Clock(), timer=timer,
+        SizingMetrics(registry), Events(), Clock(), timer=timer, cpu_timer=lambda: 0.0,
     )  # fmt: skip
     sizer.run_once()
     sizer.run_once()
@@ -477,6 +477,7 @@ def test_each_round_reports_how_long_its_view_its_decision_and_all_of_it_took() 
     assert 'edl_adapter_sizing_round_seconds_sum{part="snapshot"} 0.5' in text
     assert 'edl_adapter_sizing_round_seconds_sum{part="round"} 0.5' in text
     assert 'edl_adapter_sizing_round_seconds_bucket{le="0.25",part="snapshot"} 2.0' in text
+    assert "edl_adapter_sizing_round_cpu_seconds_count 2.0" in text
 
 
 class _ListingFor(StaticCapacitySource):
