@@ -13,7 +13,8 @@ registered behind the aggregator; then, over ``--window`` seconds:
   round, ``decide`` with the jobs' history, the cluster view), one value per round, and of
   ``edl_adapter_sizing_round_cpu_seconds`` (the round's CPU time: on a busy machine the
   rounds wait for a core, and the difference is that wait);
-* **RSS, CPU**: the adapter's resident memory (the most seen) and CPU (share of one core);
+* **RSS, CPU**: the adapter's resident memory (the most seen while measuring, and its peak
+  since it started, the first list included: VmHWM) and CPU (share of one core);
 * **API**: p50 / p99 of ``desired_replicas`` (External) and ``pods/*`` (custom, a scraped
   job's ``samples_per_second``) read through kube-apiserver during the churn;
 * **added load**: requests a second and watch bytes a second kube-apiserver served, minus
@@ -108,6 +109,16 @@ class Sample:
     cpu_s: float = 0.0
     read_bytes: float = 0.0
     seconds: float = 0.0
+    peak_rss: float = 0.0
+
+
+def peak_rss(pid: int) -> float:
+    """The process's largest resident size since it started (VmHWM), in bytes: the first
+    list included, which the sampler (from the first plan on) does not see."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return float(line.split()[1]) * 1024
+    return 0.0
 
 
 class Sampler:
@@ -164,6 +175,7 @@ class Sampler:
         self.sample.cpu_s = sum(self._proc.cpu_times()[:2]) - cpu0
         self.sample.read_bytes = self._proc.io_counters().read_chars - io0
         self.sample.seconds = time.monotonic() - t0
+        self.sample.peak_rss = peak_rss(self._proc.pid)
 
 
 class Prober:
@@ -227,6 +239,7 @@ class StepResult:
     round_cpu_p50_s: float
     round_cpu_p99_s: float
     rss_max_mb: float
+    rss_peak_mb: float
     cpu_share: float
     desired_p50_ms: float
     desired_p99_ms: float
@@ -332,7 +345,8 @@ def measure_step(
         quantile(r, 0.5), quantile(r, 0.99), quantile(d, 0.5), quantile(d, 0.99),
         quantile(v, 0.5), quantile(v, 0.99),
         quantile(sample.rounds["cpu"], 0.5), quantile(sample.rounds["cpu"], 0.99),
-        max(sample.rss, default=0) / 2**20, sample.cpu_s / max(1e-9, sample.seconds),
+        max(sample.rss, default=0) / 2**20, sample.peak_rss / 2**20,
+        sample.cpu_s / max(1e-9, sample.seconds),
         1000 * quantile(lat["desired_replicas"], 0.5),
         1000 * quantile(lat["desired_replicas"], 0.99),
         probe.errors["desired_replicas"],
@@ -348,7 +362,7 @@ def print_steps(results: list[StepResult]) -> None:
     print()
     print(f"{'nodes':>6} {'pods':>7} {'jobs':>5} {'1st plan':>8} {'rounds':>6} "
           f"{'round p50/p99':>14} {'decide p50/p99':>15} {'view p50/p99':>13} "
-          f"{'round CPU p50/p99':>17} {'RSS MB':>7} "
+          f"{'round CPU p50/p99':>17} {'RSS MB':>7} {'peak MB':>7} "
           f"{'CPU':>5} {'desired ms p50/p99':>18} {'pods/* ms p50/p99':>18} {'+req/s':>7} "
           f"{'+watch KB/s':>11} {'read KB/s':>9} {'churn/s':>7} {'load':>5}")  # fmt: skip
     for s in results:
@@ -356,7 +370,7 @@ def print_steps(results: list[StepResult]) -> None:
               f"{s.round_p50_s:>6.2f}/{s.round_p99_s:<6.2f}s {s.decide_p50_s:>6.2f}/"
               f"{s.decide_p99_s:<6.2f}s {s.view_p50_s:>5.2f}/{s.view_p99_s:<5.2f}s "
               f"{s.round_cpu_p50_s:>8.2f}/{s.round_cpu_p99_s:<7.2f}s "
-              f"{s.rss_max_mb:>7.0f} {100 * s.cpu_share:>4.0f}% "
+              f"{s.rss_max_mb:>7.0f} {s.rss_peak_mb:>7.0f} {100 * s.cpu_share:>4.0f}% "
               f"{s.desired_p50_ms:>8.0f}/{s.desired_p99_ms:<8.0f} "
               f"{s.pods_p50_ms:>8.0f}/{s.pods_p99_ms:<8.0f} {s.added_requests_per_s:>7.1f} "
               f"{s.added_watch_kb_per_s:>11.1f} {s.adapter_read_kb_per_s:>9.1f} "
