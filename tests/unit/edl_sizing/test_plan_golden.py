@@ -1,7 +1,10 @@
 """``decide`` makes the blessed plans: a change meant only to be faster changes no decision.
 
-The golden file was written by the code at the commit that blessed it (see
-``plan_cases.py`` for how to re-bless a change that is meant to change decisions).
+The golden file was written by the code at the commit that blessed it. A change that is
+meant to change decisions (a new rule of ``decide``) re-blesses it, knowingly, in its own
+commit that says so::
+
+    .venv/bin/python -m tests.unit.edl_sizing.plan_cases --bless
 """
 
 from __future__ import annotations
