@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images lint unit integration e2e bench bench-scale kwok clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
@@ -86,8 +86,20 @@ demo-cluster: venv
 	$(BIN)/python -m examples.demo.on_cluster
 
 # bench_adapter_peer.py also builds prometheus-adapter (bench/peer/build.sh, cached) and the control plane.
+# bench_scale.py is apart (make bench-scale): it fills a control plane with 150,000 pods.
 bench: venv system-deps
-	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in bench/bench_*.py; do [ "$$b" = bench/bench_scale.py ] && continue; \
+	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# kwok, the fake kubelet of the scale bench, built from the Go module proxy (cached by version).
+kwok:
+	@bash bench/kwok/build.sh >/dev/null
+
+# The sizer at 500-5,000 nodes / 150,000 pods / 1,000 jobs and one job's membership at 100-1,000
+# members, on the real control plane with kwok (docs/sizing.md#at-scale; about an hour on 2
+# shared cores). BENCH_SCALE_ARGS="--steps 500:100 --no-membership" runs a part.
+bench-scale: venv controlplane kwok
+	$(BIN)/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
