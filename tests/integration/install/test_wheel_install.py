@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from metrics_adapter import ADAPTER_MODULES
+from metrics_adapter.entry import ADAPTER_MODULES
 
 ROOT = Path(__file__).resolve().parents[3]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

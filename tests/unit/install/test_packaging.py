@@ -10,7 +10,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 from edl_common.version import DISTRIBUTION, install_command
-from metrics_adapter import ADAPTER_MODULES
+from metrics_adapter.entry import ADAPTER_MODULES
 
 ROOT = Path(__file__).resolve().parents[3]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
