@@ -8,14 +8,14 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images dist lint unit integration e2e bench bench-scale kwok clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@bash scripts/install-torch.sh $(VENV)
-	$(BIN)/python -m pip install -q -e '.[paddle,torch,gpu,dev]'
+	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages the tests need: prometheus (server + promtool).
@@ -50,6 +50,12 @@ monitoring-crds:
 openapi-schemas: venv
 	@$(BIN)/python -m tests.support.openapi_schemas >/dev/null
 
+# Release artifacts into dist/ (docs/release.md): the sdist and wheel of edl-k8s (python -m build),
+# both charts packaged by helm (.tgz), and SHA256SUMS over them. Images: `make images`.
+DIST ?= dist
+dist: venv
+	@bash scripts/build-dist.sh $(BIN)/python $(DIST)
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -69,13 +75,13 @@ test: venv system-deps controlplane helm monitoring-crds openapi-schemas lint
 
 # The whole loop on this machine, no cluster (about 3 minutes warm, 6 cold on 2 shared cores;
 # README): examples/demo/.
-# It installs only what the demo imports (EDL, Paddle for the digits example, matplotlib for
-# its plot): no PyTorch, no test tools. A venv that `make venv` filled already has them.
+# It installs only what the demo imports (EDL with its adapter, Paddle for the digits example,
+# matplotlib for its plot): no PyTorch, no test tools. A venv that `make venv` filled already has them.
 DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[paddle,plot]'
+	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle]'
 	@rm -f $(VENV)/.demo-installed-* && touch $@
 
 demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
@@ -86,8 +92,20 @@ demo-cluster: venv
 	$(BIN)/python -m examples.demo.on_cluster
 
 # bench_adapter_peer.py also builds prometheus-adapter (bench/peer/build.sh, cached) and the control plane.
+# bench_scale.py is apart (make bench-scale): it fills a control plane with 150,000 pods.
 bench: venv system-deps
-	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in bench/bench_*.py; do [ "$$b" = bench/bench_scale.py ] && continue; \
+	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# kwok, the fake kubelet of the scale bench, built from the Go module proxy (cached by version).
+kwok:
+	@bash bench/kwok/build.sh >/dev/null
+
+# The sizer at 500-5,000 nodes / 150,000 pods / 1,000 jobs and one job's membership at 100-1,000
+# members, on the real control plane with kwok (docs/sizing.md#at-scale; about an hour on 2
+# shared cores). BENCH_SCALE_ARGS="--steps 500:100 --no-membership" runs a part.
+bench-scale: venv controlplane kwok
+	$(BIN)/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist

@@ -450,7 +450,7 @@ def _make_room(
     own request: an extra never costs another job its request).
     """
     best: tuple[int, float, int, str, list[tuple[str, str]]] | None = None
-    for node in packing.candidates(who.tolerations, who.node_selector):
+    for node in packing.reclaimable(requests, who.tolerations, who.node_selector):
         room = packing.free[node.name]
         taken: dict[str, int] = {}
         removed: list[tuple[str, str]] = []

@@ -3,7 +3,10 @@
 Nodes are tried in name order (first fit), so the same inputs always give the same plan.
 Lookups stay cheap on large clusters: the nodes a pod may use are computed once per
 (tolerations, node selector), and a first-fit search resumes where the last one for the
-same request stopped (room only shrinks until something is released).
+same request stopped (room only shrinks until something is released). A search for room
+to make (`reclaimable`) skips the nodes where even every job worker's room would not be
+enough: that bound (free room plus the workers' room) only shrinks during a round, so the
+nodes left for one request are kept and filtered further, not found again.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ class Packing:
         """job key -> node name -> workers of the job on that node."""
         self.by_node: dict[str, dict[str, int]] = {}
         """node name -> job key -> workers of the job on that node."""
-        self._candidates: dict[_Shape, list[Node]] = {}
+        self._candidates: dict[_Shape, tuple[list[Node], frozenset[str]]] = {}
         self._hints: dict[tuple[Resources, _Shape], int] = {}
+        self.worker_room: dict[str, Resources] = {}
+        """node name -> the room of the job workers placed there (with `free`: the most that
+        removing workers could free, which only pods placed without a job lower)."""
+        self._reclaimable: dict[tuple[Resources, _Shape], list[Node]] = {}
 
     def copy(self) -> Packing:
         """An independent copy (a transaction to roll back to)."""
@@ -35,6 +42,7 @@ class Packing:
         other.nodes = self.nodes
         other._candidates = self._candidates
         other._hints = {}
+        other._reclaimable = {}
         other.free = {}
         other.restore(self)
         return other
@@ -44,18 +52,56 @@ class Packing:
         self.free = dict(saved.free)
         self.workers = {job: dict(per_node) for job, per_node in saved.workers.items()}
         self.by_node = {node: dict(per_job) for node, per_job in saved.by_node.items()}
+        self.worker_room = dict(saved.worker_room)
         self._hints = {}
+        self._reclaimable = {}
 
     def candidates(
         self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
     ) -> list[Node]:
         """Nodes a pod with these tolerations and selector may go to, in name order."""
+        return self._accepting(tolerations, node_selector)[0]
+
+    def _allowed_names(
+        self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
+    ) -> frozenset[str]:
+        """The names of `candidates`, as a set (a lookup, not a scan, per worker)."""
+        return self._accepting(tolerations, node_selector)[1]
+
+    def _accepting(
+        self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
+    ) -> tuple[list[Node], frozenset[str]]:
+        """`candidates` and their names, found once per (tolerations, node selector)."""
         shape = (tolerations, tuple(sorted(node_selector.items())))
         found = self._candidates.get(shape)
         if found is None:
-            found = [n for n in self.nodes if n.accepts(tolerations, node_selector)]
+            nodes = [n for n in self.nodes if n.accepts(tolerations, node_selector)]
+            found = (nodes, frozenset(n.name for n in nodes))
             self._candidates[shape] = found
         return found
+
+    def reclaimable(
+        self,
+        requests: Resources,
+        tolerations: tuple[Toleration, ...],
+        node_selector: Mapping[str, str],
+    ) -> list[Node]:
+        """`candidates` where ``requests`` could fit once every job worker there is removed.
+
+        A node left out cannot give room by removing workers, whichever are removable. The
+        bound is checked with a margin far above rounding (a node in doubt stays in).
+        """
+        key = (requests, (tolerations, tuple(sorted(node_selector.items()))))
+        found = self._reclaimable.get(key)
+        if found is None:
+            found = self.candidates(tolerations, node_selector)
+        found = [n for n in found if _could_fit(requests, self._reclaim(n.name))]
+        self._reclaimable[key] = found
+        return found
+
+    def _reclaim(self, node: str) -> Resources:
+        room = self.worker_room.get(node)
+        return self.free[node] if room is None else self.free[node] + room
 
     def first_fit(
         self,
@@ -89,7 +135,7 @@ class Packing:
         selector = node_selector or {}
         mine = self.workers.get(job, {})
         if mine:
-            allowed = {n.name for n in self.candidates(tolerations, selector)}
+            allowed = self._allowed_names(tolerations, selector)
             for node in sorted(mine, key=lambda n: (-mine[n], n)):
                 if node in allowed and requests.fits_in(self.free[node]):
                     return node
@@ -99,6 +145,8 @@ class Packing:
         """Take room on ``node`` (for a worker of ``job`` when given)."""
         self.free[node] = self.free[node] - requests
         if job is not None:
+            room = self.worker_room.get(node)
+            self.worker_room[node] = requests if room is None else room + requests
             per_node = self.workers.setdefault(job, {})
             per_node[node] = per_node.get(node, 0) + 1
             per_job = self.by_node.setdefault(node, {})
@@ -107,6 +155,7 @@ class Packing:
     def release(self, node: str, requests: Resources, job: str) -> None:
         """Give back the room of one worker of ``job`` on ``node``."""
         self.free[node] = self.free[node] + requests
+        self.worker_room[node] = self.worker_room[node] - requests
         self._hints.clear()
         _decrement(self.workers[job], node)
         _decrement(self.by_node[node], job)
@@ -114,6 +163,18 @@ class Packing:
     def workers_on(self, job: str, node: str) -> int:
         """Workers of ``job`` placed on ``node``."""
         return self.by_node.get(node, {}).get(job, 0)
+
+
+def _could_fit(requests: Resources, bound: Resources) -> bool:
+    """``requests`` fits ``bound``, or misses it by no more than rounding could explain."""
+    return all(
+        need <= have + 1e-6 * max(1.0, abs(have))
+        for need, have in (
+            (requests.cpu, bound.cpu),
+            (requests.memory, bound.memory),
+            (requests.gpu, bound.gpu),
+        )
+    )
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:

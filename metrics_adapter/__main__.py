@@ -2,6 +2,6 @@
 
 import sys
 
-from metrics_adapter.cli import main
+from metrics_adapter.entry import main
 
 sys.exit(main())

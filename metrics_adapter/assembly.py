@@ -210,9 +210,14 @@ class AdapterRuntime:
         if hasattr(source, "start"):
             self.components.append(source)
         if s.sizing_capacity == "kubernetes":
+            from metrics_adapter.sizing.event_queue import QueuedEventRecorder
             from metrics_adapter.sizing.kube_events import KubernetesEventRecorder
 
-            events: EventRecorder = KubernetesEventRecorder(self.api_client(s.kubeconfig))
+            queued = QueuedEventRecorder(
+                KubernetesEventRecorder(self.api_client(s.kubeconfig)), self.metrics.registry
+            )
+            self.components.append(queued)  # started before the sizer, stopped after it
+            events: EventRecorder = queued
         else:
             events = LogEventRecorder()
         policy = SizingPolicy(
@@ -232,7 +237,7 @@ class AdapterRuntime:
             interval=s.sizing_interval,
             history_interval=s.sizing_history_interval,
             observer=ThroughputObserver(self.store, window),
-            owner=getattr(source, "deployment", lambda _: None),
+            owners=getattr(source, "deployments_by_job", dict),
         )
         self.components.append(sizer)
         max_age = 3 * s.sizing_interval + 30.0

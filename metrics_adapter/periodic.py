@@ -10,11 +10,22 @@ log = logging.getLogger(__name__)
 
 
 class PeriodicTask:
-    """Calls ``fn`` every ``interval`` seconds until stopped; exceptions are logged, not fatal."""
+    """Calls ``fn`` every ``interval`` seconds until stopped; exceptions are logged, not fatal.
 
-    def __init__(self, name: str, interval: float, fn: Callable[[], object]) -> None:
+    With ``retry_interval``, a call that returns ``False`` (not ready yet: e.g. a watch that
+    has not listed) is made again after that shorter wait instead of a whole interval.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        fn: Callable[[], object],
+        retry_interval: float | None = None,
+    ) -> None:
         self.name = name
         self.interval = interval
+        self.retry_interval = retry_interval
         self._fn = fn
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -32,8 +43,10 @@ class PeriodicTask:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            wait = self.interval
             try:
-                self._fn()
+                if self._fn() is False and self.retry_interval is not None:
+                    wait = min(wait, self.retry_interval)
             except Exception:
                 log.exception("periodic task %s failed", self.name)
-            self._stop.wait(self.interval)
+            self._stop.wait(wait)

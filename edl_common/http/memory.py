@@ -2,7 +2,7 @@
 
 Why: unauthenticated floods took the adapter past its container's limit (issue 37: 1,500
 half-open ClientHellos, 242 -> 619 MB; 600 slow request bodies, 158 -> 586 MB; the chart's
-limit is 512 MiB), and a pod over its limit is OOM-killed, front proxy and all. Admission
+limit was 512 MiB), and a pod over its limit is OOM-killed, front proxy and all. Admission
 (:mod:`edl_common.http.admission`) asks :meth:`MemoryBudget.fits` before it takes on memory
 for a client that has not proved who it is (a new connection, a request body of a connection
 without a verified client certificate) and refuses, or closes an idle stranger, while the

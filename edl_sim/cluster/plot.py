@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from edl_common.version import install_command
 from edl_sim.cluster.engine import SimResult
 from edl_sim.cluster.inputs import SimulationError
 
@@ -30,7 +31,7 @@ def write_plot(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise PlotError("matplotlib is not installed (pip install 'edl[plot]')") from e
+        raise PlotError(f"matplotlib is not installed ({install_command('sim')})") from e
     services = any(s.service_pods for r in results for s in r.series)
     panels = 3 if services else 2
     fig, axes = plt.subplots(panels, 1, figsize=(10, 2.4 * panels + 0.8), sharex=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edl_common.version import install_command
 from edl_sim.hpa.errors import HpaError
 from edl_sim.hpa.simulate import SimulationResult
 
@@ -21,7 +22,7 @@ def write_plot(result: SimulationResult, path: Path, title: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise PlotError(
-            "matplotlib is not installed (pip install 'edl[plot]'), or pass --no-plot"
+            f"matplotlib is not installed ({install_command('sim')}), or pass --no-plot"
         ) from e
 
     times = [s.decision.time for s in result.steps]

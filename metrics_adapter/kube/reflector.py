@@ -6,16 +6,19 @@ from that version streams the changes (the kubernetes client's `watch.Watch` fra
 ``410 Gone`` (the version was compacted away) means list again, at once; any other failure
 means list again after a bounded, doubling backoff; every ``resync_s`` the watch is ended
 and the kind relisted, so a missed event cannot live forever. Objects stay plain JSON
-(`dict`): a watcher keeps only what it reads of them.
+(`dict`): a watcher keeps only what it reads of them. A list reaches the sink page by page
+(`ReflectorSink.replace` takes an iterator), so a list of 150,000 pods never exists as JSON in
+the process at once: one page of it does.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -34,8 +37,12 @@ T = TypeVar("T")
 class ReflectorSink(Protocol):
     """Where a reflector puts what it learns (a watcher's own store)."""
 
-    def replace(self, objects: list[KubeObject]) -> None:
-        """Everything there is, after a (re)list: what is not in `objects` is gone."""
+    def replace(self, objects: Iterable[KubeObject]) -> None:
+        """Everything there is, after a (re)list: what is not in `objects` is gone.
+
+        `objects` yields the list's pages as they arrive; a page that fails raises through
+        it, so a sink must change nothing before the iteration has completed.
+        """
 
     def apply(self, event_type: str, obj: KubeObject) -> None:
         """One change: ``ADDED``, ``MODIFIED`` or ``DELETED``."""
@@ -88,6 +95,8 @@ class Reflector:
         resync_s: relist at least this often (None: only after a failure or ``410``).
         backoff: the waits after failures in a row.
         watcher: builds the watch framing (the kubernetes client's by default).
+        decode: a list page's JSON -> its body (``items``, ``metadata``); a watcher that
+            keeps little of each object passes a decoder that builds no more than that.
     """
 
     MAX_PAGES = 100_000
@@ -106,6 +115,7 @@ class Reflector:
         backoff: Backoff = Backoff(),
         watcher: Callable[[], Watcher] = k8s_watch.Watch,
         clock: Callable[[], float] = time.monotonic,
+        decode: Callable[[bytes], Any] = json.loads,
     ) -> None:
         self.kind = kind
         self._list = list_fn
@@ -118,6 +128,7 @@ class Reflector:
         self._backoff = backoff
         self._new_watch = watcher
         self._clock = clock
+        self._decode = decode
         self._stop = threading.Event()
         self._watch: Watcher | None = None
         self._thread: threading.Thread | None = None
@@ -133,28 +144,14 @@ class Reflector:
         Raises:
             ApiException: the server refused a page (``410``: a continue token expired).
         """
-        objects: list[KubeObject] = []
-        token: str | None = None
-        version = ""
-        for _ in range(self.MAX_PAGES):
-            kwargs: dict[str, Any] = {"limit": self._page, **self._kwargs}
-            if token:
-                kwargs["_continue"] = token
-            resp = self._list(_preload_content=False, _request_timeout=60, **kwargs)
-            body = json.loads(resp.data)
-            objects.extend(body.get("items") or [])
-            meta = body.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            token = meta.get("continue")
-            if not token:
-                break
-        else:
-            raise ApiException(status=500, reason=f"{self.kind}: more than {self.MAX_PAGES} pages")
-        self._sink.replace(objects)
+        listing = _Listing(
+            self._list, self.kind, self._page, self._kwargs, self.MAX_PAGES, self._decode
+        )
+        self._sink.replace(listing.objects())
         self._listed_at = self._clock()
         self.lists += 1
         self.synced = True
-        return version
+        return listing.version
 
     def watch(self, version: str) -> str:
         """Watch from `version` until the server ends the stream, a resync is due or `stop`.
@@ -254,32 +251,87 @@ class Reflector:
             self._thread.join(timeout_s)
 
 
+class _Listing:
+    """One paged list: the objects page by page, and the version of the whole list."""
+
+    def __init__(
+        self,
+        list_fn: Callable[..., Any],
+        kind: str,
+        page_size: int,
+        kwargs: Mapping[str, Any],
+        max_pages: int,
+        decode: Callable[[bytes], Any] = json.loads,
+    ) -> None:
+        self._list = list_fn
+        self._decode = decode
+        self._kind = kind
+        self._page = page_size
+        self._kwargs = kwargs
+        self._max_pages = max_pages
+        self.version = ""
+        """The list's resourceVersion, once `objects` has been iterated to the end."""
+
+    def objects(self) -> Iterator[KubeObject]:
+        """Every object of every page; each page is fetched when the previous one is used up.
+
+        Raises:
+            ApiException: a page was refused, or the server kept answering ``continue``.
+        """
+        token: str | None = None
+        for _ in range(self._max_pages):
+            kwargs: dict[str, Any] = {"limit": self._page, **self._kwargs}
+            if token:
+                kwargs["_continue"] = token
+            resp = self._list(_preload_content=False, _request_timeout=60, **kwargs)
+            body = self._decode(resp.data)
+            del resp
+            items = body.pop("items", None) or []
+            meta = body.get("metadata") or {}
+            self.version = str(meta.get("resourceVersion") or self.version)
+            token = meta.get("continue")
+            del body
+            yield from items
+            if not token:
+                return
+        raise ApiException(status=500, reason=f"{self._kind}: more than {self._max_pages} pages")
+
+
 class RecordStore(Generic[T]):
     """A `ReflectorSink` that keeps one compact record per object (``None``: not kept).
 
     `convert` turns an object's JSON into what a watcher reads of it, so memory grows with
-    that, not with the objects' size.
+    that, not with the objects' size. With ``ordered``, `records` come in key order
+    (``namespace/name``), kept as objects come and go (a sorted list of keys: an insertion
+    or removal moves pointers, a round sorts nothing), for a reader that would otherwise sort
+    150,000 records every time it looks.
     """
 
-    def __init__(self, convert: Callable[[KubeObject], T | None]) -> None:
+    def __init__(self, convert: Callable[[KubeObject], T | None], ordered: bool = False) -> None:
         self._convert = convert
         self._records: dict[str, T] = {}
+        self._keys: list[str] | None = [] if ordered else None
         self._lock = threading.Lock()
 
     def records(self) -> list[T]:
-        """The current records (a snapshot)."""
+        """The current records (a snapshot; in key order when ``ordered``)."""
         with self._lock:
-            return list(self._records.values())
+            if self._keys is None:
+                return list(self._records.values())
+            records = self._records
+            return [records[k] for k in self._keys]
 
-    def replace(self, objects: list[KubeObject]) -> None:
-        """Everything there is (after a list)."""
+    def replace(self, objects: Iterable[KubeObject]) -> None:
+        """Everything there is (after a list); the old records stay until it is complete."""
         fresh: dict[str, T] = {}
         for obj in objects:
             record = self._convert(obj)
             if record is not None:
                 fresh[object_key(obj)] = record
+        keys = sorted(fresh) if self._keys is not None else None
         with self._lock:
             self._records = fresh
+            self._keys = keys
 
     def apply(self, event_type: str, obj: KubeObject) -> None:
         """One change."""
@@ -287,6 +339,9 @@ class RecordStore(Generic[T]):
         key = object_key(obj)
         with self._lock:
             if record is None:
-                self._records.pop(key, None)
+                if self._records.pop(key, None) is not None and self._keys is not None:
+                    del self._keys[bisect.bisect_left(self._keys, key)]
             else:
+                if key not in self._records and self._keys is not None:
+                    bisect.insort(self._keys, key)
                 self._records[key] = record

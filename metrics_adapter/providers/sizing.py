@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics_adapter.errors import NotFoundError
-from metrics_adapter.kube.selectors import LabelSelector
+from metrics_adapter.kube.selectors import LabelSelector, Operator
 from metrics_adapter.providers.protocol import (
     CustomMetricInfo,
     ExternalMetricInfo,
@@ -62,10 +62,9 @@ class SizingProvider:
         points: dict[str, MetricPoint] = {}
         if published is None:
             return points
-        for key, d in sorted(published.plan.jobs.items()):
+        for key in published.in_namespace(namespace):
+            d = published.plan.jobs[key]
             job_namespace, _, deployment = key.partition("/")
-            if job_namespace != namespace:
-                continue
             described = DescribedObject("Deployment", "apps/v1", deployment, job_namespace)
             points[deployment] = MetricPoint(
                 described, self._definition, float(d.desired), published.decided_at
@@ -123,11 +122,17 @@ class SizingProvider:
         if published is None:
             return []
         items = []
-        for key, d in sorted(published.plan.jobs.items()):
-            job_namespace = key.partition("/")[0]
+        wanted = _job_names(metric_selector)
+        keys = (
+            published.in_namespace(namespace)
+            if wanted is None
+            else published.named(namespace, wanted)
+        )
+        for key in keys:
+            d = published.plan.jobs[key]
             name = published.name(key)
             labels = {JOB_LABEL: name}
-            if job_namespace != namespace or not metric_selector.matches(labels):
+            if not metric_selector.matches(labels):
                 continue
             if (namespace, name) in published.ambiguous:
                 continue
@@ -164,3 +169,11 @@ class SizingProvider:
             job["served"] = (job["job"].partition("/")[0], job["name"]) not in published.ambiguous
         stale = self._clock() - published.decided_at > self._max_age
         return {"plan": doc, "decidedAt": published.decided_at, "stale": stale}
+
+
+def _job_names(selector: LabelSelector) -> tuple[str, ...] | None:
+    """The job names a selector can match at most (``job=a``, ``job in (a,b)``); None: any."""
+    for r in selector.requirements:
+        if r.key == JOB_LABEL and r.operator in (Operator.EQUALS, Operator.IN):
+            return r.values
+    return None

@@ -3,14 +3,16 @@
 Each kind has a `metrics_adapter.kube.reflector.Reflector` (one thread: list, watch, resync,
 backoff) filling a `RecordStore` of the compact records of
 :mod:`metrics_adapter.sizing.kube_objects`, so memory grows with what the sizer reads, not
-with the objects' size. `WATCHED` is the table of kinds: a new kind is one row there and one
-argument of `assemble`. Deployments are watched with the job label as selector; the rest
-cluster-wide (RBAC: get/list/watch on nodes, pods, priorityclasses, deployments,
-resourcequotas).
+with the objects' size; what records have in common (namespaces, node names, request
+shapes, label sets) is kept once per kind (`SharedValues`). `WATCHED` is the table of kinds:
+a new kind is one row there and one argument of `assemble`. Deployments are watched with
+the job label as selector; the rest cluster-wide (RBAC: get/list/watch on nodes, pods,
+priorityclasses, deployments, resourcequotas).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ from kubernetes import client as k8s
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Node, Quota
 from metrics_adapter.kube.reflector import RecordStore, Reflector
+from metrics_adapter.kube.shared_values import SharedValues
 from metrics_adapter.sizing.kube_objects import (
     JOB_LABEL,
     DeploymentRecord,
@@ -27,6 +30,7 @@ from metrics_adapter.sizing.kube_objects import (
     PodRecord,
     PriorityClassRecord,
     assemble,
+    decode_pod_list,
     deployment_from,
     node_from,
     pod_from,
@@ -42,29 +46,40 @@ class WatchedKind:
     kind: str
     list_fn: Callable[[Any], Callable[..., Any]]
     """The client's list function, from an ``ApiClient``."""
-    convert: Callable[[dict[str, Any]], Any]
-    """Object JSON -> record, or None when the object does not count."""
+    convert: Callable[[dict[str, Any], SharedValues], Any]
+    """Object JSON -> record, or None when the object does not count (values the records
+    have in common are taken from the watch's `SharedValues`)."""
     label_selector: str | None = None
+    ordered: bool = False
+    """Records kept in key order (`RecordStore`): a round then sorts nothing."""
+    decode: Callable[[bytes], Any] | None = None
+    """A list page's JSON -> only what `convert` reads (None: all of it)."""
 
 
 WATCHED: tuple[WatchedKind, ...] = (
-    WatchedKind("nodes", lambda api: k8s.CoreV1Api(api).list_node, node_from),
-    WatchedKind("pods", lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces, pod_from),
+    WatchedKind("nodes", lambda api: k8s.CoreV1Api(api).list_node, lambda o, _: node_from(o)),
+    WatchedKind(
+        "pods",
+        lambda api: k8s.CoreV1Api(api).list_pod_for_all_namespaces,
+        pod_from,
+        ordered=True,
+        decode=decode_pod_list,
+    ),
     WatchedKind(
         "deployments",
         lambda api: k8s.AppsV1Api(api).list_deployment_for_all_namespaces,
-        deployment_from,
+        lambda o, _: deployment_from(o),
         JOB_LABEL,
     ),
     WatchedKind(
         "priorityclasses",
         lambda api: k8s.SchedulingV1Api(api).list_priority_class,
-        priority_class_from,
+        lambda o, _: priority_class_from(o),
     ),
     WatchedKind(
         "resourcequotas",
         lambda api: k8s.CoreV1Api(api).list_resource_quota_for_all_namespaces,
-        quota_from,
+        lambda o, _: quota_from(o),
     ),
 )
 """Every kind the sizer reads, by the name `KubernetesCapacitySource.records` takes."""
@@ -84,7 +99,9 @@ class KubernetesCapacitySource:
         self._stores: dict[str, RecordStore[Any]] = {}
         self._reflectors: list[Reflector] = []
         for row in WATCHED:
-            store: RecordStore[Any] = RecordStore(row.convert)
+            store: RecordStore[Any] = RecordStore(
+                _with_shared(row.convert, SharedValues()), ordered=row.ordered
+            )
             selector = {"label_selector": row.label_selector} if row.label_selector else {}
             self._stores[row.kind] = store
             self._reflectors.append(
@@ -95,6 +112,7 @@ class KubernetesCapacitySource:
                     selector,
                     on_error,
                     watch_timeout_s=watch_timeout_s,
+                    decode=row.decode or json.loads,
                 )
             )
 
@@ -116,16 +134,14 @@ class KubernetesCapacitySource:
         deployments: list[DeploymentRecord] = self.records("deployments")
         classes: list[PriorityClassRecord] = self.records("priorityclasses")
         quotas: list[Quota] = self.records("resourcequotas")
-        return assemble(nodes, pods, deployments, classes, self._defaults, quotas)
+        return assemble(
+            nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
+        )
 
-    def deployment(self, job_key: str) -> DeploymentRecord | None:
-        """The trainer Deployment behind a job key (for Events)."""
-        namespace, _, name = job_key.partition("/")
+    def deployments_by_job(self) -> dict[str, DeploymentRecord]:
+        """The trainer Deployments by job key (``namespace/name``), for Events: one pass."""
         deployments: list[DeploymentRecord] = self.records("deployments")
-        for d in deployments:
-            if d.namespace == namespace and d.name == name:
-                return d
-        return None
+        return {f"{d.namespace}/{d.name}": d for d in deployments}
 
     def start(self) -> None:
         """Start the watches."""
@@ -136,3 +152,9 @@ class KubernetesCapacitySource:
         """Stop them."""
         for r in self._reflectors:
             r.stop()
+
+
+def _with_shared(
+    convert: Callable[[dict[str, Any], SharedValues], Any], shared: SharedValues
+) -> Callable[[dict[str, Any]], Any]:
+    return lambda obj: convert(obj, shared)

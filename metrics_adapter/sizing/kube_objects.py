@@ -34,13 +34,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
+from metrics_adapter.kube.shared_values import SharedValues
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
@@ -132,6 +135,27 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return total + Resources.parse(spec.get("overhead"))
 
 
+def _requests_key(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The raw quantities `pod_requests` reads, as a key (None: not hashable as they are)."""
+
+    def amounts(c: Mapping[str, Any]) -> tuple[Any, ...]:
+        res = c.get("resources") or {}
+        return tuple(sorted((res.get("requests") or {}).items())), tuple(
+            sorted((res.get("limits") or {}).items())
+        )
+
+    key = (
+        tuple(amounts(c) for c in spec.get("containers") or ()),
+        tuple(amounts(c) for c in spec.get("initContainers") or ()),
+        tuple(sorted((spec.get("overhead") or {}).items())),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _container_requests(container: Mapping[str, Any]) -> Resources:
     res = container.get("resources") or {}
     merged = dict(res.get("limits") or {})
@@ -176,25 +200,90 @@ def node_from(obj: Mapping[str, Any]) -> Node:
     )
 
 
-def pod_from(obj: Mapping[str, Any]) -> PodRecord | None:
-    """A Pod object, or None when it no longer counts (terminal, or being deleted)."""
+class _Metadata(TypedDict, total=False):
+    name: str
+    namespace: str
+    labels: dict[str, Any] | None
+    creationTimestamp: str | None
+    deletionTimestamp: str | None
+    resourceVersion: str
+    uid: str
+
+
+class _Resources(TypedDict, total=False):
+    requests: dict[str, Any] | None
+    limits: dict[str, Any] | None
+
+
+class _Container(TypedDict, total=False):
+    resources: _Resources | None
+
+
+class _PodSpec(TypedDict, total=False):
+    nodeName: str | None
+    priority: Any
+    containers: list[_Container] | None
+    initContainers: list[_Container] | None
+    overhead: dict[str, Any] | None
+    tolerations: list[dict[str, Any]] | None
+    nodeSelector: dict[str, Any] | None
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: str | None
+
+
+class _Pod(TypedDict, total=False):
+    metadata: _Metadata
+    spec: _PodSpec
+    status: _PodStatus
+
+
+class _PodList(TypedDict, total=False):
+    items: list[_Pod] | None
+    metadata: dict[str, Any] | None
+
+
+_POD_LIST = msgspec.json.Decoder(_PodList)
+
+
+def decode_pod_list(data: bytes) -> dict[str, Any]:
+    """A page of a pod list with only what `pod_from` reads (and the list's metadata).
+
+    The rest of each pod (its managed fields, status conditions, container statuses, most
+    of its spec: most of its bytes) is skipped while parsing, not built and thrown away.
+    """
+    return dict(_POD_LIST.decode(data))
+
+
+def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodRecord | None:
+    """A Pod object, or None when it no longer counts (terminal, or being deleted).
+
+    With ``shared``, what pods have in common (namespace, node, requests, tolerations, label
+    sets) is kept once for all of them: the record holds its own name and creation time.
+    """
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("phase") in _TERMINAL:
         return None
+    values = shared if shared is not None else SharedValues(limit=0)
     try:
-        requests = pod_requests(spec)
+        key = _requests_key(spec)
+        requests = values.memo(key, lambda: pod_requests(spec)) if key else pod_requests(spec)
     except ResourceError:
         requests = Resources()  # the API server validated it; never seen in practice
+    node = spec.get("nodeName") or None
     pod = Pod(
-        namespace=str(meta.get("namespace", "")),
+        namespace=values.text(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
-        requests=requests,
+        requests=values.value(requests),
         priority=int(spec.get("priority") or 0),
-        node=spec.get("nodeName") or None,
-        tolerations=_tolerations(spec),
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        node=values.text(str(node)) if node else None,
+        tolerations=values.value(_tolerations(spec)),
+        node_selector=values.labels(spec.get("nodeSelector")),
     )
-    return PodRecord(pod, dict(meta.get("labels") or {}), timestamp(meta.get("creationTimestamp")))
+    return PodRecord(
+        pod, values.labels(meta.get("labels")), timestamp(meta.get("creationTimestamp"))
+    )
 
 
 def selector_from(obj: Mapping[str, Any] | None) -> LabelSelector:
@@ -382,8 +471,14 @@ def assemble(
     classes: Iterable[PriorityClassRecord],
     defaults: JobDefaults | None = None,
     quotas: Iterable[Quota] = (),
+    pods_in_key_order: bool = False,
 ) -> ClusterSnapshot:
-    """The cluster view: pods attributed to their job, jobs with priority and last growth."""
+    """The cluster view: pods attributed to their job, jobs with priority and last growth.
+
+    The snapshot's pods are in key order (``namespace/name``, the order `decide` takes them
+    in); ``pods_in_key_order`` says they come so (a watch keeps them so) and are not sorted
+    again.
+    """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
     per_namespace: dict[str, list[DeploymentRecord]] = {}
@@ -404,7 +499,8 @@ def assemble(
     last_growth: dict[str, float] = {}
     out_pods = []
     owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
-    for record in sorted(pods, key=lambda r: (r.pod.namespace, r.pod.name)):
+    ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
+    for record in ordered:
         pod = record.pod
         index = owners.get(pod.namespace)
         owner = index.owner(record.labels) if index is not None else None

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from edl_sizing.decision import Plan, Reason
 from edl_sizing.resources import GPU, Resources
 
 _JOB = ["namespace", "job", "deployment"]
+ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""A round must stay far below ``--sizing-interval`` (10 s by default)."""
 
 
 class SizingMetrics:
@@ -58,7 +60,29 @@ class SizingMetrics:
             ["reason"],
             registry=registry,
         )
+        self.round_seconds = Histogram(
+            "edl_adapter_sizing_round_seconds",
+            "Time a sizing round took, by part: the cluster view (snapshot), the decision "
+            "with the jobs' history (decide), the whole round (round).",
+            ["part"],
+            buckets=ROUND_BUCKETS,
+            registry=registry,
+        )
+        self.round_cpu_seconds = Histogram(
+            "edl_adapter_sizing_round_cpu_seconds",
+            "CPU time the sizing thread spent on a round (below its duration when the "
+            "process waited for a core or for the interpreter lock).",
+            buckets=ROUND_BUCKETS,
+            registry=registry,
+        )
         self._labels: dict[str, tuple[str, str, str]] = {}
+
+    def timed(self, snapshot_s: float, decide_s: float, round_s: float, cpu_s: float) -> None:
+        """One round's durations and its CPU time (seconds)."""
+        self.round_seconds.labels("snapshot").observe(snapshot_s)
+        self.round_seconds.labels("decide").observe(decide_s)
+        self.round_seconds.labels("round").observe(round_s)
+        self.round_cpu_seconds.observe(cpu_s)
 
     def publish(self, plan: Plan, names: Mapping[str, str]) -> None:
         """Set every series from one plan; jobs no longer planned lose their series."""

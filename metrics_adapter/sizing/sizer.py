@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from edl_sizing.capacity import CapacitySource, ClusterSnapshot
 from edl_sizing.decision import Plan, Reason, SizingPolicy
@@ -31,10 +32,18 @@ from metrics_adapter.sizing.observation import ThroughputObserver
 
 log = logging.getLogger(__name__)
 
+FIRST_VIEW_POLL_S = 0.25
+"""While the capacity source has no view yet (its watches are listing), how often to look: the
+first plan follows the first complete view at once, not up to an interval later."""
+
 
 @dataclass(frozen=True)
 class PublishedPlan:
-    """A plan as served: with the jobs' names and when it was decided."""
+    """A plan as served: with the jobs' names and when it was decided.
+
+    Indexed once when published (`in_namespace`, `named`), so that each of the HPAs' reads
+    finds its job without going through every job of the cluster.
+    """
 
     plan: Plan
     names: Mapping[str, str]
@@ -42,10 +51,28 @@ class PublishedPlan:
     ambiguous: frozenset[tuple[str, str]]
     """(namespace, job name) pairs carried by more than one Deployment."""
     decided_at: float
+    _by_namespace: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _by_name: dict[tuple[str, str], list[str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for key in sorted(self.plan.jobs):
+            namespace = key.partition("/")[0]
+            self._by_namespace.setdefault(namespace, []).append(key)
+            self._by_name.setdefault((namespace, self.name(key)), []).append(key)
 
     def name(self, key: str) -> str:
         """The job name of a job key."""
         return self.names.get(key) or key.partition("/")[2]
+
+    def in_namespace(self, namespace: str | None) -> list[str]:
+        """The job keys of ``namespace``, in key order."""
+        return self._by_namespace.get(namespace or "", [])
+
+    def named(self, namespace: str, names: Iterable[str]) -> list[str]:
+        """The job keys of ``namespace`` whose job name is one of ``names``, in key order."""
+        return sorted(k for name in set(names) for k in self._by_name.get((namespace, name), ()))
 
 
 def _error_reason(message: str) -> str:
@@ -76,7 +103,9 @@ class Sizer:
         interval: float = 10.0,
         history_interval: float = 60.0,
         observer: ThroughputObserver | None = None,
-        owner: Callable[[str], DeploymentRecord | None] = lambda _: None,
+        owners: Callable[[], Mapping[str, DeploymentRecord]] = dict,
+        timer: Callable[[], float] = time.perf_counter,
+        cpu_timer: Callable[[], float] = time.thread_time,
     ) -> None:
         self._source = source
         self._history_store = history
@@ -87,7 +116,9 @@ class Sizer:
         self.interval = interval
         self._history_interval = history_interval
         self._observer = observer
-        self._owner = owner
+        self._owners = owners
+        self._timer = timer
+        self._cpu_timer = cpu_timer
         self._history = SizeHistory()
         self._last_write = float("-inf")
         self._emitted: dict[str, tuple[int, str, int]] = {}
@@ -95,7 +126,12 @@ class Sizer:
         self.last_round: RoundResult | None = None
         """The latest round: the jobs as ``decide`` saw them, the plan, any error."""
         self._lock = threading.Lock()
-        self._task = PeriodicTask("sizing", interval, self.run_once)
+        self._task = PeriodicTask(
+            "sizing",
+            interval,
+            lambda: self.run_once() is not None,
+            retry_interval=FIRST_VIEW_POLL_S,
+        )
 
     @property
     def plan(self) -> PublishedPlan | None:
@@ -105,16 +141,21 @@ class Sizer:
     def run_once(self) -> PublishedPlan | None:
         """One round; returns the plan published (None: no cluster view yet)."""
         with self._lock:
+            started, cpu_started = self._timer(), self._cpu_timer()
             now = self._clock()
             snapshot = self._source.snapshot()
             if snapshot is None:
                 return None
+            viewed = self._timer()
             # The Deployments as of this snapshot: an Event names the generation the decision
             # was made on, not the one the cache holds after the history's I/O and `decide`
-            # (by then the HPA may have acted on the other replica's plan).
-            owners = {j.key: self._owner(j.key) for j in snapshot.jobs}
+            # (by then the HPA may have acted on the other replica's plan). One lookup table
+            # per round, not one search of the Deployments per job.
+            owners = self._owners()
             history = self._refresh_history(snapshot, now)
+            before_decide = self._timer()
             result = run_round(snapshot, history, self._policy, now)
+            decided = self._timer()
             self.last_round = result
             if result.error is not None:
                 log.error(
@@ -126,6 +167,12 @@ class Sizer:
             self._plan = published
             self._metrics.publish(plan, published.names)
             self._emit(published, owners)
+            self._metrics.timed(
+                viewed - started,
+                decided - before_decide,
+                self._timer() - started,
+                self._cpu_timer() - cpu_started,
+            )
             return published
 
     def _refresh_history(self, snapshot: ClusterSnapshot, now: float) -> SizeHistory:
@@ -145,9 +192,7 @@ class Sizer:
             log.warning("sizing history unavailable, deciding from the last copy read: %s", e)
         return self._history
 
-    def _emit(
-        self, published: PublishedPlan, owners: Mapping[str, DeploymentRecord | None]
-    ) -> None:
+    def _emit(self, published: PublishedPlan, owners: Mapping[str, DeploymentRecord]) -> None:
         """One Event per new decision, named so that two replicas' same decision is one.
 
         The name holds the Deployment's generation as of the decision's snapshot; a record

@@ -26,6 +26,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if not (has .Values.autoscaling.mode (list "sizing" "sizingObject" "throughput" "none")) -}}
 {{- fail (printf "autoscaling.mode %q: expected sizing, sizingObject, throughput or none" .Values.autoscaling.mode) -}}
 {{- end -}}
+{{- if and .Values.dataset.enabled (not .Values.dataset.volume) -}}
+{{- fail "dataset.enabled needs dataset.volume: a volume source, e.g. {persistentVolumeClaim: {claimName: NAME, readOnly: true}}" -}}
+{{- end -}}
 {{- if gt (int .Values.workers.min) (int .Values.workers.max) -}}
 {{- fail (printf "workers.min %v is above workers.max %v" .Values.workers.min .Values.workers.max) -}}
 {{- end -}}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes import client as k8s
@@ -160,7 +160,7 @@ class KubernetesPodDiscovery:
     def _target(self, pod: Mapping[str, Any]) -> PodTarget | None:
         return pod_target(pod, self._owners.owners(pod), self._port, self._annotation, self._path)
 
-    def replace(self, objects: list[KubeObject]) -> None:
+    def replace(self, objects: Iterable[KubeObject]) -> None:
         """All matching pods (after a list) into the registry."""
         targets = [t for t in (self._target(p) for p in objects) if t is not None]
         for key in self._pods.replace_all(targets):

@@ -94,6 +94,10 @@ class ControlPlaneSettings:
     """Bound on each component's wait for health."""
     extra_feature_gates: dict[str, bool] = field(default_factory=dict)
     """Feature gates set on both kube-apiserver and kube-controller-manager."""
+    etcd_quota_bytes: int = 1 << 30
+    """etcd's `--quota-backend-bytes` (the scale bench holds 150,000 pods: more)."""
+    apiserver_extra_args: tuple[str, ...] = ()
+    """Anything else for kube-apiserver (the scale bench raises its in-flight limits)."""
 
 
 class ControlPlane:
@@ -213,7 +217,7 @@ class ControlPlane:
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-cluster=e2e=http://127.0.0.1:{peer}",
                 "--unsafe-no-fsync",
-                "--quota-backend-bytes=1073741824",
+                f"--quota-backend-bytes={self.settings.etcd_quota_bytes}",
                 "--log-level=warn",
             ],
             self.log_dir / "etcd.log",
@@ -260,6 +264,7 @@ class ControlPlane:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *self.settings.apiserver_extra_args,
         ]
         if gates:
             argv.append(f"--feature-gates={gates}")

@@ -175,7 +175,7 @@ def test_watching_one_namespace_the_adapter_reads_it_through_a_role() -> None:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (("tls.mode=vault",), 'tls.mode "vault": expected one of generate, certManager'),
+        (("tls.mode=vault",), "at '/tls/mode': value must be one of 'generate', 'certManager'"),
         (("tls.mode=existingSecret",), "tls.existingSecret.caBundle is required"),
         (
             ("tls.mode=existingSecret", "tls.existingSecret.caBundle=Zm9v"),
@@ -241,9 +241,9 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (("job=Digits_1",), 'job "Digits_1": must be a DNS label'),
+        (("job=Digits_1",), "at '/job': 'Digits_1' does not match pattern"),
         (("workers.min=5", "workers.max=2"), "workers.min 5 is above workers.max 2"),
-        (("onFinished=delete",), 'onFinished "delete": expected scaleToZero, idle or exit'),
+        (("onFinished=delete",), "at '/onFinished': value must be one of 'scaleToZero', 'idle'"),
     ],
 )
 def test_bad_trainer_values_are_one_clear_error(sets: tuple[str, ...], message: str) -> None:
@@ -293,7 +293,7 @@ def test_one_pod_security_level_can_be_changed_or_left_out(chart: str) -> None:
     ("chart", "namespace", "sets", "message"),
     [
         ("edl", "edl-system", ("namespace.podSecurity.warn=strict",),
-         'namespace.podSecurity.warn "strict": expected privileged, baseline or restricted'),
+         "at '/namespace/podSecurity/warn': value must be one of '', 'privileged'"),
         ("edl", "kube-system", (), 'will not own the namespace "kube-system"'),
         ("edl-trainer", "default", (), 'will not own the namespace "default"'),
     ],

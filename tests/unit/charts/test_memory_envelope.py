@@ -28,7 +28,7 @@ def _adapter_limit(docs: list[dict[str, Any]]) -> int:
 def test_the_chart_the_manifests_and_the_documented_envelope_agree() -> None:
     chart = _adapter_limit(template("edl"))
     manifests = _adapter_limit(render("manifests/base"))
-    assert chart == manifests == 512 << 20
+    assert chart == manifests == 768 << 20
     install = (ROOT / "docs/install.md").read_text()
-    assert "512 MiB limit" in install
+    assert "768 MiB limit" in install
     assert f"{round(ADMIT_RATIO * 100)} % of it ({int(chart * ADMIT_RATIO) >> 20} MiB)" in install

@@ -113,7 +113,7 @@ def test_the_images_keep_only_the_console_scripts_whose_package_they_install() -
     assert "edl_sim" not in copied  # docs/architecture.md: not in the adapter image
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     without_package = {
-        name for name, target in scripts.items() if target.split(".")[0] not in copied
+        name for name, target in scripts.items() if re.split(r"[.:]", target)[0] not in copied
     }
     assert without_package == {"edl-hpa", "edl-sim"}
     (removal,) = re.findall(r"&& rm (/opt/edl-app/bin/\S+(?: /opt/edl-app/bin/\S+)*)", stage)

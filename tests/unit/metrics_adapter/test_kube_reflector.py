@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from metrics_adapter.kube.reflector import Backoff, RecordStore, Reflector
 from tests.support.waiting import wait_for
@@ -126,6 +127,39 @@ def test_a_paged_list_then_a_watch_keeps_the_records_and_the_version() -> None:
     assert watch["label_selector"] == "app=x" and watch["timeout_seconds"] == 60
 
 
+def test_a_list_reaches_the_store_page_by_page_and_a_failed_page_changes_nothing() -> None:
+    # 150,000 pods must not sit in the process as JSON at once: the next page is fetched only
+    # when the store has taken the previous one. A page refused midway leaves the old records.
+    pages: list[dict[str, Any]] = [
+        {"items": [obj(f"p{i}", str(i), f"p{i}")], "metadata": {"continue": str(i + 1)}}
+        for i in range(3)
+    ]
+    pages[-1]["metadata"] = {"resourceVersion": "7"}
+    api = FakeApi(pages, [])
+    lists_when_seen: list[int] = []
+
+    def keep(o: dict[str, Any]) -> str | None:
+        lists_when_seen.append(len(api.lists()))
+        return keep_value(o)
+
+    store: RecordStore[str] = RecordStore(keep)
+    r = Reflector("pods", api, store, page_size=1)
+    assert r.relist() == "7" and values(store) == ["p0", "p1", "p2"]
+    assert lists_when_seen == [1, 2, 3]
+
+    class Refused(FakeApi):
+        def __call__(self, **kw: Any) -> Response:
+            if kw.get("_continue") == "2":
+                raise ApiException(status=410, reason="continue token expired")
+            return super().__call__(**kw)
+
+    fresh = [{**p, "items": [obj("new", "9", "new")]} for p in pages]
+    again = Reflector("pods", Refused(fresh, []), store, page_size=1)
+    with pytest.raises(ApiException):
+        again.relist()
+    assert values(store) == ["p0", "p1", "p2"]
+
+
 def run_in_thread(r: Reflector) -> threading.Thread:
     thread = threading.Thread(target=r.run, daemon=True)
     thread.start()
@@ -198,3 +232,22 @@ def test_stop_ends_a_quiet_watch() -> None:
     r.stop()
     assert quiet.connection.sock.closed.is_set()
     wait_for(lambda: not thread.is_alive(), timeout_s=30, what="the reflector to stop")
+
+
+def test_an_ordered_store_keeps_its_records_in_key_order_as_objects_come_and_go() -> None:
+    # The sizer reads 150,000 pods in key order every round: the store keeps that order as
+    # events arrive instead of the round sorting them.
+    store: RecordStore[str] = RecordStore(keep_value, ordered=True)
+    store.replace(
+        [obj("c", "1", "c"), obj("a", "2", "a"), obj("e", "3", "e"), obj("s", "4", "skip")]
+    )
+    assert store.records() == ["a", "c", "e"]
+    store.apply("ADDED", obj("b", "5", "b"))
+    store.apply("ADDED", obj("f", "6", "f"))
+    store.apply("MODIFIED", obj("c", "7", "c2"))
+    store.apply("DELETED", obj("e", "8", "e"))
+    store.apply("DELETED", obj("zz", "9", "never seen"))
+    store.apply("MODIFIED", obj("a", "10", "skip"))  # no longer kept: gone from the order too
+    assert store.records() == ["b", "c2", "f"]
+    store.apply("ADDED", obj("a", "11", "a3"))
+    assert store.records() == ["a3", "b", "c2", "f"]

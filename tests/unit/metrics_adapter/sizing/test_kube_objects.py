@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from metrics_adapter.sizing.kube_objects import (
     JobDefaults,
     PriorityClassRecord,
     assemble,
+    decode_pod_list,
     deployment_from,
     job_from,
     node_from,
@@ -202,6 +204,19 @@ def test_assemble_attributes_pods_to_their_job_and_finds_the_last_growth() -> No
     assert snap.job_names == {"ml/trainer": "digits"}
 
 
+def test_the_snapshot_holds_the_pods_in_key_order_sorted_or_as_a_watch_kept_them() -> None:
+    # decide reads pods in key order (namespace/name); a watch's store keeps them so, and
+    # then the round sorts nothing; pods in any order are sorted into the same order.
+    objs = [pod("b", {}, "n1"), pod("a", {}, "n1"), pod("c", {}, None)]
+    objs[0]["metadata"]["namespace"] = "ml-x"  # "ml-x/b" < "ml/a": '-' sorts before '/'
+    records = [r for r in (pod_from(p) for p in objs) if r is not None]
+    nodes = [node_from(node("n1"))]
+    keys = [p.key for p in assemble(nodes, records, [], []).pods]
+    assert keys == ["ml-x/b", "ml/a", "ml/c"]
+    kept = sorted(records, key=lambda r: r.pod.key)
+    assert [p.key for p in assemble(nodes, kept, [], [], pods_in_key_order=True).pods] == keys
+
+
 def test_two_deployments_with_one_job_name_are_both_refused() -> None:
     a, b = deployment_from(deployment("a")), deployment_from(deployment("b"))
     assert a is not None and b is not None
@@ -293,3 +308,44 @@ def test_a_finished_job_is_not_sized_and_its_room_is_free_at_once() -> None:
     after = assemble([n1], [r for r in map(pod_from, running) if r is not None], [], [])
     plan = decide(after.nodes, after.pods, after.jobs)
     assert plan.jobs == {} and plan.free.cpu == 4
+
+
+def test_a_pod_list_decoded_slim_gives_the_records_the_whole_json_gives() -> None:
+    # The first list of 150,000 pods is parsed keeping only what pod_from reads: every
+    # record must be the one the whole object gives.
+    pods = [
+        pod("plain", {"app": "web"}, "n1"),
+        pod("pending", {"app": "web"}, None, priority=1000, nodeSelector={"zone": "b"}),
+        pod(
+            "gpu",
+            {},
+            "n2",
+            tolerations=[
+                {
+                    "key": "nvidia.com/gpu",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                    "tolerationSeconds": 30,
+                }
+            ],
+            initContainers=[{"name": "i", "resources": {"limits": {"cpu": "3"}}}],
+            overhead={"memory": "64Mi"},
+        ),
+        pod("gone", {}, "n1"),
+        pod("done", {}, "n1"),
+        pod("bare", {}, "n1", containers=[{"name": "c"}]),
+    ]
+    pods[3]["metadata"]["deletionTimestamp"] = "2026-05-01T12:01:00Z"
+    pods[4]["status"]["phase"] = "Succeeded"
+    pods[0]["metadata"]["labels"] = None
+    for p in pods:  # what the API server adds that the sizer never reads
+        p["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+        p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    body = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "42", "continue": "c"},
+                       "items": pods}).encode()  # fmt: skip
+    page = decode_pod_list(body)
+    assert page["metadata"] == {"resourceVersion": "42", "continue": "c"}
+    slim = page["items"]
+    assert "managedFields" not in slim[0]["metadata"] and "conditions" not in slim[0]["status"]
+    assert [pod_from(s) for s in slim] == [pod_from(p) for p in pods]
+    assert [r is None for r in (pod_from(s) for s in slim)] == [False] * 3 + [True] * 2 + [False]

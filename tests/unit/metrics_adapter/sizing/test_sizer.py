@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import pytest
@@ -31,6 +31,7 @@ from metrics_adapter.sizing.kube_objects import JOB_LABEL, DeploymentRecord
 from metrics_adapter.sizing.metrics import SizingMetrics
 from metrics_adapter.sizing.observation import ThroughputObserver
 from metrics_adapter.sizing.sizer import Sizer
+from tests.support.waiting import wait_for
 
 T0 = 1_800_000_000.0
 GI = 2**30
@@ -381,9 +382,11 @@ class _MovingDeployment:
             "ml", "trainer", "digits", LabelSelector.parse(f"{JOB_LABEL}=digits"), replicas,
             T0, {}, None, Resources(cpu=1, memory=GI), (), {}, uid="u1", generation=generation,
         )  # fmt: skip
+        self.lookups = 0
 
-    def __call__(self, key: str) -> DeploymentRecord | None:
-        return self.record if key == "ml/trainer" else None
+    def __call__(self) -> dict[str, DeploymentRecord]:
+        self.lookups += 1
+        return {"ml/trainer": self.record}
 
     def scale(self, replicas: int) -> None:
         self.record = replace(self.record, replicas=replicas, generation=self.record.generation + 1)
@@ -407,7 +410,7 @@ def _sizer_with_owner(
     events = Events()
     sizer = Sizer(
         source, history, SizingPolicy(hold_off_s=30.0), SizingMetrics(CollectorRegistry()),
-        events, Clock(), interval=1.0, history_interval=0.0, owner=owner,
+        events, Clock(), interval=1.0, history_interval=0.0, owners=owner,
     )  # fmt: skip
     return sizer, events
 
@@ -426,6 +429,7 @@ def test_an_event_names_the_generation_its_decision_was_made_on() -> None:
         )  # fmt: skip
         sizer.run_once()
         assert [(e.reason, e.generation, e.desired) for e in events.seen] == [("SizingGrow", 7, 4)]
+        assert owner.lookups == 1  # one table per round, not one search per job
         names.append(events.seen[0].name)
     assert names[0] == names[1]
 
@@ -442,3 +446,101 @@ def test_a_deployment_that_moved_before_its_lookup_gets_no_event_that_round() ->
     source.replace(snapshot(replicas=3, bound=3, observed={2: 180.0}))
     sizer.run_once()
     assert [(e.reason, e.generation, e.desired) for e in events.seen] == [("SizingGrow", 8, 4)]
+
+
+class _SlowView(StaticCapacitySource):
+    """A capacity source whose snapshot takes 0.25 s of the round's timer."""
+
+    def __init__(self, snapshot: ClusterSnapshot, timer: Clock) -> None:
+        super().__init__(snapshot)
+        self._timer = timer
+
+    def snapshot(self) -> ClusterSnapshot:
+        self._timer.t += 0.25
+        return super().snapshot()
+
+
+def test_each_round_reports_how_long_its_view_its_decision_and_all_of_it_took() -> None:
+    # An admin sizes the adapter by these (docs/install.md): a round must stay far below the
+    # interval. The timer is injected: the figures are the round's parts, whatever the machine.
+    timer = Clock()
+    timer.t = 0.0
+    registry = CollectorRegistry()
+    sizer = Sizer(
+        _SlowView(snapshot(), timer), MemoryHistoryStore(), SizingPolicy(),
+        SizingMetrics(registry), Events(), Clock(), timer=timer, cpu_timer=lambda: 0.0,
+    )  # fmt: skip
+    sizer.run_once()
+    sizer.run_once()
+    text = generate_latest(registry).decode()
+    assert 'edl_adapter_sizing_round_seconds_count{part="round"} 2.0' in text
+    assert 'edl_adapter_sizing_round_seconds_sum{part="snapshot"} 0.5' in text
+    assert 'edl_adapter_sizing_round_seconds_sum{part="round"} 0.5' in text
+    assert 'edl_adapter_sizing_round_seconds_bucket{le="0.25",part="snapshot"} 2.0' in text
+    assert "edl_adapter_sizing_round_cpu_seconds_count 2.0" in text
+
+
+class _ListingFor(StaticCapacitySource):
+    """A capacity source whose watches complete their first list after ``calls`` looks."""
+
+    def __init__(self, snapshot: ClusterSnapshot, calls: int) -> None:
+        super().__init__(snapshot)
+        self.looks = 0
+        self._calls = calls
+
+    def snapshot(self) -> ClusterSnapshot | None:  # type: ignore[override]
+        self.looks += 1
+        return super().snapshot() if self.looks > self._calls else None
+
+
+def test_the_first_plan_follows_the_first_complete_view_not_a_whole_interval_later() -> None:
+    # A round that finds no view yet (the watches still list 150,000 pods) looks again soon:
+    # with an interval of an hour, the plan still comes once the view is there.
+    source = _ListingFor(snapshot(), calls=3)
+    sizer = Sizer(
+        source, MemoryHistoryStore(), SizingPolicy(), SizingMetrics(CollectorRegistry()),
+        Events(), Clock(), interval=3600.0,
+    )  # fmt: skip
+    sizer.start()
+    try:
+        wait_for(lambda: sizer.plan is not None, timeout_s=60, what="the first plan")
+    finally:
+        sizer.stop()
+    assert source.looks == 4
+
+
+class _CountingSelector(LabelSelector):
+    """A selector that counts the jobs it was asked about."""
+
+    asked = 0
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        type(self).asked += 1
+        return super().matches(labels)
+
+
+def test_an_hpa_read_looks_at_its_own_job_not_at_every_job_of_the_cluster() -> None:
+    # 1,000 HPAs each read desired_replicas every sync: a read that went through every job
+    # made the adapter's work grow with the square of the jobs.
+    jobs = tuple(
+        Job(f"ns-{i % 10}", f"job-{i}", Resources(cpu=1, memory=GI), replicas=1, max_replicas=2)
+        for i in range(1000)
+    )
+    nodes = (Node("n1", Resources(cpu=4, memory=64 * GI)),)
+    names = {j.key: j.name for j in jobs}
+    source = StaticCapacitySource(ClusterSnapshot(nodes, (), jobs, job_names=names))
+    clock = Clock()
+    sizer, provider, _, _ = build(source, clock)
+    sizer.run_once()
+    wanted = LabelSelector.parse(f"{JOB_LABEL}=job-437")
+    counting = _CountingSelector(wanted.requirements)
+    items = provider.get_external_metric("ns-7", counting, ExternalMetricInfo(DESIRED_REPLICAS))
+    assert [i.labels for i in items] == [{JOB_LABEL: "job-437"}]
+    assert _CountingSelector.asked == 1
+    _CountingSelector.asked = 0
+    every = _CountingSelector(())
+    assert (
+        len(provider.get_external_metric("ns-7", every, ExternalMetricInfo(DESIRED_REPLICAS)))
+        == 100
+    )
+    assert _CountingSelector.asked == 100  # the namespace's jobs only

@@ -1,0 +1,370 @@
+"""One job's membership on the Kubernetes backend as today's agents make it, at 100 / 500 / 1,000.
+
+The agent's own classes as a library (`agent.elastic.kubernetes_store.KubernetesStore` over
+`ClientApi`, `Membership`, `KubernetesWatch`: read, never changed here), against the bench's
+real kube-apiserver and etcd. Today every member renews its Lease every
+``EDL_HEARTBEAT_INTERVAL`` (1 s), watches every Lease of the job and the world ConfigMap, and
+every ``EDL_POLL_INTERVAL`` (0.2 s) lists every Lease and reads the world (``Membership.tick``).
+On 2 shared cores N full agents cannot run, so the members are lightweight:
+
+* **heartbeats**: every member's Lease is renewed through `KubernetesStore.beat` (the same
+  Lease, annotation and holder an agent writes) by a pool of clients at the agents' interval,
+  sent as one raw merge patch each (`RawRenewals`: the official client's model round trip
+  costs the bench more CPU than the write costs the server); the rate achieved is printed
+  beside the one offered (a member renewing slower is still live while within
+  ``EDL_MEMBER_TTL``; where even that is not reached, the size is measured with a longer
+  TTL, and the table says so);
+* **proposers**: `PROPOSERS` members run the real `Membership.tick` loop (watch wake-ups,
+  the poll, debounce, compare-and-swap writes of the world): they form the world, as the
+  first of N agents to find the change due would; with N proposers the world is the same,
+  written by one of them, and the others' reads are the load computed below;
+* **watchers**: `WATCHERS` real `KubernetesWatch` streams (as each member holds one) count
+  the events each receives; N members receive N times that.
+
+Per size: the time from the first heartbeat to a world of all N (**form**), from 10 % more
+members' first heartbeats to a world with them (**grow**), the world ConfigMap's size (and
+its share of etcd's 1.5 MiB limit), and in the steady state etcd's writes a second (its
+``etcd_mvcc_put_total``, minus the same window before the job existed), the watch events a
+member receives a second (measured) and the job's in all (x N), and the Lease list calls the
+members' polls make (N / 0.2 s, each of N Leases: computed from the constants, not run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import requests
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from agent.elastic.errors import StoreUnavailable
+from agent.elastic.kubernetes_store import ClientApi, KubernetesStore
+from agent.elastic.kubernetes_watch import KubernetesWatch
+from agent.elastic.membership import Membership, MembershipSettings
+from agent.elastic.world import Member
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.support.waiting import wait_for
+
+NAMESPACE = "edl-membership"
+PROPOSERS = 2
+WATCHERS = 10
+ETCD_LIMIT = 1_572_864
+"""etcd's default request size limit (``--max-request-bytes``, 1.5 MiB): no object may pass it."""
+SETTINGS = MembershipSettings(max_size=100_000)
+"""The agents' defaults, but no world cap (``EDL_MAX_WORLD`` would be set to the job's size)."""
+BEAT_CLIENTS = 16
+
+
+def _api_client(cp: ControlPlane) -> Any:
+    api = k8s_config.new_client_from_config(config_file=str(cp.kubeconfig))  # type: ignore[no-untyped-call]
+    api.configuration.connection_pool_maxsize = 4
+    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 4
+    return api
+
+
+def _store(api: Any, job: str) -> KubernetesStore:
+    apis = (k8s.CoreV1Api(api), k8s.CoordinationV1Api(api))
+    return KubernetesStore(ClientApi(*apis, NAMESPACE, k8s.ApiException), job)
+
+
+class RawRenewals(ClientApi):
+    """`ClientApi` whose Lease renewal is one raw HTTP merge patch (create on 404)."""
+
+    def __init__(self, cp: ControlPlane, api: Any) -> None:
+        super().__init__(
+            k8s.CoreV1Api(api), k8s.CoordinationV1Api(api), NAMESPACE, k8s.ApiException
+        )
+        assert cp.pki is not None
+        self._http = requests.Session()
+        self._http.cert = (str(cp.pki.admin.cert), str(cp.pki.admin.key))
+        self._ca = str(cp.pki.ca.cert)
+        self._base = f"{cp.server}/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+
+    def renew_lease(
+        self, name: str, holder: str, renew_time: str, annotations: dict[str, str],
+        labels: dict[str, str],
+    ) -> None:  # fmt: skip
+        body = {
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "spec": {"holderIdentity": holder, "renewTime": renew_time, "leaseDurationSeconds": 15},
+        }
+        r = self._http.patch(f"{self._base}/{name}", json=body, verify=self._ca, timeout=30,
+                             headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        if r.status_code == 404:
+            r = self._http.post(self._base, json=body, verify=self._ca, timeout=30)
+        if r.status_code >= 300:
+            raise StoreUnavailable(f"renew lease: HTTP {r.status_code}")
+
+
+def members(job: str, start: int, count: int) -> list[Member]:
+    """Members as agents describe themselves (pod names, a pod IP each, the default ports)."""
+    return [
+        Member(time.time(), f"{job}-trainer-7d9f5c8b4-{i:05d}", secrets.token_hex(4),
+               f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}", (29543, 29544))
+        for i in range(start, start + count)
+    ]  # fmt: skip
+
+
+class Heartbeats:
+    """Every member's Lease renewed through `KubernetesStore.beat` at the agents' interval."""
+
+    def __init__(self, cp: ControlPlane, job: str, settings: MembershipSettings) -> None:
+        self._settings = settings
+        self._stores = [
+            KubernetesStore(RawRenewals(cp, _api_client(cp)), job) for _ in range(BEAT_CLIENTS)
+        ]
+        self._members: list[Member] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=BEAT_CLIENTS)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.beats = 0
+        self.failures = 0
+
+    def add(self, more: list[Member]) -> None:
+        with self._lock:
+            self._members.extend(more)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            with self._lock:
+                batch = list(self._members)
+            shards = [batch[i::BEAT_CLIENTS] for i in range(BEAT_CLIENTS)]
+            list(self._pool.map(self._beat_all, self._stores, shards))
+            left = self._settings.heartbeat_interval - (time.monotonic() - started)
+            self._stop.wait(max(0.0, left))
+
+    def _beat_all(self, store: KubernetesStore, shard: list[Member]) -> None:
+        for m in shard:
+            if self._stop.is_set():
+                return
+            try:
+                store.beat(m)
+                self.beats += 1
+            except Exception:
+                self.failures += 1
+
+
+class Proposer:
+    """One member running the agent's `Membership` loop: tick on a wake or each poll."""
+
+    def __init__(
+        self, cp: ControlPlane, job: str, me: Member, settings: MembershipSettings
+    ) -> None:
+        self.membership = Membership(_store(_api_client(cp), job), me, settings)
+        self._poll = settings.poll_interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.ticks = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.membership.close()
+
+    def _run(self) -> None:
+        self.membership.join()
+        while not self._stop.is_set():
+            due = self.membership.due_in()
+            poll = self._poll if due is None else min(self._poll, due)
+            self.membership.wait_for_change(poll)
+            self.membership.tick()
+            self.ticks += 1
+
+
+class CountingWatch:
+    """A member's `KubernetesWatch` on the job, counting every event its streams deliver."""
+
+    def __init__(self, cp: ControlPlane, job: str) -> None:
+        self.events = 0
+        store = _store(_api_client(cp), job)
+        api = store._api  # the store's own ClientApi: the streams an agent holds
+        counting = self
+
+        class Counted:
+            def watch_leases(self, selector: str, timeout: int) -> Iterator[tuple[str, str, str]]:
+                for event in api.watch_leases(selector, timeout):
+                    counting.events += 1
+                    yield event
+
+            def watch_config_map(self, name: str, timeout: int) -> Iterator[tuple[str, str]]:
+                for event in api.watch_config_map(name, timeout):
+                    counting.events += 1
+                    yield event
+
+        self.watch = KubernetesWatch(
+            Counted(), f"edl.paddlepaddle.org/job={job}", f"edl-{job}-world"
+        )
+
+    def close(self) -> None:
+        self.watch.close()
+
+
+@dataclass
+class MembershipResult:
+    members: int
+    ttl_s: float
+    form_s: float
+    grow_s: float
+    world_bytes: int
+    world_object_bytes: int
+    bytes_per_member: float
+    largest_fitting: int
+    beats_offered_per_s: float
+    beats_achieved_per_s: float
+    etcd_writes_per_s: float
+    watch_events_per_member_per_s: float
+    watch_events_per_job_per_s: float
+    lease_lists_per_s: float
+    leases_listed_per_s: float
+    one_list_bytes: int
+    one_list_ms: float
+
+
+def world_size(cp: ControlPlane, job: str) -> tuple[int, int, int]:
+    """(members in the world record, bytes of the record, bytes of the ConfigMap object)."""
+    r = cp.request(
+        "GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/edl-{job}-world", ok=(200, 404)
+    )
+    if r.status_code == 404:
+        return 0, 0, 0
+    text = (r.json().get("data") or {}).get("world") or ""
+    try:
+        count = len(json.loads(text).get("members") or [])
+    except ValueError:
+        count = 0
+    return count, len(text.encode()), len(r.content)
+
+
+def etcd_puts(cp: ControlPlane) -> float:
+    text = requests.get(f"{cp.etcd_url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("etcd_mvcc_put_total"))  # fmt: skip
+
+
+def measure_one(
+    cp: ControlPlane, n: int, say: Callable[[str], None], settings: MembershipSettings,
+    window: float = 20.0,
+) -> MembershipResult:  # fmt: skip
+    job = f"scale{n}"
+    quiet0, t_q0 = etcd_puts(cp), time.monotonic()
+    time.sleep(5)
+    baseline = (etcd_puts(cp) - quiet0) / (time.monotonic() - t_q0)
+    first = members(job, 0, n)
+    beats = Heartbeats(cp, job, settings)
+    proposers = [Proposer(cp, job, m, settings) for m in first[:PROPOSERS]]
+    beats.add(first[PROPOSERS:])
+    watchers: list[CountingWatch] = []
+    try:
+        t0 = time.monotonic()
+        beats.start()
+        for p in proposers:
+            p.start()
+        wait_for(lambda: world_size(cp, job)[0] >= n, timeout_s=600, interval_s=0.1,
+                 what=f"a world of {n} members")  # fmt: skip
+        form = time.monotonic() - t0
+        say(f"  {n} members: formed in {form:.1f} s")
+        watchers = [CountingWatch(cp, job) for _ in range(min(WATCHERS, n))]
+        time.sleep(3)  # the watchers' opening replay is no steady-state traffic
+        counted0 = sum(w.events for w in watchers)
+        puts0, beats0, t1 = etcd_puts(cp), beats.beats, time.monotonic()
+        time.sleep(window)
+        dt = time.monotonic() - t1
+        puts = (etcd_puts(cp) - puts0) / dt - baseline
+        achieved = (beats.beats - beats0) / dt
+        per_watcher = (sum(w.events for w in watchers) - counted0) / dt / max(1, len(watchers))
+        size, record, obj = world_size(cp, job)
+        t_list = time.monotonic()
+        listed = cp.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+            f"?labelSelector=edl.paddlepaddle.org/job%3D{job}"
+        )  # fmt: skip
+        list_ms = 1000 * (time.monotonic() - t_list)
+        more = members(job, n, max(1, n // 10))
+        t2 = time.monotonic()
+        beats.add(more)
+        wait_for(lambda: world_size(cp, job)[0] >= n + len(more), timeout_s=600, interval_s=0.1,
+                 what=f"a world of {n + len(more)} members")  # fmt: skip
+        grow = time.monotonic() - t2
+        say(f"  {n} members: grown by {len(more)} in {grow:.1f} s")
+    finally:
+        for w in watchers:
+            w.close()
+        for p in proposers:
+            p.stop()
+        beats.stop()
+        with contextlib.suppress(Exception):
+            cp.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+                       f"?labelSelector=edl.paddlepaddle.org/job%3D{job}")  # fmt: skip
+    per_member = record / max(1, size)
+    fitting = int((ETCD_LIMIT - (obj - record)) / per_member)
+    return MembershipResult(
+        n, settings.ttl, form, grow, record, obj, per_member, fitting,
+        n / settings.heartbeat_interval, achieved, puts, per_watcher, per_watcher * n,
+        n / settings.poll_interval, n * n / settings.poll_interval, len(listed.content), list_ms,
+    )  # fmt: skip
+
+
+def measure_membership(
+    cp: ControlPlane, sizes: list[int], say: Callable[[str], None]
+) -> list[dict[str, object]]:
+    """Every size in turn; prints the table and returns the figures.
+
+    Sizes beyond what this machine renews within the TTL get a TTL of three renewal rounds
+    as achieved at the size before (the table's ``TTL s`` column).
+    """
+    # The watches the bench closes say so; the figures are what matters here.
+    logging.getLogger("agent.elastic").setLevel(logging.ERROR)
+    cp.request("POST", "/api/v1/namespaces",
+               json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+               ok=(201, 409))  # fmt: skip
+    results: list[MembershipResult] = []
+    for n in sizes:
+        settings = SETTINGS
+        if results and results[-1].beats_achieved_per_s > 0:
+            round_s = n / results[-1].beats_achieved_per_s  # one renewal of every member
+            if round_s > 0.5 * SETTINGS.ttl:
+                settings = replace(SETTINGS, ttl=float(math.ceil(3 * round_s)))
+        say(f"== membership: a job of {n} members (TTL {settings.ttl:.0f} s)")
+        try:
+            results.append(measure_one(cp, n, say, settings))
+        except AssertionError as e:
+            say(f"  {n} members did not form: {e}")
+            break
+    print()
+    print(f"{'members':>7} {'TTL s':>5} {'form s':>7} {'grow s':>7} {'world KiB':>9} "
+          f"{'of 1.5MiB':>9} {'fits up to':>10} {'beats/s offered/done':>21} {'etcd writes/s':>13} "
+          f"{'watch ev/s member':>17} {'watch ev/s job':>14} {'lease lists/s':>13} "
+          f"{'leases/s':>10} {'1 list KiB/ms':>14}")  # fmt: skip
+    for r in results:
+        kib = r.world_object_bytes / 1024
+        print(f"{r.members:>7} {r.ttl_s:>5.0f} {r.form_s:>7.1f} {r.grow_s:>7.1f} {kib:>9.1f} "
+              f"{100 * r.world_object_bytes / ETCD_LIMIT:>8.1f}% {r.largest_fitting:>10} "
+              f"{r.beats_offered_per_s:>10.0f}/{r.beats_achieved_per_s:<10.0f} "
+              f"{r.etcd_writes_per_s:>13.0f} {r.watch_events_per_member_per_s:>17.0f} "
+              f"{r.watch_events_per_job_per_s:>14.0f} {r.lease_lists_per_s:>13.0f} "
+              f"{r.leases_listed_per_s:>10.0f} "
+              f"{r.one_list_bytes / 1024:>7.0f}/{r.one_list_ms:<6.0f}")  # fmt: skip
+    return [asdict(r) for r in results]
