@@ -596,8 +596,8 @@ def selectors(
 EXPORTER = """
 import sys, threading, time
 from prometheus_client import CollectorRegistry, Counter
-from agent.exporter import MetricsServer
-from agent.readiness import Readiness
+from agent.process.exporter import MetricsServer
+from agent.process.readiness import Readiness
 r = CollectorRegistry()
 c = Counter('edl_trainer_samples_total', 'samples', registry=r)
 s = MetricsServer(r, lambda: Readiness(True, 'ok'), '127.0.0.1', int(sys.argv[1]))

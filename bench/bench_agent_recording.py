@@ -67,7 +67,7 @@ def child_multiprocess() -> None:
 
 
 def main() -> None:
-    from agent.recording import StepRecorder
+    from agent.trainer.recording import StepRecorder
 
     rec = StepRecorder()
 
@@ -142,13 +142,13 @@ def paddle_step_seconds(steps: int = 400) -> float:
 
 
 def bench_flush_and_scrape() -> None:
-    from agent.app import create_registry
-    from agent.exporter import MetricsServer
-    from agent.flushing import ReportFlusher
+    from agent.process.app import create_registry
+    from agent.process.exporter import MetricsServer
+    from agent.process.readiness import Readiness
     from agent.protocol.trainer_world import TrainerWorld
-    from agent.readiness import Readiness
-    from agent.recording import StepRecorder
-    from agent.reports import report_path
+    from agent.trainer.flushing import ReportFlusher
+    from agent.trainer.recording import StepRecorder
+    from agent.trainer.reports import report_path
 
     class Stub:
         world = TrainerWorld(rank=0, world_size=2)

@@ -468,8 +468,8 @@ def agent(code: Path, workdir: Path) -> None:
     child = (
         "import sys,time\n"
         "from prometheus_client import CollectorRegistry, Counter\n"
-        "from agent.exporter import MetricsServer\n"
-        "from agent.readiness import Readiness\n"
+        "from agent.process.exporter import MetricsServer\n"
+        "from agent.process.readiness import Readiness\n"
         "r = CollectorRegistry(); Counter('edl_trainer_samples_total', 's', registry=r).inc(5)\n"
         "s = MetricsServer(r, lambda: Readiness(True, 'ok'), '127.0.0.1', int(sys.argv[1]))\n"
         "s.start(); time.sleep(3600)\n"
@@ -616,8 +616,8 @@ def agent_idle(code: Path, workdir: Path, seconds: float) -> None:
     child = (
         "import sys,time\n"
         "from prometheus_client import CollectorRegistry, Counter\n"
-        "from agent.exporter import MetricsServer\n"
-        "from agent.readiness import Readiness\n"
+        "from agent.process.exporter import MetricsServer\n"
+        "from agent.process.readiness import Readiness\n"
         "r = CollectorRegistry(); Counter('edl_trainer_samples_total', 's', registry=r).inc(5)\n"
         "s = MetricsServer(r, lambda: Readiness(True, 'ok'), '127.0.0.1', int(sys.argv[1]))\n"
         "s.start(); time.sleep(3600)\n"

@@ -79,13 +79,25 @@ def scrape(port: int) -> dict[str, float]:
 
 class Agents:
     def __init__(
-        self, tmp: Path, debounce: float, reinit: str, script: str, extra: tuple[str, ...] = ()
+        self,
+        tmp: Path,
+        debounce: float,
+        reinit: str,
+        script: str,
+        extra: tuple[str, ...] = (),
+        min_world: int = 1,
+        epochs: int = 400,
+        step_sleep: float = 0.02,
     ) -> None:
         self.tmp = tmp
         self.reinit = reinit
         self.script = script
         self.extra = extra
         """More trainer arguments (bench_handoff: ``--hidden N``)."""
+        self.min_world = min_world
+        """The job trains only in worlds this large (bench_ddp: a fixed world)."""
+        self.epochs = epochs
+        self.step_sleep = step_sleep
         tmp.mkdir(parents=True, exist_ok=True)
         self.debounce = debounce
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -105,9 +117,9 @@ class Agents:
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
-               "--min", "1", "--max", "8", "--",
-               PY, "-m", self.script, "--epochs", "400",
-               "--step-sleep", "0.02", *self.extra]  # fmt: skip
+               "--min", str(self.min_world), "--max", "8", "--",
+               PY, "-m", self.script, "--epochs", str(self.epochs),
+               "--step-sleep", str(self.step_sleep), *self.extra]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
@@ -252,6 +264,23 @@ def _reap(proc: subprocess.Popen[bytes], ended: list[float]) -> None:
     ended.append(time.time())
 
 
+def ups_and_downs(
+    agents: Agents, rounds: int, leave_wait_s: float = 60
+) -> list[tuple[str, dict[str, float]]]:
+    """`rounds` times, on a training world of 2: a joiner (2 -> 3), then its SIGTERM (3 -> 2)."""
+    rows: list[tuple[str, dict[str, float]]] = []
+    for r in range(rounds):
+        joiner = f"c{r}"
+        join = functools.partial(agents.start, joiner)
+        rows.append(("up 2->3", measure_event(agents, join, 3, joiner=joiner)))
+        time.sleep(1)
+        leave = functools.partial(agents.procs[joiner].send_signal, signal.SIGTERM)
+        rows.append(("down 3->2 SIGTERM", measure_event(agents, leave, 2, leaver=joiner)))
+        agents.procs[joiner].wait(leave_wait_s)
+        time.sleep(1)
+    return rows
+
+
 def bench_edl(
     tmp: Path, debounce: float, rounds: int, reinit: str, script: str
 ) -> list[tuple[str, dict[str, float]]]:
@@ -259,15 +288,7 @@ def bench_edl(
     rows: list[tuple[str, dict[str, float]]] = []
     try:
         agents.start_training(("a", "b"), timeout_s=180)
-        for r in range(rounds):
-            joiner = f"c{r}"
-            join = functools.partial(agents.start, joiner)
-            rows.append(("up 2->3", measure_event(agents, join, 3, joiner=joiner)))
-            time.sleep(1)
-            leave = functools.partial(agents.procs[joiner].send_signal, signal.SIGTERM)
-            rows.append(("down 3->2 SIGTERM", measure_event(agents, leave, 2, leaver=joiner)))
-            agents.procs[joiner].wait(60)
-            time.sleep(1)
+        rows += ups_and_downs(agents, rounds)
         join_d = functools.partial(agents.start, "d")
         rows.append(("up 2->3", measure_event(agents, join_d, 3, joiner="d")))
         time.sleep(1)

@@ -52,6 +52,7 @@ PROJECT_VARIABLES = frozenset(
         "EDL_REINIT_LIMIT",
         "EDL_STORE_PORTS",
         "EDL_SAMPLE_LEDGER",
+        "EDL_STEP_GATE",
     }
 )
 """``EDL_*`` names that are not options of any CLI but are read elsewhere: always known."""

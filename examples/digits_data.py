@@ -1,10 +1,11 @@
-"""What the digits examples share, free of any framework: the data, the elastic flags and
-the step gate of the fixed-world examples."""
+"""What the digits examples share, free of any framework: the data, the flags of the elastic
+and data-parallel examples, and the step gate of the fixed-world examples."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -106,4 +107,45 @@ def elastic_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     ns = parser.parse_args(argv)
     if ns.epochs < 1 or ns.global_batch < 1 or ns.hidden < 1:
         parser.error("--epochs, --global-batch and --hidden must be >= 1")
+    return ns
+
+
+def publish(
+    rank: int, result: Path | None, accuracy: float, world_size: int, seconds: float
+) -> None:
+    """A data-parallel example's final figures: printed by every rank, written by rank 0."""
+    figures = {"accuracy": accuracy, "world_size": world_size, "train_seconds": seconds}
+    print(f"rank {rank}: {json.dumps(figures)}", flush=True)
+    if result is not None and rank == 0:
+        result.write_text(json.dumps(figures))
+
+
+def ddp_args(argv: Sequence[str], description: str) -> argparse.Namespace:
+    """The flags of the data-parallel examples, plain and elastic alike (`train_digits_ddp*`,
+    `train_digits_paddle_dp*`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument(
+        "--batch-size", type=int, default=32, help="samples per rank per step (plain scripts)"
+    )
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        default=64,
+        help="samples per step, all ranks together, whatever the world (elastic scripts)",
+    )
+    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--hidden", type=int, default=64, help="5000: a model of ~25M parameters")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda (this rank's GPU: LOCAL_RANK) (PyTorch)"
+    )
+    parser.add_argument(
+        "--step-sleep", type=float, default=0.0, help="simulated extra compute per step (tests)"
+    )
+    parser.add_argument("--result", type=Path, help="rank 0 writes the final figures here")
+    ns = parser.parse_args(argv)
+    if min(ns.epochs, ns.batch_size, ns.global_batch, ns.hidden) < 1 or ns.workers < 0:
+        parser.error("--epochs, the batches and --hidden must be >= 1, --workers >= 0")
     return ns

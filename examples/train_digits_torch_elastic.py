@@ -42,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = build_model(args.hidden)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
         sampler = ElasticSampler(len(x_train), args.global_batch, args.epochs, args.seed)
+        started = time.perf_counter()
         et.register(model, optimizer, sampler)
         gate = None if args.step_gate is None else StepGate(args.step_gate)
         for plan in et.steps(gate):
@@ -57,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             optimizer.zero_grad()
             if args.step_sleep or args.sample_sleep:
                 time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
+        trained = time.perf_counter() - started
         model.eval()
         with torch.no_grad():
             predicted = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()
@@ -66,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "global_step": et.global_step,
             "generation": et.generation,
             "world_size": et.world_size,
+            "train_seconds": trained,
         }
         print(f"rank {et.rank}/{et.world_size}: {json.dumps(figures)}", flush=True)
         if args.result is not None and et.rank == 0:

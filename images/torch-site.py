@@ -8,7 +8,12 @@ work (the cuDNN engines, cuRAND, ...). This keeps everything else and, of the `n
 exactly the shared objects that `ldd` resolves for torch's own libraries. Hard links: no copy,
 and the result is the build context `torch` of images/Containerfile's `trainer-torch` stage.
 
-    python3 images/torch-site.py SITE DEST     # prints DEST and its size
+    python3 images/torch-site.py SITE DEST         # prints DEST and its size
+    python3 images/torch-site.py --gpu SITE DEST   # the GPU image's: everything of the install
+
+The GPU image (``trainer-torch-gpu``) needs what the CPU one leaves out: every CUDA library
+torch dlopens, NCCL and triton; `--gpu` links the whole install (the driver is the node's,
+never in the wheel).
 """
 
 from __future__ import annotations
@@ -50,21 +55,21 @@ def link_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, symlinks=True, copy_function=os.link)
 
 
-def main(site: Path, dest: Path) -> None:
-    """Fill `dest` (replaced when it exists) from the torch install `site`."""
+def main(site: Path, dest: Path, gpu: bool = False) -> None:
+    """Fill `dest` (replaced when it exists) from the torch install `site` (all of it: `gpu`)."""
     if not (site / "torch").is_dir():
         sys.exit(f"torch-site: no torch in {site} (scripts/install-torch.sh installs it)")
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for entry in sorted(site.iterdir()):
-        if entry.name.startswith(LEFT_OUT):
+        if entry.name.startswith(".complete" if gpu else LEFT_OUT):
             continue
         if entry.is_dir() and not entry.is_symlink():
             link_tree(entry, tmp / entry.name)
         else:
             os.link(entry, tmp / entry.name, follow_symlinks=False)
-    for lib in loaded_libraries(site):
+    for lib in set() if gpu else loaded_libraries(site):
         target = tmp / lib.relative_to(site.resolve())
         target.parent.mkdir(parents=True, exist_ok=True)
         os.link(lib, target)
@@ -82,4 +87,10 @@ def main(site: Path, dest: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    args = sys.argv[1:]
+    whole = args[:1] == ["--gpu"]
+    if whole:
+        args = args[1:]
+    if len(args) != 2:
+        sys.exit("usage: torch-site.py [--gpu] SITE DEST")
+    main(Path(args[0]), Path(args[1]), gpu=whole)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make images`: builds the adapter, the CPU trainer (Paddle) and the PyTorch CPU trainer image
-# (and the GPU trainer with EDL_IMAGES="adapter trainer trainer-gpu") with podman, buildah or
-# docker, whichever works here,
+# (and the GPU trainers with EDL_IMAGES="adapter trainer trainer-gpu trainer-torch-gpu": Paddle
+# from Paddle's CUDA index, PyTorch from the machine's whole torch install) with podman,
+# buildah or docker, whichever works here,
 # installing podman + buildah + runc from Debian when none does. Without BASE_IMAGE it builds a
 # local Debian base with mmdebstrap (no registry needed; cached in $EDL_CACHE_DIR/images).
 # An image whose inputs have not changed since it was built is not rebuilt: each carries the
@@ -56,8 +57,9 @@ TORCH_PIN="$(python3 -c 'import tomllib; x = tomllib.load(open("pyproject.toml",
 print(next(r for r in x["optional-dependencies"]["torch"] if r.startswith("torch")))')"
 TORCH_INSTALL="$CACHE/torch/${TORCH_PIN/==/-}-cp311"  # the images' Python is 3.11
 TORCH_SITE="$CACHE/images/torch-site-${TORCH_PIN/==/-}-cp311"
+TORCH_GPU_SITE="$CACHE/images/torch-gpu-site-${TORCH_PIN/==/-}-cp311"
 
-torch_site() {  # the trainer-torch image's torch tree (hard links into the shared install)
+torch_site() {  # the trainer-torch images' torch trees (hard links into the shared install)
   if [[ ! -f "$TORCH_INSTALL/.complete" ]]; then
     if [[ -x .venv/bin/python ]]; then
       bash scripts/install-torch.sh .venv >&2
@@ -68,6 +70,13 @@ torch_site() {  # the trainer-torch image's torch tree (hard links into the shar
   fi
   if [[ ! -f "$TORCH_SITE/torch/__init__.py" || "$TORCH_INSTALL/.complete" -nt "$TORCH_SITE" ]]; then
     python3 images/torch-site.py "$TORCH_INSTALL" "$TORCH_SITE" >/dev/null
+  fi
+}
+
+torch_gpu_site() {  # the whole install: CUDA libraries, NCCL, triton (the driver is the node's)
+  torch_site
+  if [[ ! -f "$TORCH_GPU_SITE/torch/__init__.py" || "$TORCH_INSTALL/.complete" -nt "$TORCH_GPU_SITE" ]]; then
+    python3 images/torch-site.py --gpu "$TORCH_INSTALL" "$TORCH_GPU_SITE" >/dev/null
   fi
 }
 
@@ -95,7 +104,10 @@ build() {  # NAME TARGET TAG [build args...]
     echo "$name $ref"
     return
   fi
-  if [[ "$target" == trainer-torch ]]; then
+  if [[ "$name" == trainer-torch-gpu ]]; then
+    torch_gpu_site
+    set -- "$@" --build-context "torch=$TORCH_GPU_SITE"
+  elif [[ "$target" == trainer-torch ]]; then
     torch_site
     set -- "$@" --build-context "torch=$TORCH_SITE"
   fi
@@ -134,7 +146,9 @@ for image in $IMAGES; do
     trainer-gpu) build trainer-gpu trainer "$REPO/edl-trainer:$VERSION-gpu" \
       --build-arg "PADDLE_REQUIREMENT=$GPU_PADDLE" --build-arg "PADDLE_INDEX_URL=$GPU_INDEX" ;;
     trainer-torch) build trainer-torch trainer-torch "$REPO/edl-trainer-torch:$VERSION" ;;
-    *) echo "images: unknown image '$image' (adapter, trainer, trainer-gpu, trainer-torch)" >&2
+    trainer-torch-gpu) build trainer-torch-gpu trainer-torch "$REPO/edl-trainer-torch:$VERSION-gpu" \
+      --build-arg "TORCH_EXTRAS=torch gpu" ;;
+    *) echo "images: unknown image '$image' (adapter, trainer, trainer-gpu, trainer-torch, trainer-torch-gpu)" >&2
       exit 2 ;;
   esac
 done

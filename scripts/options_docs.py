@@ -3,7 +3,7 @@
     python scripts/options_docs.py          # rewrite every <!-- options:NAME --> block
     python scripts/options_docs.py --check  # exit 1 naming each stale block (the unit suite)
 
-Each table lives once, in code (`agent/config.py`, `agent/checkpoints/settings.py`,
+Each table lives once, in code (`agent/process/settings.py`, `agent/checkpoints/settings.py`,
 `metrics_adapter/options.py`, `edl_sim/hpa/cli.py`,
 `edl_sim/cluster/cli.py`); the docs show what `--help` shows.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agent.config import OPTIONS as AGENT
 from agent.elastic.runner import ELASTIC_TABLE
+from agent.process.settings import OPTIONS as AGENT
 from edl_common.options import Option, markdown_table, replace_block
 from edl_sim.cluster.cli import RUN as SIM_RUN
 from edl_sim.hpa.cli import COMMON, SIMULATE, TUNE

@@ -2,7 +2,7 @@
 
 The writer thread (and the restore path) count into `CheckpointStats`; after every event it
 rewrites ``checkpoints-<incarnation>.json`` in ``EDL_METRICS_DIR`` atomically (events are
-rare: one per checkpoint), beside the trainer's own report (`agent.reports`). The agent sums
+rare: one per checkpoint), beside the trainer's own report (`agent.trainer.reports`). The agent sums
 the counters of every incarnation's file and exports the newest checkpoint's step and time
 (`agent.collectors.checkpoints`), so a restarted trainer never makes a counter go back.
 """

@@ -13,8 +13,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from agent.collectors.families import histogram
+from agent.process.rescales import RescaleLog
 from agent.protocol.trainer_world import TrainerWorld
-from agent.rescales import RescaleLog
 
 
 class SupervisedTrainer(Protocol):

@@ -19,8 +19,8 @@ from prometheus_client.registry import Collector
 
 from agent.collectors.families import histogram
 from agent.collectors.health import CollectorHealth
-from agent.recording import STEP_DURATION_BUCKETS
-from agent.reports import read_reports
+from agent.trainer.recording import STEP_DURATION_BUCKETS
+from agent.trainer.reports import read_reports
 
 
 class TrainerReportCollector(Collector):

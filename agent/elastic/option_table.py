@@ -1,6 +1,6 @@
 """`ELASTIC_OPTIONS`: the rows of `edl-agent run --elastic` (membership, rescale phases).
 
-Apart from `agent.config` so that the dataclasses these rows fill (`MembershipSettings`,
+Apart from `agent.process.settings` so that the dataclasses these rows fill (`MembershipSettings`,
 `ElasticSettings`) take their defaults from here, written once, without importing the CLI's
 settings. The checkpoint rows are `agent.checkpoints.settings`'.
 """

@@ -1,7 +1,7 @@
 """`ElasticOptions`: who one elastic member is and where its job's records live.
 
-Apart from `agent.elastic.runner` so that `agent.config` can name the type without importing
-the runner (which reads `agent.config`'s table).
+Apart from `agent.elastic.runner` so that `agent.process.settings` can name the type without
+importing the runner (which reads `agent.process.settings`'s table).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from agent.elastic.pause import change
 from agent.elastic.world import World
+from agent.process.trainer_supervisor import TrainerExit
 from agent.protocol.control import PEER_LOST_EXIT, RESCALE_EXIT, STANDBY_GENERATION, Timings
-from agent.trainer_process import TrainerExit
 
 IDLE_READ_SECONDS = 1.0
 """How often an idle agent (job finished) reads the store: it only keeps the mark intact."""

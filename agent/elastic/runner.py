@@ -1,7 +1,7 @@
 """`edl-agent run --elastic`: composes membership, the trainer supervisor and the exporter.
 
-Kept apart from `agent.cli` so the CLI only has to parse `--elastic ...` and hand over; every
-collaborator is built here from `ElasticOptions` and passed in, nothing is global.
+Kept apart from `agent.process.cli` so the CLI only has to parse `--elastic ...` and hand over;
+every collaborator is built here from `ElasticOptions` and passed in, nothing is global.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from agent.checkpoints import settings as checkpoint_settings
 from agent.checkpoints.settings import CheckpointSettings
-from agent.config import AgentSettings
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.option_table import ELASTIC_OPTIONS
 from agent.elastic.options import ElasticOptions
@@ -35,15 +34,16 @@ from agent.elastic.supervisor import (
 from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member
 from agent.errors import ConfigError
+from agent.process.readiness import Readiness
+from agent.process.rescales import RescaleLog
+from agent.process.settings import AgentSettings
+from agent.process.temp_dirs import temporary_dir
+from agent.process.trainer_supervisor import TrainerSupervisor
 from agent.protocol import env as names
 from agent.protocol.errors import ElasticError
 from agent.protocol.trainer_world import TrainerWorld
-from agent.readiness import Readiness
-from agent.reports import prepare_metrics_dir
-from agent.rescales import RescaleLog
-from agent.temp_dirs import temporary_dir
 from agent.trainer import frameworks
-from agent.trainer_process import TrainerSupervisor
+from agent.trainer.reports import prepare_metrics_dir
 from edl_common import ports as port_choice
 from edl_common.options import add_arguments as add_option_arguments
 from edl_common.options import read
@@ -307,11 +307,11 @@ def _run_member(
     trainer: TrainerSupervisor,
 ) -> int:
     """`run_elastic` once its warm trainer runs and the membership store is open."""
-    from agent.app import create_registry
     from agent.checkpoints.catalogue import Checkpoints, finished_at
     from agent.collectors.gpu import open_nvml
     from agent.collectors.supervision import JobFinishedCollector
-    from agent.exporter import MetricsServer
+    from agent.process.app import create_registry
+    from agent.process.exporter import MetricsServer
 
     checkpoints = None
     if options.checkpoints.enabled:

@@ -63,16 +63,16 @@ from agent.elastic.phases import (
     in_training_loop,
     transition,
 )
-from agent.elastic.process import Trainer, read_progress
+from agent.elastic.trainer_seam import Trainer, read_progress
 from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import World
+from agent.process.rescales import RescaleLog
+from agent.process.trainer_supervisor import TrainerExit
 from agent.protocol import env as names
 from agent.protocol.control import STANDBY_GENERATION, ControlChannel, NextWorld, Timings
 from agent.protocol.errors import ElasticError, RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
-from agent.rescales import RescaleLog
 from agent.trainer import frameworks
-from agent.trainer_process import TrainerExit
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Step-progress watchdog: tells a trainer that stands still from one that waits or works.
 
-It is fed observations of the trainer's report (`agent.reports`), which the trainer's flusher
-thread rewrites every flush interval whatever its training loop is doing. So:
+It is fed observations of the trainer's report (`agent.trainer.reports`), which the trainer's
+flusher thread rewrites every flush interval whatever its training loop is doing. So:
 
 - a process in the stopped state (SIGSTOP) for `stall_seconds`, whatever it was doing, or a
   trainer in its training loop whose report has not been rewritten for three times that

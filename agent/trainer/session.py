@@ -25,47 +25,16 @@ from __future__ import annotations
 import atexit
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 
-from agent.errors import ConfigError
-from agent.flushing import ReportFlusher
-from agent.protocol import env as names
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
-from agent.reports import report_path
 from agent.trainer import frameworks
+from agent.trainer.flushing import ReportFlusher
 from agent.trainer.frameworks.base import Framework
 from agent.trainer.lease import AgentLease, watch_agent
-
-
-@dataclass(frozen=True)
-class TrainerSettings:
-    """Trainer-side settings, set by the agent in the trainer's environment."""
-
-    metrics_dir: Path | None = None
-    """Where to write this incarnation's report (`EDL_METRICS_DIR`); None: record in memory."""
-    incarnation: int = 0
-    """Which start of the trainer this is, 1 for the first (`EDL_TRAINER_INCARNATION`)."""
-    flush_seconds: float = 1.0
-    """How often the report is rewritten (`EDL_METRICS_FLUSH_SECONDS`)."""
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> TrainerSettings:
-        """Reads the settings from the environment the agent gave the trainer."""
-        raw_dir = env.get(names.METRICS_DIR, "").strip()
-        try:
-            incarnation = int(env.get(names.INCARNATION, "0") or "0")
-        except ValueError as e:
-            raise ConfigError(f"{names.INCARNATION} must be an integer") from e
-        try:
-            flush = float(env.get(names.FLUSH_SECONDS, "1.0") or "1.0")
-        except ValueError as e:
-            raise ConfigError(f"{names.FLUSH_SECONDS} must be a number of seconds") from e
-        if flush <= 0:
-            raise ConfigError(f"{names.FLUSH_SECONDS} must be > 0")
-        return cls(Path(raw_dir) if raw_dir else None, incarnation, flush)
+from agent.trainer.recording import StepRecorder
+from agent.trainer.reports import report_path
+from agent.trainer.settings import TrainerSettings
 
 
 class TrainingSession:

@@ -30,8 +30,20 @@ NUM_TRAIN = 1437  # 80 % of sklearn's 1797 digits
 SCRIPTS = {
     "paddle": "examples.train_digits_elastic",
     "torch": "examples.train_digits_torch_elastic",
+    "paddle-dp": "examples.train_digits_paddle_dp_elastic",
+    "torch-ddp": "examples.train_digits_ddp_elastic",
 }
-"""The same elastic digits example, per framework."""
+"""The elastic digits examples: sample ids and an explicit all-reduce per framework, and the
+DataLoader + data-parallel model scripts (`-dp`, `-ddp`)."""
+FRAMEWORK_OF = {"paddle": "paddle", "torch": "torch", "paddle-dp": "paddle", "torch-ddp": "torch"}
+"""Which framework each example trains with."""
+SCRIPT_ARGS = {"paddle-dp": ["--workers", "2"], "torch-ddp": ["--workers", "2"]}
+"""Per example, what it gets besides `TRAIN_ARGS`: DataLoader workers on."""
+
+
+def script_args(script: str) -> list[str]:
+    """The extra arguments of the example module `script` (`SCRIPT_ARGS`)."""
+    return next((SCRIPT_ARGS.get(k, []) for k, v in SCRIPTS.items() if v == script), [])
 
 
 def exit_codes(procs: Mapping[str, subprocess.Popen[bytes]]) -> Callable[[], str]:
@@ -68,8 +80,8 @@ class Job:
         self.extra_env: dict[str, str] = {}
         """Set in every agent this job starts."""
         self.gate = StepGate(tmp / "step-gate")
-        """How many global steps the job may take (the trainers' `--step-gate`): a test holds
-        the job with it so that the job cannot finish before the test's events are done."""
+        """How many global steps the job may take (the trainers' ``EDL_STEP_GATE``): a test
+        holds the job with it so that the job cannot finish before the test's events are done."""
         tmp.mkdir(parents=True, exist_ok=True)
         self.gate.allow(allowed_steps)
 
@@ -81,6 +93,7 @@ class Job:
             "EDL_MEMBER_ID": name,
             "EDL_ELASTIC_DIR": str(self.tmp / name),
             "EDL_SAMPLE_LEDGER": str(self.ledger),
+            "EDL_STEP_GATE": str(self.gate.path),
             "EDL_DEBOUNCE": "2",
             "EDL_MEMBER_TTL": "8",
             "EDL_DRAIN_TIMEOUT": "30",
@@ -94,7 +107,7 @@ class Job:
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
                "--min", "1", "--max", "4", "--on-finished", on_finished, "--",
-               PY, "-m", self.script, *self.train_args, "--step-gate", str(self.gate.path),
+               PY, "-m", self.script, *self.train_args, *script_args(self.script),
                "--step-sleep", str(self.step_sleep), "--result", str(self.result)]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -201,7 +214,7 @@ def reference_accuracy(
 ) -> float:
     out = tmp / "reference.json"
     subprocess.run(
-        [PY, "-m", script, *train_args, "--result", str(out)],
+        [PY, "-m", script, *train_args, *script_args(script), "--result", str(out)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=300,
         capture_output=True,
     )  # fmt: skip

@@ -72,7 +72,7 @@ class SoakSettings:
     reinit: str = "auto"
     """EDL_REINIT of every agent: ``auto`` (in-process) or ``process`` (restarts)."""
     framework: str = "paddle"
-    """Which elastic digits example trains (`SCRIPTS`: paddle or torch)."""
+    """Which elastic digits example trains (`SCRIPTS`: paddle, torch, paddle-dp, torch-ddp)."""
     events: int = 22
     epochs: int = 200
     """The job never ends first (its step gate holds the last step): the run scales it to

@@ -6,8 +6,10 @@ A framework is two objects, so that the agent process never imports one:
   as using it, its environment variables and how a neutral `TrainerWorld` maps to them at
   launch and back. The agent uses only this (to start a trainer in a world).
 - a `Collective` (imports the framework; trainer process only): forms the collective of a
-  world, all-reduces a few integers, broadcasts bytes, averages gradients (timed), and turns
-  model and optimizer state into numpy and back. `ElasticTrainer` speaks only this.
+  world, all-reduces a few integers, broadcasts bytes, averages gradients (timed), turns
+  model and optimizer state into numpy and back, and builds the framework's own DataLoader
+  and data-parallel model for `ElasticDataLoader` and `ElasticDataParallel`. `ElasticTrainer`
+  speaks only this.
 
 A new framework is one folder beside ``paddle/`` and ``torch/`` with both objects, plus one
 line in `agent.trainer.frameworks.FRAMEWORKS` (helpers both collectives share are in
@@ -18,7 +20,7 @@ same conformance checks on every registered one.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.errors import ConfigError
@@ -26,7 +28,7 @@ from agent.protocol import env as names
 from agent.protocol.trainer_world import TrainerWorld
 
 if TYPE_CHECKING:
-    from agent.recording import StepRecorder
+    from agent.trainer.recording import StepRecorder
 
 Reducer = Callable[[], float]
 """A gradient all-reduce: averages the gradients in place and returns the seconds spent in comm."""
@@ -37,6 +39,44 @@ class ReduceOp(enum.Enum):
 
     MAX = "max"
     MIN = "min"
+
+
+class WorldListener(Protocol):
+    """Something that holds a world's group (a data-parallel model) and hears of its changes."""
+
+    def world_ending(self) -> None:
+        """The trainer leaves its world for a new one: drop what holds the old group."""
+
+    def world_ready(self) -> None:
+        """The new world is formed and its state agreed: build on its group."""
+
+    def communication_failed(self) -> bool:
+        """A collective of this listener failed (a peer died or left mid-step)."""
+
+
+class DataParallelHost(Protocol):
+    """What a framework's data-parallel model needs of the elastic trainer (`ElasticTrainer`)."""
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the current world."""
+
+    @property
+    def share(self) -> float:
+        """This rank's part of the current step's global batch: its gradient's weight."""
+
+    @property
+    def recorder(self) -> StepRecorder:
+        """Where communication is recorded."""
+
+    def add_listener(self, listener: WorldListener) -> None:
+        """`listener` hears of every world change."""
+
+    def on_step_end(self, hook: Callable[[], None]) -> None:
+        """`hook` runs at the end of every step, on the training thread."""
+
+    def peer_lost(self, why: str) -> Any:
+        """A collective of the current step failed: saves the committed state and exits."""
 
 
 class Collective(Protocol):
@@ -75,6 +115,17 @@ class Collective(Protocol):
         optimizer_state: dict[str, Any],
     ) -> None:
         """Inverse of `save_state` (an empty optimizer state leaves the optimizer as it is)."""
+
+    def data_loader(
+        self, dataset: Any, batches: Iterable[list[int]], options: Mapping[str, Any]
+    ) -> Iterable[Any]:
+        """The framework's DataLoader over `dataset`, reading its index lists from `batches`.
+
+        `options` are the DataLoader's own keywords (e.g. ``num_workers``).
+        """
+
+    def data_parallel(self, module: Any, host: DataParallelHost, options: Mapping[str, Any]) -> Any:
+        """`module` as the framework's data-parallel model in every world of `host`."""
 
 
 class Framework(Protocol):

@@ -25,8 +25,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import buckets
+from agent.trainer.recording import StepRecorder
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 """Same order as DataParallel's fused buffer and DDP's bucket cap (25 MiB)."""

@@ -4,12 +4,15 @@ The world goes 1 -> 3 -> 2 -> 1: agents B and C join, C's trainer is SIGKILLed m
 scale-down, not a job failure), B is SIGTERMed (a clean leave). The ledger must show every
 sample of every epoch trained exactly once in the lineage of the final model, the restored
 global step never goes back, and the accuracy matches a one-process run of the same seed.
-The same scenario runs for each framework (Paddle, PyTorch) in both re-init modes.
+The same scenario runs for each framework (Paddle, PyTorch) in both re-init modes, with the
+sample-id examples and with the DataLoader + data-parallel examples (`-dp`, `-ddp`: two
+DataLoader workers each, the model under DDP / Paddle's bucketed all-reduce).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +23,7 @@ import pytest
 from agent.trainer.ledger import verify
 from tests.support.digits_job import (
     EPOCHS,
+    FRAMEWORK_OF,
     NUM_TRAIN,
     SCRIPTS,
     Job,
@@ -27,6 +31,10 @@ from tests.support.digits_job import (
     reference_accuracy,
 )
 from tests.support.waiting import wait_for
+
+RECORD = re.compile(r"rescale to generation \d+ \(from \d+: ([^;]*); ([a-z-]+)\)")
+"""An agent's record of a rescale: what changed (``+b -c``) and how (in-process, restart);
+c's trainer is SIGKILLed mid-step, so the survivors' change without c is a restart."""
 
 
 @pytest.fixture
@@ -125,7 +133,9 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     assert report.problems(NUM_TRAIN, EPOCHS) == []
     assert len(report.generations) >= 4
     final = json.loads(job.result.read_text())
-    assert final["global_step"] == report.steps == EPOCHS * -(-NUM_TRAIN // 64)
+    record = json.loads((job.store / "digits" / "world.json").read_text())
+    assert record["finished_at_step"] == report.steps == EPOCHS * -(-NUM_TRAIN // 64)
+    assert final.get("global_step", report.steps) == report.steps
     assert final["world_size"] == 1
     assert abs(final["accuracy"] - reference_accuracy(job.tmp, script=job.script)) <= 0.01
 
@@ -137,11 +147,15 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
     # 1 -> 3 and 3 -> 2 at least; a growth in two generations may add one (a records only
     # the rescales it lived through in its own process)
     assert 2 <= rescales <= rescales_seen, (rescales, sizes)
+    if reinit == "auto":  # a lived through every planned rescale in its trainer process
+        records = RECORD.findall((job.tmp / "a.log").read_text(errors="replace"))
+        planned = [how for changes, how in records if "-c" not in changes]
+        assert planned and set(planned) == {"in-process"}, records
     assert "edl_trainer_job_finished 0.0" in metrics
-    late_agents_do_not_restart_the_finished_job(job, final["global_step"])
+    late_agents_do_not_restart_the_finished_job(job, report.steps)
     timings = job.timings()
     assert {t.reinit for t in timings} == ({"in-process"} if reinit == "auto" else {"process"})
-    assert {t.framework for t in timings} == {framework}
+    assert {t.framework for t in timings} == {FRAMEWORK_OF[framework]}
     for phase in ("detect", "drain", "rendezvous", "init", "restore"):
         assert f'edl_trainer_rescale_phase_seconds_total{{phase="{phase}"}}' in metrics
 

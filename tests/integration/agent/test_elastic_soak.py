@@ -1,6 +1,8 @@
 """A seeded soak: >= 20 scale events, some mid-rescale, in both re-init modes (issue 19).
 
-Paddle in both modes, PyTorch in-process.
+Paddle in both modes, PyTorch in-process; and in-process the DataLoader + data-parallel
+examples of both (issue 36: two DataLoader workers per rank, DDP / Paddle's bucketed
+all-reduce rebuilt on each world's group).
 
 Joins, SIGTERMs, trainer / agent / whole-pod SIGKILLs and a SIGSTOPped trainer, against real
 agents and real gloo (`tests/support/elastic_soak.py` drives it). After the sequence the
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.digits_job import FRAMEWORK_OF
 from tests.support.elastic_soak import SoakSettings, report, run_soak
 
 EVENTS = 22
@@ -40,12 +43,18 @@ docs/elastic.md derives it. The measured maximum is far below (see the test's ou
     # PyTorch on the restart path is left out: every rescale there starts a torch process
     # (import torch + torch._dynamo, 15-20 s next to busy trainers on 2 cores), which would
     # make this sequence take some 7 minutes; its mechanics are the Paddle restart path's.
-    [("paddle", "auto"), ("paddle", "process"), ("torch", "auto")],
+    [
+        ("paddle", "auto"),
+        ("paddle", "process"),
+        ("torch", "auto"),
+        ("torch-ddp", "auto"),
+        ("paddle-dp", "auto"),
+    ],
 )
 def test_a_seeded_sequence_of_scale_events_keeps_every_guarantee(
     tmp_path: Path, framework: str, reinit: str
 ) -> None:
-    pytest.importorskip(framework)
+    pytest.importorskip(FRAMEWORK_OF[framework])
     settings = SoakSettings(seed=19, reinit=reinit, framework=framework, events=EVENTS)
     result = run_soak(tmp_path / "soak", settings)
     print(report(result))

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import parse_args
-from agent.config import AgentSettings
 from agent.errors import ConfigError
+from agent.process.cli import parse_args
+from agent.process.settings import AgentSettings
 
 
 def test_defaults() -> None:
@@ -75,24 +75,16 @@ def test_the_agent_imports_no_framework(elastic: list[str]) -> None:
 
     argv = ["run", "--port", "1", *elastic, "--", "x"]
     code = (
-        "import sys, agent.cli, agent.elastic.runner, agent.elastic.supervisor\n"
+        "import sys, agent.process.cli, agent.elastic.runner, agent.elastic.supervisor\n"
         "from agent.protocol.trainer_world import TrainerWorld\n"
-        f"agent.cli.parse_args({argv!r}, {{}})\n"
+        f"agent.process.cli.parse_args({argv!r}, {{}})\n"
         "for name in ('paddle', 'torch'):\n"
-        "    agent.cli.launched_framework(name, {}).launch_env(TrainerWorld())\n"
+        "    agent.process.cli.launched_framework(name, {}).launch_env(TrainerWorld())\n"
         "bad = [m for m in ('paddle', 'torch', 'numpy') if m in sys.modules]\n"
         "assert not bad, f'imported {bad}'\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-
-
-def test_the_documented_old_import_path_still_reaches_the_trainer_library() -> None:
-    """Scripts written against the first layout keep working (the alias docs/agent.md names)."""
-    import agent.training
-    from agent.trainer.session import start_session
-
-    assert agent.training.start_session is start_session
 
 
 def test_the_readme_names_every_on_finished_value() -> None:

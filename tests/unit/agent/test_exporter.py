@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.app import create_registry
 from agent.errors import ExporterError
-from agent.exporter import ExporterLimits, MetricsServer
-from agent.readiness import Readiness
+from agent.process.app import create_registry
+from agent.process.exporter import ExporterLimits, MetricsServer
+from agent.process.readiness import Readiness
 from tests.support.waiting import wait_for
 from tests.unit.agent.helpers import StubTrainer
 

@@ -131,7 +131,7 @@ def test_the_dynamo_stand_in_is_on_unless_switched_off(value: str, on: bool) -> 
 
 def test_the_agent_knows_the_torch_variables() -> None:
     """Set on the agent, they pass through to its trainer: no unknown-variable warning."""
-    from agent.cli import known_variables
+    from agent.process.cli import known_variables
     from edl_common.environment import unknown_variables
 
     env = {"EDL_TORCH_LAZY_DYNAMO": "0", "EDL_TORCH_BACKEND": "gloo"}

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch")
+from tests.support.frameworks import needs
+
+pytestmark = [pytest.mark.slow, needs("torch")]  # each case trains in a torch subprocess
 
 PRELUDE = """
 import io, json, logging, sys
@@ -86,7 +88,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
 def test_eager_training_never_loads_dynamo_and_matches_the_real_module() -> None:
     lazy, log = run(EAGER)
     assert (lazy.pop("dynamo"), lazy.pop("submodules")) == ("LazyDynamo", [])
@@ -113,7 +114,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
 def test_compiling_after_eager_steps_loads_dynamo_and_replays_what_it_disabled() -> None:
     """torch.compile(backend="eager") on a whole step (zero_grad, backward, step) after three
     eager ones: the same numbers and the same frames compiled as with the real module from
@@ -128,7 +128,6 @@ def test_compiling_after_eager_steps_loads_dynamo_and_replays_what_it_disabled()
     assert lazy == real
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "how",
     [
@@ -162,7 +161,6 @@ print(json.dumps({{
     assert log.count("torch._dynamo loaded late") == 1
 
 
-@pytest.mark.slow
 def test_switched_off_the_real_module_loads_with_the_collective() -> None:
     code = """
 print(json.dumps({"dynamo": dynamo()}))
@@ -171,7 +169,6 @@ print(json.dumps({"dynamo": dynamo()}))
     assert run(code)[0] == {"dynamo": "LazyDynamo"}
 
 
-@pytest.mark.slow
 def test_a_script_that_loaded_dynamo_first_keeps_it() -> None:
     code = """
 from agent.trainer.frameworks.torch.lazy_dynamo import install
@@ -180,3 +177,9 @@ print(json.dumps({"dynamo": dynamo(), "again": install(torch) is torch._dynamo})
     assert run(code)[0] == {"dynamo": "LazyDynamo", "again": True}
     out, _ = run(code, first="import torch._dynamo\n")
     assert out == {"dynamo": "module", "again": False}
+
+
+def test_a_script_that_imported_elastic_data_parallel_loads_dynamo_while_warming_up() -> None:
+    """Its DDP needs dynamo: loaded at start, so a joiner does not load it inside a pause."""
+    out, _ = run(EAGER, first="from agent.trainer import ElasticDataParallel\n")
+    assert out["dynamo"] == "module"

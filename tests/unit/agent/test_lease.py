@@ -21,7 +21,7 @@ AGENT = """
 import sys, time
 from pathlib import Path
 from agent.protocol.trainer_world import TrainerWorld
-from agent.trainer_process import TrainerSupervisor
+from agent.process.trainer_supervisor import TrainerSupervisor
 trainer = [sys.executable, "-c", '''
 import os, time
 from agent.trainer.lease import watch_agent

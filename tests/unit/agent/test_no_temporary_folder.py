@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.process.cli import main
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("paddle")
+from tests.support.frameworks import needs
+
+pytestmark = [pytest.mark.slow, needs("paddle")]  # each case trains in a paddle subprocess
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -48,7 +50,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_self_test_passes_and_each_generation_releases_the_last_store() -> None:
     env = {**os.environ, "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "1"}

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.recording import STEP_DURATION_BUCKETS, StepRecorder
+from agent.trainer.recording import STEP_DURATION_BUCKETS, StepRecorder
 
 
 class FakeClock:

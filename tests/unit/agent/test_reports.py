@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from agent.errors import MetricsDirError
-from agent.recording import StepRecorder
-from agent.reports import (
+from agent.trainer.recording import StepRecorder
+from agent.trainer.reports import (
     TrainerReport,
     next_incarnation,
     prepare_metrics_dir,

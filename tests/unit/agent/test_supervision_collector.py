@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.app import create_registry
-from agent.config import AgentSettings
 from agent.errors import ConfigError
+from agent.process.app import create_registry
+from agent.process.rescales import RescaleLog
+from agent.process.settings import AgentSettings
+from agent.process.trainer_supervisor import TrainerSupervisor
 from agent.protocol.trainer_world import TrainerWorld
-from agent.rescales import RescaleLog
-from agent.trainer_process import TrainerSupervisor
 from tests.unit.agent.helpers import scrape
 
 

@@ -12,40 +12,59 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from agent.trainer.recording import StepRecorder
 
-from agent.recording import StepRecorder  # noqa: E402
-from agent.trainer.frameworks.torch.collective import TorchCollective  # noqa: E402
-from agent.trainer.frameworks.torch.gradients import GradientAllReduce  # noqa: E402
+pytestmark = pytest.mark.slow  # imports torch (inside the tests: collecting them does not)
 
 
-def grads_of(model: Any) -> list[Any]:
+@pytest.fixture
+def torch() -> Any:
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture
+def reducer_class(torch: Any) -> Any:
+    from agent.trainer.frameworks.torch.gradients import GradientAllReduce
+
+    return GradientAllReduce
+
+
+@pytest.fixture
+def collective(torch: Any) -> Any:
+    from agent.trainer.frameworks.torch.collective import TorchCollective
+
+    return TorchCollective()
+
+
+def grads_of(torch: Any, model: Any) -> list[Any]:
     model(torch.ones(2, 8)).sum().backward()
     return [p.grad for p in model.parameters()]
 
 
-def test_one_rank_communicates_nothing() -> None:
+def test_one_rank_communicates_nothing(torch: Any, reducer_class: Any) -> None:
     model = torch.nn.Linear(8, 4)
     rec = StepRecorder()
-    before = [g.clone() for g in grads_of(model)]
-    assert GradientAllReduce(model.parameters(), rec, world_size=1)() == 0.0
+    before = [g.clone() for g in grads_of(torch, model)]
+    assert reducer_class(model.parameters(), rec, world_size=1)() == 0.0
     assert (rec.comm_calls, rec.comm_bytes) == (0, 0)
     assert all(torch.equal(p.grad, b) for p, b in zip(model.parameters(), before, strict=True))
 
 
-def test_buckets_respect_the_size_limit_and_keep_every_gradient() -> None:
+def test_buckets_respect_the_size_limit_and_keep_every_gradient(
+    torch: Any, reducer_class: Any
+) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
-    grads = grads_of(model)  # fp32: 512, 64, 256, 16 bytes
-    reducer = GradientAllReduce(model.parameters(), StepRecorder(), 2, bucket_bytes=600)
+    grads = grads_of(torch, model)  # fp32: 512, 64, 256, 16 bytes
+    reducer = reducer_class(model.parameters(), StepRecorder(), 2, bucket_bytes=600)
     buckets = reducer._buckets(grads)
     assert [len(b) for b in buckets] == [2, 2]  # 512+64 | 256+16
     assert [g for b in buckets for g in b] == grads
     frozen = torch.nn.Linear(8, 4)
     frozen.bias.requires_grad_(False)
-    assert len(GradientAllReduce(frozen.parameters(), StepRecorder(), 2)._params) == 1
+    assert len(reducer_class(frozen.parameters(), StepRecorder(), 2)._params) == 1
 
 
-def test_model_and_adam_state_survive_numpy_and_pickle() -> None:
+def test_model_and_adam_state_survive_numpy_and_pickle(torch: Any, collective: Any) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -53,7 +72,7 @@ def test_model_and_adam_state_survive_numpy_and_pickle() -> None:
         model(torch.randn(5, 8)).pow(2).sum().backward()
         opt.step()
         opt.zero_grad()
-    coll = TorchCollective()
+    coll = collective
     model_state, opt_state = pickle.loads(pickle.dumps(coll.save_state(model, opt)))
 
     torch.manual_seed(1)
@@ -68,9 +87,8 @@ def test_model_and_adam_state_survive_numpy_and_pickle() -> None:
         assert torch.equal(a, b)
 
 
-@pytest.mark.slow
-def test_the_installed_torch_passes_the_in_process_self_test() -> None:
-    coll = TorchCollective()
+def test_the_installed_torch_passes_the_in_process_self_test(torch: Any, collective: Any) -> None:
+    coll = collective
     assert coll.self_test("gloo") is None
     assert not torch.distributed.is_initialized()  # the test leaves nothing behind
     assert "only gloo" in (coll.self_test("nccl") or "")

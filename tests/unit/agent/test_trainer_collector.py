@@ -8,10 +8,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from agent.collectors.health import CollectorHealth
 from agent.collectors.trainer import TrainerReportCollector
-from agent.flushing import ReportFlusher
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
-from agent.reports import TrainerReport, report_path, write_report
+from agent.trainer.flushing import ReportFlusher
+from agent.trainer.recording import StepRecorder
+from agent.trainer.reports import TrainerReport, report_path, write_report
 from tests.unit.agent.helpers import scrape
 
 COUNTERS = (

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import TrainerStartError
+from agent.process.trainer_supervisor import TrainerState, TrainerSupervisor
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
-from agent.trainer_process import TrainerState, TrainerSupervisor
 from tests.support.waiting import wait_for
 
 PY = sys.executable

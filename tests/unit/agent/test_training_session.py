@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ConfigError, MetricsDirError
-from agent.reports import read_reports
+from agent.trainer.reports import read_reports
 from agent.trainer.session import start_session
 from tests.support.waiting import wait_for
 

@@ -219,3 +219,80 @@ def test_the_page_names_every_folder_and_every_top_level_module_of_the_adapter()
     """docs/architecture.md names each package folder and each `metrics_adapter/*.py` (a new
     room or top-level module gets its line)."""
     assert page_gaps((REPO / "docs" / "architecture.md").read_text()) == []
+
+
+# Inside `agent`: the trainer library (what a training script imports), the agent process
+# (`edl-agent`), and the ground both stand on. The trainer side never imports the process
+# side: a script imports `agent.trainer` without the agent's CLI, exporter or supervisor.
+AGENT_SIDES: dict[str, str] = {
+    "agent": "ground",  # the package's __init__
+    "agent.errors": "ground",
+    "agent.protocol": "ground",
+    "agent.checkpoints": "ground",
+    "agent.trainer": "trainer",
+    "agent.process": "process",
+    "agent.elastic": "process",
+    "agent.collectors": "process",
+    "agent.__main__": "process",
+}
+AGENT_SIDE_RULES: dict[str, frozenset[str]] = {
+    "ground": frozenset({"ground"}),
+    "trainer": frozenset({"ground", "trainer"}),
+    "process": frozenset({"ground", "trainer", "process"}),
+}
+
+
+def agent_side_of(module: str) -> str | None:
+    """The side of an `agent` module: its longest prefix in `AGENT_SIDES` (None: unplaced)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        side = AGENT_SIDES.get(".".join(parts[:n]))
+        if side is not None and (n > 1 or len(parts) == 1):
+            return side
+    return None
+
+
+def agent_side_violations() -> list[str]:
+    """Imports across `agent`'s sides against `AGENT_SIDE_RULES`, and modules on no side."""
+    found: list[str] = []
+    for path, module in modules("agent"):
+        name = module.removesuffix(".__init__")
+        here = agent_side_of(name)
+        where = f"{path.relative_to(REPO)}"
+        if here is None:
+            found.append(
+                f"{where}: on no side of agent: add it to AGENT_SIDES here and to the page"
+            )
+            continue
+        for line, target in imports(path):
+            if target != "agent" and not target.startswith("agent."):
+                continue
+            there = agent_side_of(target)
+            if there is not None and there not in AGENT_SIDE_RULES[here]:
+                found.append(f"{where}:{line}: the {here} side may not import {target}")
+    return found
+
+
+def test_the_trainer_library_never_imports_the_agent_process() -> None:
+    assert agent_side_violations() == []
+
+
+def test_the_sides_of_agent_catch_a_crossing_and_an_unplaced_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trainer module reaching for the CLI, the ground reaching for the trainer, and a new
+    top-level module that no side names: each is found; the process importing the trainer is
+    fine."""
+    for folder in ("agent", "agent/trainer", "agent/process", "agent/protocol"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "agent" / "process" / "cli.py").write_text("from agent.trainer import data\n")
+    (tmp_path / "agent" / "trainer" / "data.py").write_text("import agent.process.cli\n")
+    (tmp_path / "agent" / "protocol" / "env.py").write_text("from agent.trainer.data import X\n")
+    (tmp_path / "agent" / "stray.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    found = "\n".join(agent_side_violations())
+    assert "agent/trainer/data.py:1: the trainer side may not import agent.process.cli" in found
+    assert "agent/protocol/env.py:1: the ground side may not import agent.trainer.data" in found
+    assert "agent/stray.py: on no side of agent" in found
+    assert "agent/process/cli.py" not in found

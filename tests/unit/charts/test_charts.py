@@ -17,8 +17,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from agent.cli import build_parser as agent_parser
 from agent.elastic.runner import elastic_options
+from agent.process.cli import build_parser as agent_parser
 from metrics_adapter.cli import build_parser, settings_from_args
 from metrics_adapter.settings import AdapterSettings
 from tests.support.helm import CHARTS, HelmFailed, examples, helm, template

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-import agent.cli
+import agent.process.cli
 import edl_sim.cluster.cli
 import edl_sim.hpa.cli
 import metrics_adapter.cli
-from agent.config import OPTIONS as AGENT_OPTIONS
 from agent.elastic.runner import ELASTIC_TABLE
+from agent.process.settings import OPTIONS as AGENT_OPTIONS
 from edl_common.options import LIST, PATH, TEXT, Option
 from metrics_adapter.options import OPTIONS as ADAPTER_OPTIONS
 
@@ -49,8 +49,8 @@ def _agent(options: tuple[Option, ...], elastic: bool) -> Cli:
         "edl-agent --elastic" if elastic else "edl-agent",
         options,
         argv,
-        agent.cli.main,
-        agent.cli,
+        agent.process.cli.main,
+        agent.process.cli,
         "run",
     )
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-import agent.cli
+import agent.process.cli
 import edl_sim.cluster.cli
 import edl_sim.hpa.cli
 from edl_common.error_boundary import EXIT_FAILURE, EXIT_USAGE, ErrorExit, run_command
@@ -96,8 +96,8 @@ def test_each_offline_cli_ends_an_unexpected_error_in_one_line(
 def test_the_agent_ends_an_unexpected_error_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(agent.cli, "run", boom)
-    assert agent.cli.main(["run", "--", "true"]) == 1
+    monkeypatch.setattr(agent.process.cli, "run", boom)
+    assert agent.process.cli.main(["run", "--", "true"]) == 1
     assert (
         capsys.readouterr().err
         == "edl-agent: error: unexpected ZeroDivisionError: division by zero\n"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agent.cli import parse_args
 from agent.elastic.membership import MembershipSettings
 from agent.elastic.supervisor import ElasticSettings
+from agent.process.cli import parse_args
 from edl_common import errors
 from edl_common.durations import format_duration, parse_duration
 from edl_common.errors import ConfigError

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.cli import build_parser, parse_args
 from agent.elastic.runner import elastic_options
+from agent.process.cli import build_parser, parse_args
 from edl_sim.hpa.manifest import parse_hpa
 from metrics_adapter.kube.selectors import LabelSelector
 from metrics_adapter.providers.sizing import DESIRED_REPLICAS, OBJECT_METRIC

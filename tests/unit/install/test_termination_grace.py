@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from agent.cli import build_parser
 from agent.elastic.phases import STOP_GRACE_SECONDS
 from agent.elastic.runner import elastic_options
+from agent.process.cli import build_parser
 from tests.support.helm import examples, template
 from tests.support.kustomize import render
 from tests.unit.examples.test_example_manifests import EXAMPLE, with_checkpoints

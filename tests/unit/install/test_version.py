@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import agent
 import metrics_adapter
-from agent.app import create_registry
-from agent.cli import main as agent_main
+from agent.process.app import create_registry
+from agent.process.cli import main as agent_main
 from edl_sim.hpa.cli import main as hpa_main
 from metrics_adapter.cli import main as adapter_main
 from metrics_adapter.selfmetrics import AdapterMetrics

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,13 +20,20 @@ import paddle
 import paddle.distributed as dist
 
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
-from agent.trainer.frameworks.base import ReduceOp, Reducer
+from agent.trainer.frameworks.base import DataParallelHost, ReduceOp, Reducer
 from agent.trainer.frameworks.paddle import FRAMEWORK
+from agent.trainer.frameworks.paddle.data import data_loader
+from agent.trainer.frameworks.paddle.data_parallel import PaddleDataParallel
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
-from agent.trainer.frameworks.paddle.inprocess import Generations, form_group, self_test
+from agent.trainer.frameworks.paddle.inprocess import (
+    Generations,
+    adopt_world,
+    form_group,
+    self_test,
+)
 from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
+from agent.trainer.recording import StepRecorder
 
 _OPS: dict[ReduceOp, Any] = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 
@@ -58,6 +66,8 @@ class PaddleCollective(ArrayCollective):
         if in_process:
             self._generations.release()  # a world of one forms no group, but ends the last
         if world.world_size == 1:
+            if in_process:
+                adopt_world(world)
             return
         if in_process:
             self._group = form_group(world, int(timeout_seconds), self._generations).group
@@ -82,6 +92,17 @@ class PaddleCollective(ArrayCollective):
     def gradient_all_reduce(self, model: Any, recorder: StepRecorder, world_size: int) -> Reducer:
         """`GradientAllReduce` over this generation's group."""
         return GradientAllReduce(model.parameters(), recorder, world_size, self._group)
+
+    def data_loader(
+        self, dataset: Any, batches: Iterable[list[int]], options: Mapping[str, Any]
+    ) -> Iterable[Any]:
+        """`paddle.io.DataLoader` reading `batches` (`agent.trainer.frameworks.paddle.data`)."""
+        loader: Iterable[Any] = data_loader(dataset, batches, options)
+        return loader
+
+    def data_parallel(self, module: Any, host: DataParallelHost, options: Mapping[str, Any]) -> Any:
+        """`module` with its gradients all-reduced on each world's group (`PaddleDataParallel`)."""
+        return PaddleDataParallel(module, host, lambda: self._group, options)
 
     def save_state(self, model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """`state_dict()`s with tensors as numpy arrays."""

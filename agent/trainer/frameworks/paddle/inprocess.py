@@ -138,6 +138,17 @@ def self_test(backend: str) -> str | None:
     return None
 
 
+def adopt_world(world: TrainerWorld) -> None:
+    """Paddle's view of the world becomes `world`: its variables, its cached ParallelEnv dropped.
+
+    ``dist.get_rank()`` and ``dist.get_world_size()`` then read them again (a world of one forms
+    no group, but a script's own calls must see it too).
+    """
+    _, parallel, _ = _private_api()
+    os.environ.update(FRAMEWORK.launch_env(world))
+    parallel._global_parallel_env = None
+
+
 def form_group(world: TrainerWorld, timeout_seconds: int, generations: Generations) -> FormedGroup:
     """Creates this generation's gloo group over a fresh store at `world.master` (rank 0's).
 
@@ -145,10 +156,9 @@ def form_group(world: TrainerWorld, timeout_seconds: int, generations: Generatio
     rank first (`agent.trainer.rendezvous`), so rank 0 listens before anyone dials (no client
     hits Paddle's 3 s connect retry) and nobody is missing.
     """
-    core, parallel, group_cls = _private_api()
+    core, _, group_cls = _private_api()
     generations.release()
-    os.environ.update(FRAMEWORK.launch_env(world))
-    parallel._global_parallel_env = None  # dist.get_rank() must see the new rank
+    adopt_world(world)  # dist.get_rank() must see the new rank
     host, _, port = world.master.rpartition(":")
     gid = GID_BASE + world.generation
     # num_workers 1: rank 0's store does not wait in its constructor for clients that

@@ -12,6 +12,7 @@ eager trainer (``EDL_TORCH_LAZY_DYNAMO=0`` turns it off).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -36,6 +37,9 @@ ENV_BACKEND = "EDL_TORCH_BACKEND"
 ENV_LAZY_DYNAMO = "EDL_TORCH_LAZY_DYNAMO"
 """Off (0, false, no, off): the trainer loads ``torch._dynamo`` while it warms up, as before
 the stand-in (`lazy_dynamo`); on (the default): only when something needs it."""
+DATA_PARALLEL = "agent.trainer.data_parallel"
+"""Imported by a script that uses `ElasticDataParallel` (``from agent.trainer import ...``):
+DDP needs ``torch._dynamo``, so such a trainer loads it while it warms up, not in a pause."""
 
 
 def lazy_dynamo_from_env(env: Mapping[str, str]) -> bool:
@@ -89,10 +93,17 @@ class Torch:
         )
 
     def collective(self) -> Collective:
-        """`TorchCollective` (imports torch), with the dynamo stand-in unless switched off."""
+        """`TorchCollective` (imports torch), with the dynamo stand-in unless switched off.
+
+        Off too for a script that imported `ElasticDataParallel` before ``start()``: its DDP
+        loads dynamo anyway, and a joiner would load it after joining, inside the survivors'
+        pause (bench/bench_ddp.py: a 2 -> 3 rescale's state hand-off 24 -> 75 s on a loaded
+        machine).
+        """
         from agent.trainer.frameworks.torch.collective import TorchCollective
 
-        return TorchCollective(lazy_dynamo=lazy_dynamo_from_env(os.environ))
+        lazy = lazy_dynamo_from_env(os.environ) and DATA_PARALLEL not in sys.modules
+        return TorchCollective(lazy_dynamo=lazy)
 
 
 FRAMEWORK: Framework = Torch()  # mypy checks the descriptor against the Protocol

@@ -10,6 +10,10 @@ a fresh one every generation) and drops it with the group when the next generati
 an in-process trainer keeps one listening store, not one per generation it hosted (issue 37).
 Other ranks connect a new client every generation.
 
+A world of one rank gets a group too, over an in-memory store (nothing listens): as under
+``torchrun``, a script's own ``dist.get_rank()``, ``dist.get_world_size()`` or ``dist.barrier()``
+works in every world.
+
 In-process re-initialisation is offered on gloo only, after a self-test on the installed torch
 forms, uses and destroys two groups in a row; NCCL takes the process-restart path (a new
 process per generation), as does any trainer whose self-test fails.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,11 +34,13 @@ import torch
 import torch.distributed as dist
 
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
 from agent.trainer.frameworks.arrays import ArrayCollective
-from agent.trainer.frameworks.base import ReduceOp, Reducer
+from agent.trainer.frameworks.base import DataParallelHost, ReduceOp, Reducer
+from agent.trainer.frameworks.torch.data import data_loader
+from agent.trainer.frameworks.torch.data_parallel import TorchDataParallel
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce
 from agent.trainer.frameworks.torch.lazy_dynamo import install as install_lazy_dynamo
+from agent.trainer.recording import StepRecorder
 from edl_common.ports import hold_port
 
 _OPS = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
@@ -109,17 +116,22 @@ class TorchCollective(ArrayCollective):
         return None
 
     def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
-        """Leaves the previous group and drops its store, then forms this one's (world > 1)."""
+        """Leaves the previous group and drops its store, then forms this generation's."""
         self._leave()
         self._server = None
-        if world.world_size > 1:
-            self._form(world, world.backend or "gloo", timeout_seconds)
+        one = world.world_size == 1
+        self._form(world, world.backend or "gloo", timeout_seconds, in_memory=one)
 
-    def _form(self, world: TrainerWorld, backend: str, timeout_seconds: float) -> None:
-        host, port = world.master_host_port
+    def _form(
+        self, world: TrainerWorld, backend: str, timeout_seconds: float, in_memory: bool = False
+    ) -> None:
+        """This generation's default group; `in_memory`: over a store nobody else reads."""
         timeout = datetime.timedelta(seconds=timeout_seconds)
         store = self._server if world.rank == 0 else None  # the self-test's second round
-        if store is None:
+        if in_memory:
+            store = dist.HashStore()
+        elif store is None:
+            host, port = world.master_host_port
             store = dist.TCPStore(
                 host, port, world.world_size, world.rank == 0, timeout, wait_for_workers=False
             )
@@ -160,6 +172,17 @@ class TorchCollective(ArrayCollective):
     def gradient_all_reduce(self, model: Any, recorder: StepRecorder, world_size: int) -> Reducer:
         """`GradientAllReduce` over this generation's (default) group."""
         return GradientAllReduce(model.parameters(), recorder, world_size)
+
+    def data_loader(
+        self, dataset: Any, batches: Iterable[list[int]], options: Mapping[str, Any]
+    ) -> Iterable[Any]:
+        """PyTorch's `DataLoader` reading `batches` (`agent.trainer.frameworks.torch.data`)."""
+        loader: Iterable[Any] = data_loader(dataset, batches, options)
+        return loader
+
+    def data_parallel(self, module: Any, host: DataParallelHost, options: Mapping[str, Any]) -> Any:
+        """`module` under DDP in every world of `host` (`TorchDataParallel`)."""
+        return TorchDataParallel(module, host, options)
 
     def save_state(self, model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """`state_dict()`s with tensors as numpy arrays."""

@@ -29,7 +29,8 @@ code compiled later still skips those functions; it logs one line.
 A script that needs dynamo (``torch.compile``, ``DistributedDataParallel``, non-reentrant
 activation checkpointing) pays for the load where it first needs it: on a joiner, after it
 joined, so inside the survivors' pause; ``EDL_TORCH_LAZY_DYNAMO=0`` (read by the torch
-framework's descriptor) loads it while the trainer warms up instead.
+framework's descriptor) loads it while the trainer warms up instead, as does a script that
+imported ``ElasticDataParallel`` before ``start()``.
 
 A reference to the stand-in kept across the load (``import torch._dynamo as d`` before it)
 still works: every answer and attribute forwards to the real module once it is loaded.

@@ -7,10 +7,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from agent.process.trainer_supervisor import TrainerExit
 from agent.protocol.control import ControlChannel, Timings
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
-from agent.trainer_process import TrainerExit
 
 
 class FakeTrainer:

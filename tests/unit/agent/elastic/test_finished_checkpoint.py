@@ -14,7 +14,7 @@ from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor
 from agent.elastic.world import Member, World
-from agent.rescales import RescaleLog
+from agent.process.rescales import RescaleLog
 from tests.unit.agent.elastic.helpers import FakeTrainer
 
 

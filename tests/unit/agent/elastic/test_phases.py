@@ -36,8 +36,8 @@ from agent.elastic.phases import (
     transition,
 )
 from agent.elastic.world import Member, World
+from agent.process.trainer_supervisor import TrainerExit
 from agent.protocol.control import PEER_LOST_EXIT, RESCALE_EXIT, Timings
-from agent.trainer_process import TrainerExit
 
 ME = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
 PEER = Member(joined=2.0, id="b", incarnation="y", host="127.0.0.1", ports=(7002, 7003))

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from prometheus_client.registry import CollectorRegistry
 
-from agent.cli import build_parser, parse_args
 from agent.collectors.supervision import JobFinishedCollector
 from agent.elastic import runner
 from agent.elastic.runner import (
@@ -19,8 +18,9 @@ from agent.elastic.runner import (
 from agent.elastic.store import MembershipStore
 from agent.elastic.supervisor import start_warm
 from agent.errors import ConfigError
-from agent.readiness import Readiness
-from agent.trainer_process import TrainerSupervisor
+from agent.process.cli import build_parser, parse_args
+from agent.process.readiness import Readiness
+from agent.process.trainer_supervisor import TrainerSupervisor
 from edl_common.ports import EPHEMERAL_RANGE, Band, static_band
 
 BASE = {"elastic": True, "job": "digits", "membership": "kubernetes"}

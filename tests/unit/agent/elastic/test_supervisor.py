@@ -19,9 +19,9 @@ from agent.elastic.supervisor import (
     trainer_world,
 )
 from agent.elastic.world import Member, World
+from agent.process.rescales import RescaleLog
 from agent.protocol.control import ControlChannel, NextWorld, Timings
 from agent.protocol.trainer_world import TrainerWorld
-from agent.rescales import RescaleLog
 from agent.trainer import frameworks
 from tests.unit.agent.elastic.helpers import FakeTrainer
 

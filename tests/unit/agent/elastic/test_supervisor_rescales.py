@@ -22,11 +22,11 @@ from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.supervisor import ElasticSettings, ElasticSupervisor
 from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member, World
+from agent.process.rescales import RescaleLog
+from agent.process.trainer_supervisor import TrainerExit
 from agent.protocol.control import RESCALE_EXIT, ControlChannel, Timings
 from agent.protocol.trainer_world import TrainerWorld
-from agent.rescales import RescaleLog
 from agent.trainer import frameworks
-from agent.trainer_process import TrainerExit
 from tests.support.waiting import wait_for
 
 ME = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))

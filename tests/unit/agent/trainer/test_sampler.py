@@ -91,3 +91,69 @@ def test_last_step_may_leave_a_rank_empty() -> None:
     s.advance(first)
     plans = [s.plan(r, 3) for r in range(3)]
     assert [len(p.indices) for p in plans if p] == [1, 0, 0]
+
+
+@settings(max_examples=60)
+@given(
+    n=st.integers(1, 120),
+    batch=st.integers(1, 30),
+    world=st.integers(1, 6),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+)
+def test_the_plans_ahead_are_the_steps_the_world_then_takes(
+    n: int, batch: int, world: int, drop_last: bool, shuffle: bool
+) -> None:
+    """What a DataLoader loads ahead (`plans`) is what `plan` gives step by step, per rank."""
+    if drop_last and batch > n:
+        with pytest.raises(ValueError, match="leaves none"):
+            ElasticSampler(n, batch, 1, drop_last=drop_last)
+        return
+    s = ElasticSampler(n, batch, 1, seed=2, shuffle=shuffle, drop_last=drop_last)
+    ahead = {r: list(s.plans(0, 0, r, world)) for r in range(world)}
+    assert len(ahead[0]) == s.steps_per_epoch
+    trained: Counter[int] = Counter()
+    for step in range(s.steps_per_epoch):
+        plans = [s.plan(r, world) for r in range(world)]
+        for r, plan in enumerate(plans):
+            assert plan is not None
+            assert plan.indices.tolist() == ahead[r][step].indices.tolist()
+            trained.update(int(i) for i in plan.indices)
+        assert sum(p.share for p in plans if p) == pytest.approx(1.0)
+        s.advance(plans[0])  # type: ignore[arg-type]
+    assert s.done
+    assert sum(trained.values()) == s.epoch_samples and max(trained.values()) == 1
+    if drop_last:
+        assert s.epoch_samples == n - n % batch
+    if not shuffle:
+        assert sorted(trained) == list(range(s.epoch_samples))
+
+
+def test_an_open_sampler_never_ends_until_told_its_epochs() -> None:
+    s = ElasticSampler(4, 4, None)
+    for _ in range(5):
+        plan = s.plan(0, 1)
+        assert plan is not None
+        s.advance(plan)
+    assert not s.done and s.epoch == 5
+    s.epochs = 5
+    assert s.done and s.plan(0, 1) is None
+
+
+def test_the_stand_in_of_an_empty_share_is_a_sample_of_its_global_batch() -> None:
+    s = ElasticSampler(5, 4, 1, seed=9)
+    s.advance(s.plan(0, 3))  # type: ignore[arg-type]
+    empty = s.plan(2, 3)
+    assert empty is not None and len(empty.indices) == 0 and empty.share == 0.0
+    batch = [int(i) for r in range(3) for i in s.plan(r, 3).indices]  # type: ignore[union-attr]
+    assert s.stand_in(empty) in batch
+
+
+def test_set_epoch_names_the_epoch_a_loop_is_in_and_refuses_a_skip() -> None:
+    s = ElasticSampler(4, 4, None)
+    s.advance(s.plan(0, 1))  # type: ignore[arg-type]  # epoch 0 is trained
+    s.set_epoch(0)  # a loop over range(epochs) after a restart: epoch 0 again
+    assert s.next_pass == 0
+    s.set_epoch(1)
+    with pytest.raises(ValueError, match="epoch 1 is not trained to its end"):
+        s.set_epoch(2)

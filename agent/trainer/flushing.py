@@ -16,8 +16,8 @@ from pathlib import Path
 
 from agent.errors import MetricsDirError
 from agent.protocol.trainer_world import TrainerWorld
-from agent.recording import StepRecorder
-from agent.reports import TrainerReport, write_report
+from agent.trainer.recording import StepRecorder
+from agent.trainer.reports import TrainerReport, write_report
 
 
 class ReportFlusher:

@@ -1,6 +1,6 @@
 """The trainer process as the elastic supervisor drives it, and what it reads about it.
 
-`Trainer` is the seam: `agent.trainer_process.TrainerSupervisor` is the real one (a child
+`Trainer` is the seam: `agent.process.trainer_supervisor.TrainerSupervisor` is the real one (a child
 process); tests pass fakes typed against it. `read_progress` is the only place the elastic
 agent reads the trainer's report file and process state (for the stall watchdog).
 """
@@ -13,10 +13,10 @@ from typing import Protocol
 import psutil
 
 from agent.elastic.watchdog import Progress
+from agent.process.trainer_supervisor import TrainerExit
 from agent.protocol.trainer_world import TrainerWorld
-from agent.reports import read_report
 from agent.trainer.frameworks.base import Framework
-from agent.trainer_process import TrainerExit
+from agent.trainer.reports import read_report
 
 
 class Trainer(Protocol):

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import TrainerStartError
+from agent.process.readiness import Readiness
 from agent.protocol import env as names
 from agent.protocol.trainer_world import TrainerWorld
-from agent.readiness import Readiness
-from agent.reports import next_incarnation, report_path
 from agent.trainer.frameworks import get as get_framework
 from agent.trainer.frameworks.base import Framework
+from agent.trainer.reports import next_incarnation, report_path
 
 log = logging.getLogger(__name__)
 

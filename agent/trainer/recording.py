@@ -2,8 +2,8 @@
 
 The hot path (`record_step`, `end_step`, `record_comm`) only adds to attributes and bumps one
 histogram bucket found with `bisect`, so it costs well under the 2 µs budget per step and
-holds no lock. A background flusher (`agent.flushing`) copies a `RecorderSnapshot` out of the
-recorder a few times a second; only the training thread writes, so every counter the flusher
+holds no lock. A background flusher (`agent.trainer.flushing`) copies a `RecorderSnapshot` out of
+the recorder a few times a second; only the training thread writes, so every counter the flusher
 sees is monotonic, and a snapshot can be at most one step out of step between fields.
 """
 

@@ -23,13 +23,13 @@ from types import FrameType
 from typing import NoReturn
 
 import agent
-from agent.config import OPTIONS, AgentSettings
 from agent.errors import AgentError, ConfigError, TrainerStartError
-from agent.reports import prepare_metrics_dir
-from agent.temp_dirs import temporary_dir
+from agent.process.settings import OPTIONS, AgentSettings
+from agent.process.temp_dirs import temporary_dir
+from agent.process.trainer_supervisor import TrainerSupervisor
 from agent.trainer import frameworks
 from agent.trainer.frameworks.base import Framework
-from agent.trainer_process import TrainerSupervisor
+from agent.trainer.reports import prepare_metrics_dir
 from edl_common.environment import unknown_variables
 from edl_common.error_boundary import EXIT_FAILURE, ErrorExit, run_command
 from edl_common.logs import (
@@ -179,9 +179,9 @@ def run(settings: AgentSettings, command: Sequence[str], env: Mapping[str, str])
             return run_elastic(elastic, settings, command, env, metrics_dir)
         # The exporter and its collectors are imported here, not at the top: the elastic path
         # starts its warm trainer first and imports them after (`run_elastic`).
-        from agent.app import create_registry
         from agent.collectors.gpu import open_nvml
-        from agent.exporter import MetricsServer
+        from agent.process.app import create_registry
+        from agent.process.exporter import MetricsServer
 
         framework = launched_framework(settings.trainer.framework, env)
         supervisor = TrainerSupervisor(

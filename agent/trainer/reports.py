@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import MetricsDirError
-from agent.recording import RecorderSnapshot
+from agent.trainer.recording import RecorderSnapshot
 
 REPORT_FORMAT = 1
 _REPORT_NAME = re.compile(r"^trainer-(\d+)\.json$")

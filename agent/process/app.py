@@ -20,7 +20,7 @@ from agent.collectors.health import CollectorHealth, GuardedCollector, HealthCol
 from agent.collectors.process import ProcessTreeMeter, TrainerProcessCollector
 from agent.collectors.supervision import SupervisedTrainer, SupervisionCollector
 from agent.collectors.trainer import TrainerReportCollector
-from agent.rescales import RescaleLog
+from agent.process.rescales import RescaleLog
 
 
 def create_registry(

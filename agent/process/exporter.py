@@ -25,7 +25,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from agent.errors import ExporterError
-from agent.readiness import Readiness, ReadinessCheck
+from agent.process.readiness import Readiness, ReadinessCheck
 from edl_common.http.admission import AdmissionLimits
 from edl_common.http.request_head import HeadLimits, HttpError
 from edl_common.http.server import Exchange, HttpServer, Request, Response, ServerLimits
