@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,7 @@ class Reason(enum.Enum):
     AT_MAX = "at_max"
     NO_CAPACITY = "no_capacity"
     PLACEMENT = "placement"
-    """It shrinks to the workers on one node, to grow back there: fewer nodes train faster."""
+    """It shrinks: fewer workers on fewer nodes train faster than its placement."""
     FAIRNESS = "fairness"
     """Its workers beyond its request went back to a job below its own."""
     LOW_MARGINAL_GAIN = "low_marginal_gain"
@@ -91,8 +91,10 @@ class SizingPolicy:
     protected demand shrinks it."""
     arrival_reserve: float = 0.05
     """Growth beyond a job's request leaves this share of the cluster's workers free (whole
-    workers, rounded down): a job that arrives then starts at once, as under static sizing,
-    instead of waiting for a round, a donor's HPA and its pod's deletion (about 20 s)."""
+    workers of the jobs' most common size, rounded down), and when arrivals took it, the
+    extras beyond requests worth least give it back: a job that arrives starts at once, as
+    under static sizing, instead of waiting for a round, a donor's HPA and its pod's
+    deletion (about 20 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +229,9 @@ class _State:
     """Its workers when growth began (what the round's growth is judged against)."""
     start_nodes: frozenset[str] = frozenset()
     """The nodes they were on."""
-    repacked: tuple[str, int, int, float, float, int] | None = None
-    """(node, workers kept there, workers it will hold, speed-up there, speed-up now, nodes
-    spanned now) when the job shrinks to re-pack onto one node."""
+    repacked: tuple[int, float, float, int] | None = None
+    """(size, its speed-up at worst, the speed-up now, nodes spanned now) when the job
+    shrinks because fewer workers train faster than its placement."""
     reclaimed: int = 0
     """Workers it took back towards its request this round (from free room or extras)."""
     fairness: float | None = None
@@ -443,8 +445,9 @@ def decide(
     demands = _serve_claims(packing, states, valid, pods)
     _keep_granted(packing, valid, policy)
     _repack(packing, valid, policy)
-    capacity = {w: sum(_fits(w, r) for r in room.values()) for w in {s.job.worker for s in valid}}
-    _grow(packing, valid, policy, now, _Quotas(quotas), capacity)
+    reserve = _Reserve(packing, _reserve_room(valid, room.values(), policy))
+    _keep_reserve(packing, valid, policy, reserve)
+    _grow(packing, valid, policy, now, _Quotas(quotas), reserve)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
 
@@ -584,6 +587,7 @@ def _make_room(
     consolidate: bool = False,
     requests_held: bool = False,
     fair: bool = False,
+    ignore_free: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
@@ -595,12 +599,13 @@ def _make_room(
     ``requests_held`` (the worker gained is beyond the grower's own request: an extra never
     costs another job its request). With ``fair`` (another job's minimum), a job behind
     static sizing (finish-time fairness 1 or more, :meth:`_State.rho`) keeps its request.
-    Nodes where ``exclude`` (the job that gains) already is go first among equal costs.
+    Nodes where ``exclude`` (the job that gains) already is go first among equal costs. With
+    ``ignore_free`` the node's free room is left free: what is removed must hold ``requests``.
     """
     best: tuple[tuple[int, int, float, int, int, str], list[tuple[str, str]]] | None = None
     own = packing.workers.get(exclude, {}) if exclude is not None else {}
     for node in packing.candidates(who.tolerations, who.node_selector):
-        room = packing.free[node.name]
+        room = Resources() if ignore_free else packing.free[node.name]
         taken: dict[str, int] = {}
         removed: list[tuple[str, str]] = []
         cost = 0.0
@@ -671,13 +676,21 @@ def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -
         s.took.clear()  # kept workers are no growth of this round: nothing to undo
 
 
-def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPolicy) -> str | None:
+def _displace(
+    packing: Packing,
+    valid: list[_State],
+    s: _State,
+    policy: SizingPolicy,
+    reserve: _Reserve | None = None,
+) -> str | None:
     """Room for one more worker of ``s`` taken from other jobs' extra workers worth less.
 
     A donor is a job of no higher priority that neither grows this round nor gives room to
     protected demand or a waiting minimum, above its minimum; what it loses must be worth
     less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
     this round is preferred (it rescales anyway). Returns the node (its room is freed).
+    When the worker would eat into the arrivals' ``reserve``, free room is not used: the
+    whole worker's room comes from donors.
     """
     limit = s.growth_value(policy, packing) / max(1.0, policy.rescale_margin)
     donors = {
@@ -691,6 +704,7 @@ def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPo
     found = _make_room(
         packing, donors, job.worker, job, job.priority, job.key,
         cost_limit=limit, consolidate=True, requests_held=beyond_request,
+        ignore_free=reserve is not None and not reserve.admits(job.worker),
     )  # fmt: skip
     if found is None:
         return None
@@ -747,47 +761,47 @@ def _pods_back(q: Quota) -> dict[str, float]:
 
 
 def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
-    """A job spread over more nodes than it needs shrinks to one node, to grow back there.
+    """A job whose placement trains slower than fewer workers would shrinks to them.
 
-    For a job that fits on one node but spans several: on each of its nodes, the workers it
-    has there plus the room left there make a size it could train at on that one node. If
-    the best of them is predicted faster than where it is now (by the hysteresis share, and
-    paying back two rescales' pauses: the shrink and the growth back), it shrinks to its
-    workers on that node (the ReplicaSet removes the newest workers first: those that
-    spilled over) and the room it needs there is held for this round; the next round grows
-    it back there. This is also how a job that spilled onto a second node at a loss (bert:
-    two workers across two nodes train slower than one) goes back to one node.
+    A job spread over more nodes than it needs can train slower than fewer workers on fewer
+    nodes (bert: two workers across two nodes 9.1 samples/s, one worker 10.5). Which workers
+    a shrink removes is the ReplicaSet's choice (the newest first; Kubernetes also removes
+    workers from the nodes that hold most of them first), so a size is judged by the worst
+    placement its remaining workers can have: m workers on as many of the job's nodes as
+    they can span. The job shrinks to the size whose worst case is predicted fastest, when
+    that beats where it is by the hysteresis share and pays back two rescales' pauses (the
+    shrink and a growth back); its freed room goes to growth, its own (node-local) first.
     """
     for s in sorted(valid, key=lambda s: s.job.key):
         job = s.job
         placed = packing.workers.get(job.key, {})
+        spans = len(placed)
         if (
-            len(placed) < 2
-            or s.count > s.model.per_node
+            spans < 2
             or s.count != job.replicas
             or s.waiting or s.shrunk_for or s.granted or s.reclaimed or s.gave or s.returned
             or s.over_budget(policy)
         ):  # fmt: skip
             continue
-        now = s.model.placed_speedup(s.count, len(placed))
-        options = []
-        for node, here in placed.items():
-            size = min(s.count, here + _fits(job.worker, packing.free[node]))
-            options.append((s.model.placed_speedup(size, 1), here, node, size))
-        speed, keep, node, size = max(options)
+        now = s.model.placed_speedup(s.count, spans)
+        best, size = now, s.count
+        for m in range(max(1, job.min_replicas), s.count):
+            worst = min(
+                s.model.placed_speedup(m, k)
+                for k in range(s.model.packed_nodes(m), min(m, spans) + 1)
+            )
+            if worst > best + 1e-12:
+                best, size = worst, m
         pause = 2.0 * job.rescale_pause_s
-        if speed < now * (1.0 + policy.hysteresis) or (
-            pause > 0 and (speed - now) * max(0.0, policy.payback_s - pause) <= now * pause
+        if size == s.count or best < now * (1.0 + policy.hysteresis) or (
+            pause > 0 and (best - now) * max(0.0, policy.payback_s - pause) <= now * pause
         ):
             continue
-        spans = len(placed)
-        for other, count in list(placed.items()):
-            for _ in range(count if other != node else 0):
-                packing.release(other, job.worker, job.key)
-        for _ in range(size - keep):
-            packing.place(node, job.worker)  # held for its growth back next round
-        s.count = keep
-        s.repacked = (node, keep, size, speed, now, spans)
+        while s.count > size:  # from its nodes with the fewest of its workers
+            node = min(placed, key=lambda n: (placed[n], n))
+            packing.release(node, job.worker, job.key)
+            s.count -= 1
+        s.repacked = (size, best, now, spans)
         s.reason = Reason.PLACEMENT
 
 
@@ -797,7 +811,7 @@ def _grow(
     policy: SizingPolicy,
     now: float,
     quotas: _Quotas,
-    capacity: Mapping[Resources, int] | None = None,
+    reserve: _Reserve | None = None,
 ) -> None:
     for s in valid:
         s.start = s.count
@@ -807,7 +821,7 @@ def _grow(
         for s in valid
         if s.waiting or s.shrunk_for or s.repacked or s.reason is Reason.NO_CAPACITY
     }
-    reserve = _Reserve(packing, policy, capacity or {})
+    reserve = reserve or _Reserve(packing, Resources())
     for _ in range(len(valid) + 1):
         growing = [s for s in valid if s.job.key not in excluded]
         _grow_greedily(packing, growing, policy, now, valid, quotas, reserve)
@@ -853,23 +867,77 @@ def _grow(
 class _Reserve:
     """The free room growth beyond requests leaves for arrivals (``arrival_reserve``)."""
 
-    def __init__(
-        self, packing: Packing, policy: SizingPolicy, capacity: Mapping[Resources, int]
-    ) -> None:
+    def __init__(self, packing: Packing, room: Resources) -> None:
         self.free = sum((r.clamped() for r in packing.free.values()), Resources())
-        self.share = policy.arrival_reserve
-        self.capacity = capacity
+        self.room = room
 
     def admits(self, worker: Resources) -> bool:
         """Whether one more worker of this size leaves the reserve free."""
-        keep = math.floor(self.share * self.capacity.get(worker, 0) + 1e-9)
-        return keep <= 0 or (worker.scaled(keep + 1)).fits_in(self.free)
+        return self.room.is_zero or (self.room + worker).fits_in(self.free)
+
+    @property
+    def short(self) -> bool:
+        """Whether less than the reserve is free."""
+        return not self.room.is_zero and not self.room.fits_in(self.free)
 
     def taken(self, worker: Resources) -> None:
         self.free = self.free - worker
 
     def freed(self, worker: Resources) -> None:
         self.free = self.free + worker
+
+
+def _reserve_room(
+    valid: list[_State], nodes: Iterable[Resources], policy: SizingPolicy
+) -> Resources:
+    """``arrival_reserve`` of the cluster, in whole workers of the jobs' most common size."""
+    counts: dict[Resources, int] = {}
+    for s in valid:
+        counts[s.job.worker] = counts.get(s.job.worker, 0) + 1
+    if not counts or policy.arrival_reserve <= 0:
+        return Resources()
+    room = list(nodes)
+    total = sum(room, Resources())
+    shape = min(counts, key=lambda w: (-counts[w], w.dominant_share(total), w.cpu, w.memory))
+    keep = math.floor(policy.arrival_reserve * sum(_fits(shape, r) for r in room) + 1e-9)
+    return shape.scaled(keep)
+
+
+def _keep_reserve(
+    packing: Packing, valid: list[_State], policy: SizingPolicy, reserve: _Reserve
+) -> None:
+    """Less than the reserve free: the extras beyond requests worth least give room back.
+
+    An arrival takes the reserve at once; the room it took comes back from the workers that
+    grew beyond their jobs' requests, lowest value first (from the node where the job has the
+    fewest workers), so the next arrival starts at once too. A job that takes the reserve
+    costs one donor one rescale, as its own minimum's claim would, but it does not wait for
+    it. Never below a request; not a job whose growth is in flight or over its budget.
+    """
+    while reserve.short:
+        options = []
+        for s in valid:
+            placed = packing.workers.get(s.job.key, {})
+            if (
+                not placed or s.count <= s.floor()
+                or s.waiting or s.shrunk_for or s.granted or s.reclaimed or s.repacked
+                or s.over_budget(policy)
+            ):  # fmt: skip
+                continue
+            node = min(placed, key=lambda n: (placed[n], n))
+            value = s.value(s.count, len(placed), len(placed) - (placed[node] == 1))
+            options.append((value, s.job.key, node, s))
+        if not options:
+            return
+        _, _, node, s = min(options, key=lambda o: (o[0], o[1]))
+        packing.release(node, s.job.worker, s.job.key)
+        reserve.freed(s.job.worker)
+        s.count -= 1
+        s.returned.append(RESERVE)
+
+
+RESERVE = "arrivals (the reserve)"
+"""What a job gave its workers beyond its request back to when it refilled the reserve."""
 
 
 def _grow_greedily(
@@ -921,7 +989,7 @@ def _grow_greedily(
                 s.room_before.setdefault(node, packing.free[node])
                 reserve.taken(s.job.worker)
             else:
-                node = _displace(packing, valid, s, policy)
+                node = _displace(packing, valid, s, policy, reserve)
         if node is None:
             s.reason = blocked or Reason.NO_CAPACITY
             continue
@@ -1041,11 +1109,10 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
             f"shrank to {desired}: made room for {who}{more}; the job's priority is {job.priority}"
         )
     if s.repacked is not None:
-        node, _, size, there, here, spans = s.repacked
+        size, there, here, spans = s.repacked
         return (
-            f"shrank to {desired} to re-pack onto {node}: {size} workers there are predicted "
-            f"{there / max(here, 1e-12):.2f}x as fast as {job.replicas} on {spans} nodes "
-            "(it grows back there next round)"
+            f"shrank to {desired}: {size} workers on fewer nodes are predicted "
+            f"{there / max(here, 1e-12):.2f}x as fast as {job.replicas} across {spans} nodes"
         )
     if s.returned:
         takers = sorted(set(s.returned))
