@@ -445,7 +445,7 @@ def decide(
     demands = _serve_claims(packing, states, valid, pods)
     _keep_granted(packing, valid, policy)
     _repack(packing, valid, policy)
-    reserve = _Reserve(packing, _reserve_room(valid, room.values(), policy))
+    reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy))
     _keep_reserve(packing, valid, policy, reserve)
     _grow(packing, valid, policy, now, _Quotas(quotas), reserve)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
@@ -510,12 +510,17 @@ def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_
     order = sorted(behind, key=lambda s: (-(s.fairness or 0.0), s.job.arrival, s.job.key))
     for s in order:
         job = s.job
+        saved = packing.copy()
+        counts = {k: st.count for k, st in states.items()}
+        before = s.speed_now(packing)
+        donors: list[_State] = []
         while s.count < s.floor():
             node = packing.local_fit(job.key, job.worker, job.tolerations, job.node_selector)
             if node is None:
                 found = _make_room(
-                    packing, states, job.worker, job, job.priority, job.key, requests_held=True
-                )
+                    packing, states, job.worker, job, job.priority, job.key,
+                    requests_held=True, own_first=True,
+                )  # fmt: skip
                 if found is None:
                     break
                 node, removals = found
@@ -523,10 +528,18 @@ def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_
                     donor = states[donor_key]
                     packing.release(on, donor.job.worker, donor_key)
                     donor.count -= 1
-                    donor.returned.append(job.key)
+                    donors.append(donor)
             packing.place(node, job.worker, job.key)
             s.count += 1
             s.reclaimed += 1
+        if s.reclaimed and s.speed_now(packing) <= before:
+            packing.restore(saved)  # on the room there is, its request trains no faster
+            for key, count in counts.items():
+                states[key].count = count
+            s.reclaimed = 0
+            continue
+        for donor in donors:
+            donor.returned.append(job.key)
 
 
 def _place_pod(packing: Packing, states: dict[str, _State], pod: Pod) -> Demand:
@@ -588,6 +601,7 @@ def _make_room(
     requests_held: bool = False,
     fair: bool = False,
     ignore_free: bool = False,
+    own_first: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
@@ -601,8 +615,9 @@ def _make_room(
     static sizing (finish-time fairness 1 or more, :meth:`_State.rho`) keeps its request.
     Nodes where ``exclude`` (the job that gains) already is go first among equal costs. With
     ``ignore_free`` the node's free room is left free: what is removed must hold ``requests``.
+    With ``own_first``, its nodes go first whatever the cost (a job's speed depends on them).
     """
-    best: tuple[tuple[int, int, float, int, int, str], list[tuple[str, str]]] | None = None
+    best: tuple[tuple[int, int, int, float, int, int, str], list[tuple[str, str]]] | None = None
     own = packing.workers.get(exclude, {}) if exclude is not None else {}
     for node in packing.candidates(who.tolerations, who.node_selector):
         room = Resources() if ignore_free else packing.free[node.name]
@@ -646,10 +661,11 @@ def _make_room(
             cost += value
             room = room + states[job_key].job.worker
         if requests.fits_in(room):
-            rank = (cuts, fresh, cost, len(removed), int(node.name not in own), node.name)
+            mine = int(node.name not in own)
+            rank = (cuts, mine if own_first else 0, fresh, cost, len(removed), mine, node.name)
             if best is None or rank < best[0]:
                 best = (rank, removed)
-    return (best[0][5], best[1]) if best is not None else None
+    return (best[0][-1], best[1]) if best is not None else None
 
 
 def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
@@ -771,6 +787,7 @@ def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None
     they can span. The job shrinks to the size whose worst case is predicted fastest, when
     that beats where it is by the hysteresis share and pays back two rescales' pauses (the
     shrink and a growth back); its freed room goes to growth, its own (node-local) first.
+    Only a placement measured slow (the job's or its class's) is left so.
     """
     for s in sorted(valid, key=lambda s: s.job.key):
         job = s.job
@@ -783,6 +800,8 @@ def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None
             or s.over_budget(policy)
         ):  # fmt: skip
             continue
+        if not s.model.measured(s.count, spans):
+            continue  # judged on a measurement of where it is, not on a guess
         now = s.model.placed_speedup(s.count, spans)
         best, size = now, s.count
         for m in range(max(1, job.min_replicas), s.count):
@@ -867,9 +886,11 @@ def _grow(
 class _Reserve:
     """The free room growth beyond requests leaves for arrivals (``arrival_reserve``)."""
 
-    def __init__(self, packing: Packing, room: Resources) -> None:
+    def __init__(self, packing: Packing, room: Resources, shape: Resources | None = None) -> None:
         self.free = sum((r.clamped() for r in packing.free.values()), Resources())
         self.room = room
+        self.shape = shape or room
+        """One worker of the size the reserve is counted in."""
 
     def admits(self, worker: Resources) -> bool:
         """Whether one more worker of this size leaves the reserve free."""
@@ -889,31 +910,34 @@ class _Reserve:
 
 def _reserve_room(
     valid: list[_State], nodes: Iterable[Resources], policy: SizingPolicy
-) -> Resources:
-    """``arrival_reserve`` of the cluster, in whole workers of the jobs' most common size."""
+) -> tuple[Resources, Resources]:
+    """``arrival_reserve`` of the cluster in whole workers of the jobs' most common size, and
+    that size."""
     counts: dict[Resources, int] = {}
     for s in valid:
         counts[s.job.worker] = counts.get(s.job.worker, 0) + 1
     if not counts or policy.arrival_reserve <= 0:
-        return Resources()
+        return Resources(), Resources()
     room = list(nodes)
     total = sum(room, Resources())
     shape = min(counts, key=lambda w: (-counts[w], w.dominant_share(total), w.cpu, w.memory))
     keep = math.floor(policy.arrival_reserve * sum(_fits(shape, r) for r in room) + 1e-9)
-    return shape.scaled(keep)
+    return shape.scaled(keep), shape
 
 
 def _keep_reserve(
     packing: Packing, valid: list[_State], policy: SizingPolicy, reserve: _Reserve
 ) -> None:
-    """Less than the reserve free: the extras beyond requests worth least give room back.
+    """Less than the reserve free: extras beyond requests give room back, on one node first.
 
     An arrival takes the reserve at once; the room it took comes back from the workers that
-    grew beyond their jobs' requests, lowest value first (from the node where the job has the
-    fewest workers), so the next arrival starts at once too. A job that takes the reserve
-    costs one donor one rescale, as its own minimum's claim would, but it does not wait for
-    it. Never below a request; not a job whose growth is in flight or over its budget.
+    grew beyond their jobs' requests, so the next arrival starts at once too. A job that
+    takes the reserve costs one donor one rescale, as its own minimum's claim would, but it
+    does not wait for it. The room is gathered where most is free already (an arrival of
+    several workers then fits on one node), the lowest-value extra there first. Never below
+    a request; not a job whose growth is in flight or over its budget.
     """
+    shape = reserve.shape
     while reserve.short:
         options = []
         for s in valid:
@@ -924,12 +948,14 @@ def _keep_reserve(
                 or s.over_budget(policy)
             ):  # fmt: skip
                 continue
-            node = min(placed, key=lambda n: (placed[n], n))
-            value = s.value(s.count, len(placed), len(placed) - (placed[node] == 1))
-            options.append((value, s.job.key, node, s))
+            spans = len(placed)
+            for node, here in placed.items():
+                value = s.value(s.count, spans, spans - (here == 1))
+                free = _fits(shape, packing.free[node])
+                options.append((-free, value, s.job.key, node, s))
         if not options:
             return
-        _, _, node, s = min(options, key=lambda o: (o[0], o[1]))
+        *_, node, s = min(options, key=lambda o: o[:4])
         packing.release(node, s.job.worker, s.job.key)
         reserve.freed(s.job.worker)
         s.count -= 1

@@ -296,6 +296,12 @@ class SizeModel:
             return measured / self._one if self._one > 0 else 0.0
         return self.speedup(n) * self.spread_factor
 
+    def measured(self, n: int, nodes: int) -> bool:
+        """Whether ``n`` workers on ``nodes`` nodes were measured (packed: at that size)."""
+        if nodes <= self.packed_nodes(n):
+            return n in self.points
+        return (n, nodes) in self.spread_points
+
     def marginal(self, n: int) -> float:
         """What worker n + 1 adds, relative to one worker: S(n + 1) - S(n)."""
         return self.speedup(n + 1) - self.speedup(n)
