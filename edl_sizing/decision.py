@@ -238,6 +238,9 @@ class _State:
     """Its finish-time fairness at the round's start (:meth:`rho`; None: not known)."""
     returned: list[str] = field(default_factory=list)
     """Jobs below their requests that this round's extras beyond its request went back to."""
+    memo: dict[tuple[int, ...], float] = field(default_factory=dict)
+    """Growth values by (workers, nodes, room on its nodes, limit): a round asks often."""
+    floor_at: int | None = None
 
     @property
     def curve(self) -> ScalingCurve:
@@ -271,13 +274,16 @@ class _State:
         if packing is None:
             gains = (_log_gain(self.model, n, m) / (m - n) for m in range(n + 1, limit + 1))
             return self.job.weight * max(gains, default=0.0) / max(self.share, 1e-12)
-        here = self.speed_now(packing)
         local = self.local_room(packing)
-        best = max(
-            (_log_ratio(here, self.speed_if(packing, m, local)) / (m - n)
-             for m in range(n + 1, limit + 1)),
-            default=0.0,
-        )  # fmt: skip
+        key = (n, self.nodes_now(packing), local, limit)
+        best = self.memo.get(key)
+        if best is None:
+            here = self.speed_now(packing)
+            best = self.memo[key] = max(
+                (_log_ratio(here, self.speed_if(packing, m, local)) / (m - n)
+                 for m in range(n + 1, limit + 1)),
+                default=0.0,
+            )  # fmt: skip
         return self.job.weight * best / max(self.share, 1e-12)
 
     def nodes_now(self, packing: Packing) -> int:
@@ -349,15 +355,19 @@ class _State:
 
         Its request, unless a smaller size was measured at least as fast as the request.
         """
+        if self.floor_at is not None:
+            return self.floor_at
         job = self.job
         requested = min(job.requested, job.max_replicas)
+        self.floor_at = requested
         if requested <= job.min_replicas:
-            return job.min_replicas
-        at_request = self.model.points.get(requested)
-        faster = at_request * (1.0 + job.spread) if at_request is not None else math.inf
-        if any(x >= faster for n, x in self.model.points.items() if n < requested):
-            return job.min_replicas
-        return requested
+            self.floor_at = job.min_replicas
+        else:
+            at_request = self.model.points.get(requested)
+            faster = at_request * (1.0 + job.spread) if at_request is not None else math.inf
+            if any(x >= faster for n, x in self.model.points.items() if n < requested):
+                self.floor_at = job.min_replicas
+        return self.floor_at
 
     def over_budget(self, policy: SizingPolicy) -> bool:
         """Whether it has used its rescales for this hour.
@@ -612,7 +622,8 @@ def _make_room(
     value. No job goes below its minimum, nor below its :meth:`_State.floor` with
     ``requests_held`` (the worker gained is beyond the grower's own request: an extra never
     costs another job its request). With ``fair`` (another job's minimum), a job behind
-    static sizing (finish-time fairness 1 or more, :meth:`_State.rho`) keeps its request.
+    static sizing (finish-time fairness 1 or more, :meth:`_State.rho`) keeps its request,
+    and of those cut below theirs the one furthest ahead goes first.
     Nodes where ``exclude`` (the job that gains) already is go first among equal costs. With
     ``ignore_free`` the node's free room is left free: what is removed must hold ``requests``.
     With ``own_first``, its nodes go first whatever the cost (a job's speed depends on them).
@@ -650,10 +661,11 @@ def _make_room(
                 if cost + value >= cost_limit:
                     continue
                 new_donor = int(consolidate and not (gone or s.gave))
-                options.append((new_donor if consolidate else cut, value, job_key))
+                ahead = s.fairness if cut and fair and s.fairness is not None else 1.0
+                options.append((new_donor if consolidate else cut, ahead, value, job_key))
             if not options:
                 break
-            first, value, job_key = min(options)
+            first, _, value, job_key = min(options)
             fresh += first if consolidate else 0
             cuts += 0 if consolidate else first
             taken[job_key] = taken.get(job_key, 0) + 1
@@ -928,14 +940,14 @@ def _reserve_room(
 def _keep_reserve(
     packing: Packing, valid: list[_State], policy: SizingPolicy, reserve: _Reserve
 ) -> None:
-    """Less than the reserve free: extras beyond requests give room back, on one node first.
+    """Less than the reserve free: extras beyond requests give room back, worth least first.
 
     An arrival takes the reserve at once; the room it took comes back from the workers that
     grew beyond their jobs' requests, so the next arrival starts at once too. A job that
     takes the reserve costs one donor one rescale, as its own minimum's claim would, but it
-    does not wait for it. The room is gathered where most is free already (an arrival of
-    several workers then fits on one node), the lowest-value extra there first. Never below
-    a request; not a job whose growth is in flight or over its budget.
+    does not wait for it. The lowest-value extra goes first; of equal ones, the one where
+    most room is free already (an arrival of several workers then fits on one node). Never
+    below a request; not a job whose growth is in flight or over its budget.
     """
     shape = reserve.shape
     while reserve.short:
@@ -952,7 +964,7 @@ def _keep_reserve(
             for node, here in placed.items():
                 value = s.value(s.count, spans, spans - (here == 1))
                 free = _fits(shape, packing.free[node])
-                options.append((-free, value, s.job.key, node, s))
+                options.append((round(value, 9), -free, s.job.key, node, s))
         if not options:
             return
         *_, node, s = min(options, key=lambda o: o[:4])

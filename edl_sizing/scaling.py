@@ -227,6 +227,7 @@ class SizeModel:
         if spanning:
             self.span_factor = math.exp(sum(math.log(r) for r in spanning) / len(spanning))
         self._sizes = sorted(points)
+        self._largest = max([*points, *(n for n, _ in self.spread_points)], default=0)
         self._residual = {n: x / r for n, x in points.items() if (r := self._raw(n)) > 0}
         self._one = self._predict(1)
         self._cache: dict[int, float] = {}
@@ -247,7 +248,7 @@ class SizeModel:
     @property
     def largest(self) -> int:
         """Largest size measured, on any placement (0: none)."""
-        return max([*self.points, *(n for n, _ in self.spread_points)], default=0)
+        return self._largest
 
     def _raw(self, n: int) -> float:
         lam = self._base.lam if self._base.lam is not None else 1.0

@@ -251,6 +251,13 @@ RUN: tuple[Option, ...] = (
         SIZER,
     ),
     _opt(
+        "arrival_reserve",
+        number(0),
+        f"{_SIZING.arrival_reserve:g}",
+        "share of the cluster's workers growth beyond requests leaves free for arrivals",
+        SIZER,
+    ),
+    _opt(
         "max_load_desired",
         SHARE,
         f"{_POLICY.max_load_desired:g}",
@@ -320,6 +327,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         rescale_margin=args.rescale_margin,
         hysteresis=args.hysteresis,
         rescale_budget_per_hour=args.rescale_budget,
+        arrival_reserve=args.arrival_reserve,
         prior=replace(adapter.prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
     )
     policy = PolicySettings(
