@@ -1,20 +1,28 @@
 """What EDL does to a cluster: the shipped scenarios under every policy, side by side.
 
 Each scenario (``edl_sim.cluster.scenarios``: EDL 2018 cases 1 and 2, a Philly
-GPU trace) runs under ``static``, ``hpa-throughput``, ``edl-2018`` and ``edl`` with the same
-inputs and seed; the bench prints each scenario's table (every figure, and its ratio to
-``static``), the issue's goals as ratios (met or missed, by how much), and the wall time.
-Extra arguments after ``--`` are ``edl-sim run`` options (e.g. ``-- --prior-kappa 0``), so a
-proposed sizer setting can be measured the same way. Figures are printed, never asserted.
+GPU trace) runs under every policy (``static``, ``hpa-throughput``, ``edl-2018``, ``edl``,
+``tiresias``, ``optimus``) with the same inputs and seed; the bench prints each scenario's
+table (every figure, and its ratio to ``static``), the issue's goals as ratios (met or
+missed, by how much), and the wall time. Extra arguments after ``--`` are ``edl-sim run``
+options (e.g. ``-- --prior-kappa 0``), so a proposed sizer setting can be measured the same
+way. Figures are printed, never asserted.
 
 With ``--dev-set DIR`` (e.g. ``../shared/reference/philly-dev``) it also runs every
-``workload-*.csv`` there with the folder's ``curves.csv`` and ``cluster.csv`` (and its
-``placements.csv`` with ``--placements``) under ``static``, ``edl`` and ``edl-2018``, one at a
-time, and prints one row per workload: mean and p99 JCT, makespan and utilisation of each
-policy against ``static``, rescales per job, and whether the issue's acceptance holds.
+``workload-*.csv`` there with the folder's ``curves.csv`` and ``cluster.csv`` under
+``static``, ``edl``, ``edl-2018``, ``tiresias`` and ``optimus`` (``--policies`` for fewer),
+in each variant asked for (``--variant``, or ``--all-variants``): ``base``, ``placements``
+(the folder's ``placements.csv``), ``2x`` and ``placements-2x`` (every submission time x 0.5:
+twice the arrival rate). One row per workload and policy: mean and p99 JCT and makespan
+against ``static``, rescales per job, the worst job's JCT ratio to its JCT under ``static``
+and the share of jobs slower than under ``static``, and for ``edl`` whether the acceptance
+holds (mean JCT <= 0.55 of ``static``'s, p99 <= 1.05, at most 5 % of jobs slower, mean JCT
+below ``tiresias``' and ``optimus``', at most 4 rescales per job). ``--processes N`` runs N
+workloads at a time.
 
     python bench/bench_cluster.py [--plots docs/img] [--json FILE] [--dev-set DIR
-                                  [--placements] [--no-scenarios]] [-- EDL-SIM-OPTIONS]
+        [--placements | --variant V ... | --all-variants] [--policies P,Q] [--processes N]
+        [--no-scenarios]] [-- EDL-SIM-OPTIONS]
 """
 
 from __future__ import annotations

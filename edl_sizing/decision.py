@@ -240,6 +240,8 @@ class _State:
     """Jobs below their requests that this round's extras beyond its request went back to."""
     memo: dict[tuple[int, ...], float] = field(default_factory=dict)
     """Growth values by (workers, nodes, room on its nodes, limit): a round asks often."""
+    spill_room: tuple[int, ...] = ()
+    """Workers of its size that fit on the roomiest nodes, most first (at growth's start)."""
     floor_at: int | None = None
 
     @property
@@ -304,9 +306,20 @@ class _State:
         )
 
     def speed_if(self, packing: Packing, m: int, local: int) -> float:
-        """Predicted speed-up at ``m`` workers grown node-local first, then onto new nodes."""
+        """Predicted speed-up at ``m`` workers grown node-local first, then onto new nodes.
+
+        The workers that do not fit its nodes go to the nodes with the most room first (as
+        the scheduler places them), so they span as many nodes as the room there dictates
+        (``spill_room``, the room of the roomiest nodes at the round's growth); beyond that
+        room, full nodes.
+        """
         spill = m - self.count - local
         nodes = self.nodes_now(packing)
+        for room in self.spill_room:
+            if spill <= 0:
+                break
+            spill -= room
+            nodes += 1
         if spill > 0:
             nodes += -(-spill // self.model.per_node)
         return self.model.placed_speedup(m, nodes)
@@ -381,6 +394,9 @@ class _State:
         """
         return self.job.recent_rescales >= policy.rescale_budget_per_hour
 
+
+_SPILL_NODES = 16
+"""How many of the roomiest nodes growth's spill-over is predicted on (beyond: full nodes)."""
 
 _FIRST_WORKER = 1e6
 """The log gain of a job's first worker (from no speed at all): more than any other."""
@@ -995,6 +1011,13 @@ def _grow_greedily(
     again with its new score (lazy greedy); a job that is blocked or does not fit stays out.
     """
     margin = max(1.0, policy.rescale_margin)
+    rooms: dict[Resources, tuple[int, ...]] = {}
+    for s in candidates:
+        w = s.job.worker
+        if w not in rooms:
+            counts = (_fits(w, free) for free in packing.free.values())
+            rooms[w] = tuple(heapq.nlargest(_SPILL_NODES, (c for c in counts if c > 0)))
+        s.spill_room, s.memo = rooms[w], {}
 
     def score(s: _State) -> float:
         return s.growth_value(policy, packing) * (margin if s.grown else 1.0)
@@ -1049,11 +1072,30 @@ def _growth_block(
         return Reason.HOLD_OFF
     if _ahead(s, limit, packing) < job.min_marginal_speedup:
         return Reason.LOW_MARGINAL_GAIN
-    if not s.grown and job.last_rescale is not None and now - job.last_rescale < policy.hold_off_s:
+    if (
+        not s.grown
+        and job.last_rescale is not None
+        and now - job.last_rescale < policy.hold_off_s
+        and not _known_newcomer(s, policy, now)
+    ):
         return Reason.HOLD_OFF
     if s.over_budget(policy) and s.count + 1 > job.requested:
         return Reason.HOLD_OFF  # over budget it only grows back to its request
     return None
+
+
+def _known_newcomer(s: _State, policy: SizingPolicy, now: float) -> bool:
+    """A job created within the hold-off whose class (or itself) was measured: its first
+    growth is not held off.
+
+    The hold-off waits for a measurement of the size a job grew to before it grows again. A
+    new job of a class measured before has nothing to wait for: its class's sizes say what
+    it will train at. Held off, a job of a minute or two (much of a Philly-like mix) grew only
+    when it was nearly done, and one that had waited for room finished later than static
+    sizing would have finished it.
+    """
+    job = s.job
+    return now - job.arrival < policy.hold_off_s and bool(s.model.points)
 
 
 def _ahead(s: _State, limit: int, packing: Packing | None) -> float:
