@@ -95,6 +95,8 @@ class SizingPolicy:
     extras beyond requests worth least give it back: a job that arrives starts at once, as
     under static sizing, instead of waiting for a round, a donor's HPA and its pod's
     deletion (about 20 s)."""
+    arrival_window_s: float = 600.0
+    """The reserve holds no more than the jobs that arrived this recently requested."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +473,7 @@ def decide(
     demands = _serve_claims(packing, states, valid, pods)
     _keep_granted(packing, valid, policy)
     _repack(packing, valid, policy)
-    reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy))
+    reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
     _keep_reserve(packing, valid, policy, reserve)
     _grow(packing, valid, policy, now, _Quotas(quotas), reserve)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
@@ -937,10 +939,15 @@ class _Reserve:
 
 
 def _reserve_room(
-    valid: list[_State], nodes: Iterable[Resources], policy: SizingPolicy
+    valid: list[_State], nodes: Iterable[Resources], policy: SizingPolicy, now: float
 ) -> tuple[Resources, Resources]:
-    """``arrival_reserve`` of the cluster in whole workers of the jobs' most common size, and
-    that size."""
+    """The arrivals' reserve and the worker size it is counted in.
+
+    ``arrival_reserve`` of the cluster in whole workers of the jobs' most common size, but
+    no more than the jobs that arrived within ``arrival_window_s`` requested: the next
+    window is expected to bring as much. When jobs stop arriving (a night, the end of a
+    batch), nothing is held back from the jobs that run.
+    """
     counts: dict[Resources, int] = {}
     for s in valid:
         counts[s.job.worker] = counts.get(s.job.worker, 0) + 1
@@ -950,7 +957,12 @@ def _reserve_room(
     total = sum(room, Resources())
     shape = min(counts, key=lambda w: (-counts[w], w.dominant_share(total), w.cpu, w.memory))
     keep = math.floor(policy.arrival_reserve * sum(_fits(shape, r) for r in room) + 1e-9)
-    return shape.scaled(keep), shape
+    recent = sum(
+        max(1, min(s.job.requested, s.job.max_replicas))
+        for s in valid
+        if s.job.worker == shape and now - s.job.arrival < policy.arrival_window_s
+    )
+    return shape.scaled(min(keep, recent)), shape
 
 
 def _keep_reserve(

@@ -209,6 +209,9 @@ def test_growth_beyond_requests_leaves_the_arrival_reserve_and_refills_it() -> N
                  placed={(n, -(-n // 4)): 100.0 * n for n in range(1, 41)})  # fmt: skip
     plan = decide(nodes(10), workers(grower, ["node-1"] * 4), [grower], policy, now=100.0)
     assert plan.jobs["ns/grower"].desired == 38
+    # No job arrived within the last 10 minutes (arrival_window_s): nothing is held back.
+    quiet = decide(nodes(10), workers(grower, ["node-1"] * 4), [grower], policy, now=700.0)
+    assert quiet.jobs["ns/grower"].desired == 40
     big = replace(grower, replicas=38, last_rescale=50.0)
     on = [f"node-{1 + i // 4}" for i in range(38)]
     arrived = job("arrived", replicas=2, requested=2, max_replicas=2, arrival=99.0)
@@ -218,3 +221,22 @@ def test_growth_beyond_requests_leaves_the_arrival_reserve_and_refills_it() -> N
     assert "went back to arrivals (the reserve)" in plan.jobs["ns/grower"].message
     assert plan.free.cpu - sum(r.cpu for r in plan.node_free.values()) <= 0
     assert sum(r.cpu for r in plan.node_free.values()) == pytest.approx(2.0)
+
+
+def test_spread_placements_are_predicted_from_measurements_on_as_many_nodes() -> None:
+    """yolov3 on 4-GPU nodes: two workers across two nodes lose half their speed, seven
+    across four gain half. Each unmeasured spread placement is predicted from those on as
+    many nodes (else the nearest count), not from one factor for all."""
+    packed = {(n, 1): x for n, x in ((1, 13.3), (2, 26.0), (3, 34.4), (4, 41.0))}
+    packed |= {(n, 2): x for n, x in ((5, 20.2), (6, 36.6), (7, 40.6), (8, 39.2))}
+    model = SizeModel({}, 4, placed={**packed, (2, 2): 12.9, (7, 4): 61.6})
+    one = 13.3
+    assert model.placed_speedup(2, 2) * one == pytest.approx(12.9)  # measured
+    assert model.placed_speedup(3, 2) * one == pytest.approx(34.4 * 12.9 / 26.0)  # as (2, 2)
+    assert model.placed_speedup(8, 4) * one == pytest.approx(39.2 * 61.6 / 40.6)  # as (7, 4)
+    assert model.placed_speedup(6, 5) * one == pytest.approx(36.6 * 61.6 / 40.6)  # nearest: 4
+    assert model.placed_speedup(8, 2) * one == pytest.approx(39.2)  # packed
+    before_any = SizeModel({}, 4, placed=packed)
+    assert before_any.placed_speedup(3, 2) == pytest.approx(
+        before_any.speedup(3) * min(1.0, before_any.span_factor)
+    )
