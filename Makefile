@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds images lint unit integration e2e bench clean
+.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images lint unit integration e2e bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
@@ -45,12 +45,17 @@ monitoring-crds:
 	@bash scripts/fetch-prometheus-operator-crds.sh >/dev/null
 	@bash scripts/fetch-cert-manager-crds.sh >/dev/null
 
+# The OpenAPI schemas of the oldest and newest Kubernetes releases claimed (docs/install.md),
+# from k8s.io/kubernetes on the Go module proxy (cached), for the version-contract test.
+openapi-schemas: venv
+	@$(BIN)/python -m tests.support.openapi_schemas >/dev/null
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: venv system-deps helm
+unit: venv system-deps helm openapi-schemas
 	@bash scripts/pytest-layer.sh unit
 
 integration: venv system-deps
@@ -59,7 +64,7 @@ integration: venv system-deps
 e2e: venv system-deps controlplane helm monitoring-crds
 	@bash scripts/pytest-layer.sh e2e
 
-test: venv system-deps controlplane helm monitoring-crds lint
+test: venv system-deps controlplane helm monitoring-crds openapi-schemas lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
 # The whole loop on this machine, no cluster (about 3 minutes warm, 6 cold on 2 shared cores;

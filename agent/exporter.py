@@ -93,6 +93,10 @@ class ExporterHandler:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._answer, head.path, accept)
 
+    async def screen(self, request: Request) -> Response | None:
+        """Nothing to screen: a request body is refused by its size (``max_body`` is 0)."""
+        return None
+
     def refuse(self, error: HttpError) -> Response:
         """An error of the HTTP layer as one line of text."""
         return _text(error.code, f"{error.message}\n")

@@ -9,6 +9,9 @@ and how many the server closed (re-opened at once).
     python bench/attack_holder.py idle-tcp PORT COUNT      # connect, send nothing
     python bench/attack_holder.py slowloris PORT COUNT     # a head one byte a second
     python bench/attack_holder.py burst PORT COUNT         # COUNT connects at once, each second
+    python bench/attack_holder.py hellos PORT COUNT        # half a ClientHello, from 8 addresses
+    python bench/attack_holder.py slow-body PORT COUNT     # a body a byte every 2 s, 100 addresses
+    python bench/attack_holder.py pipeline PORT COUNT      # GET /healthz 200 at a time (TLS)
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support.slow_clients import ConnectBurst, HalfOpenConnections, IdleKeepAlive, Slowloris
+from tests.support.slow_clients import (
+    ConnectBurst,
+    HalfOpenConnections,
+    IdleKeepAlive,
+    Pipelining,
+    SlowBodies,
+    Slowloris,
+    loopback_sources,
+)
 
 
 def _client_context() -> ssl.SSLContext:
@@ -42,7 +53,16 @@ def holder(kind: str, port: int, count: int) -> Any:
         return Slowloris(port, count)
     if kind == "burst":
         return ConnectBurst(port, count)
-    raise SystemExit(f"attack_holder: unknown kind {kind!r} (idle-tls, idle-tcp, slowloris, burst)")
+    if kind == "hellos":
+        return HalfOpenConnections(port, partial=count, idle=0, sources=loopback_sources(8))
+    if kind == "slow-body":
+        return SlowBodies(port, count, sources=loopback_sources(100))
+    if kind == "pipeline":
+        return Pipelining(port, count)
+    raise SystemExit(
+        f"attack_holder: unknown kind {kind!r} "
+        "(idle-tls, idle-tcp, slowloris, burst, hellos, slow-body, pipeline)"
+    )
 
 
 def status(held: Any) -> dict[str, int]:
@@ -52,6 +72,15 @@ def status(held: Any) -> dict[str, int]:
         return {"opened": held.opened, "dropped": held.failed, "slow": held.slow}
     if isinstance(held, HalfOpenConnections):
         return {"opened": sum(s is not None for s in held.socks), "dropped": held.dropped}
+    if isinstance(held, SlowBodies):
+        return {
+            "opened": held.opened,
+            "dropped": held.dropped,
+            "continues": held.continues,
+            "refusals": held.refusals,
+        }
+    if isinstance(held, Pipelining):
+        return {"opened": held.opened, "dropped": held.dropped, "answered": held.answered}
     return {"opened": held.count, "dropped": held.dropped}
 
 

@@ -37,6 +37,18 @@ Three short ones (15 s a phase) on the HTTP front end:
 - `backlog`: the listen backlogs the kernel holds for the adapter and the agent's exporter
   (sock_diag, what `ss -ltn` shows), and 1,000 simultaneous connects to the adapter every
   second. Goals: 1,024 and 512 (at most `net.core.somaxconn`), the legitimate query unharmed.
+
+Issue 37's, on an adapter given the chart's memory limit as `--memory-budget` (in a pod it
+reads the limit from its cgroup); RSS is also read every 0.25 s for its peak:
+
+- `pipelining`: one unauthenticated TLS connection straight to the adapter writing
+  `GET /healthz` 200 at a time and reading the answers, then four. Goals: Available, no
+  legitimate query failed, p99 within 3x idle, peak RSS at most 80 % of the chart's limit.
+- `memory-floods`: 1,500 half-open ClientHellos held from 8 addresses, then 600 slow request
+  bodies (`Expect: 100-continue`, a byte every 2 s) from 100 addresses. Goals: peak RSS at
+  most 80 % of the chart's limit, Available, no legitimate query failed, no `100 Continue`
+  to a stranger (the p99 against idle is shown, not a goal: issue 37 sets one for the
+  pipelining attack only).
 """
 
 from __future__ import annotations
@@ -64,6 +76,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from edl_common.quantity import parse_quantity  # noqa: E402
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter  # noqa: E402
 from tests.e2e.harness.controlplane import (  # noqa: E402
     ControlPlane,
@@ -82,6 +95,9 @@ LEGIT = f"{API}/namespaces/legit/pods/%2A/samples_per_second?labelSelector=app%3
 HOLDER = Path(__file__).resolve().parent / "attack_holder.py"
 RSS_LIMIT_MB = 384.0
 FLAT_MB_PER_MIN = 1.0
+CHART_VALUES = ROOT / "charts" / "edl" / "values.yaml"
+PEAK_SHARE = 0.8
+"""Issue 37: peak RSS under every flood at most this share of the chart's memory limit."""
 
 
 def pct(values: list[float], p: float) -> float:
@@ -1012,6 +1028,134 @@ def backlog(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
         proc.wait(10)
 
 
+# ----------------------------------------------------------------- issue 37's floods
+
+
+def chart_memory_limit() -> int:
+    """The adapter's memory limit in the chart's values (bytes)."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    return int(parse_quantity(values["resources"]["limits"]["memory"]))
+
+
+class PeakRss:
+    """The peak RSS (MB) of a process tree, read every `every` seconds while in the block."""
+
+    def __init__(self, pid: int, every: float = 0.25) -> None:
+        self.pid = pid
+        self.every = every
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        for _ in range(10_000_000):
+            self.peak = max(self.peak, tree_rss_mb(self.pid))
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def peak_goal(label: str, peak_mb: float, limit: int) -> Goal:
+    share = peak_mb * 1e6 / limit
+    return Goal(
+        f"peak RSS at most {PEAK_SHARE:.0%} of the chart's limit ({label})",
+        f"{peak_mb:.0f} MB = {share:.0%} of {limit / 1e6:.0f} MB",
+        share <= PEAK_SHARE,
+    )
+
+
+def ratio_goal(label: str, idle: Phase, under: Phase) -> Goal:
+    ratio = pct(under.times, 99) / pct(idle.times, 99)
+    return Goal(f"legitimate p99 within 3x idle ({label})", f"{ratio:.2f}x", ratio <= 3.0)
+
+
+def pipelining(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
+    limit = chart_memory_limit()
+    adapter = cluster.adapter(
+        "attack-pipelining", legit_pods(port), "--scrape-interval=2s", f"--memory-budget={limit}"
+    )
+    pid = adapter.process.pid
+    assert pid is not None
+    idle = observe(cluster, adapter, "idle", seconds)
+    phases, goals, notes = [idle], [], []
+    for connections in (1, 4):
+        label = f"{connections} pipelining connection{'s' * (connections > 1)}"
+        with PeakRss(pid) as peak, attack("pipeline", adapter.port, connections) as held:
+            under = observe(cluster, adapter, label, seconds)
+            stranger = [fresh_healthz(adapter.port) for _ in range(3)]
+            counts = dict(held.last)
+        phases.append(under)
+        goals += [
+            availability_goal(under),
+            failures_goal(under),
+            ratio_goal(label, idle, under),
+            peak_goal(label, peak.peak, limit),
+        ]
+        seconds_held = max(1.0, seconds)
+        notes.append(
+            f"{label}: {counts.get('answered', 0)} pipelined requests answered "
+            f"(~{counts.get('answered', 0) / seconds_held:.0f}/s), connections re-opened "
+            f"{counts.get('dropped', 0)}; a fresh stranger's GET /healthz: {stranger}; "
+            f"peak RSS {peak.peak:.0f} MB"
+        )
+    return report(
+        "pipelining: unauthenticated TLS connections straight to the adapter writing "
+        f"GET /healthz 200 at a time and reading the answers, {seconds:.0f} s each; "
+        f"--memory-budget {limit >> 20}Mi (the chart's limit)",
+        phases,
+        goals,
+        notes,
+    )
+
+
+def memory_floods(cluster: Cluster, port: int, seconds: float) -> list[Goal]:
+    limit = chart_memory_limit()
+    adapter = cluster.adapter(
+        "attack-memory", legit_pods(port), "--scrape-interval=2s", f"--memory-budget={limit}"
+    )
+    pid = adapter.process.pid
+    assert pid is not None
+    idle = observe(cluster, adapter, "idle", seconds)
+    phases, goals, notes = [idle], [], []
+    for kind, count, label in (
+        ("hellos", 1500, "1,500 half-open ClientHellos from 8 addresses"),
+        ("slow-body", 600, "600 slow bodies (Expect: 100-continue) from 100 addresses"),
+    ):
+        with PeakRss(pid) as peak, attack(kind, adapter.port, count) as held:
+            under = observe(cluster, adapter, label, seconds)
+            stranger = [fresh_healthz(adapter.port) for _ in range(3)]
+            counts = dict(held.last)
+        phases.append(under)
+        goals += [  # issue 37 asks a p99 within 3x idle of the pipelining attack only
+            availability_goal(under),
+            failures_goal(under),
+            peak_goal(label, peak.peak, limit),
+        ]
+        if kind == "slow-body":
+            continues = counts.get("continues", 0)
+            goals.append(Goal("no 100 Continue to a stranger", f"{continues}", continues == 0))
+        ratio = pct(under.times, 99) / pct(idle.times, 99)
+        notes.append(
+            f"{label}: attacker {counts}; a fresh stranger's GET /healthz: {stranger}; "
+            f"peak RSS {peak.peak:.0f} MB; legitimate p99 {ratio:.2f}x idle"
+        )
+    return report(
+        f"memory-floods: unauthenticated floods straight to the adapter, {seconds:.0f} s each; "
+        f"--memory-budget {limit >> 20}Mi (the chart's limit, {PEAK_SHARE:.0%}: "
+        f"{limit * PEAK_SHARE / 1e6:.0f} MB)",
+        phases,
+        goals,
+        notes,
+    )
+
+
 ATTACKS = (
     "keepalive",
     "selectors",
@@ -1020,6 +1164,8 @@ ATTACKS = (
     "path-confusion",
     "framing",
     "backlog",
+    "pipelining",
+    "memory-floods",
 )
 
 
@@ -1047,6 +1193,10 @@ def run(chosen: list[str], seconds: float, keep: int, count: int, minutes: float
                     got = framing(cluster, port, min(seconds, SHORT_S))
                 elif name == "backlog":
                     got = backlog(cluster, port, min(seconds, SHORT_S))
+                elif name == "pipelining":
+                    got = pipelining(cluster, port, seconds)
+                elif name == "memory-floods":
+                    got = memory_floods(cluster, port, seconds)
                 else:
                     got = hostile_target(cluster, port, seconds, minutes)
                 goals += [(name, g) for g in got]

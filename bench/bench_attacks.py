@@ -22,11 +22,22 @@ Runs the real `edl-adapter serve` (and the agent's exporter) of a checkout given
   `/healthz` probe, side by side with the same without attack: p50/p99, failures, RSS.
 - `agent-idle`: the agent's exporter with 1,000 idle TCP connections, then 300 slowloris
   connections on top: scrapes answered, p50/p99 beside an idle baseline, RSS before/after.
+- `floods`: issue 37's floods straight to the adapter (front-proxy authentication, the chart's
+  memory limit as `--memory-budget`), each from a process of its own for `--seconds`:
+  pipelined `GET /healthz` on 1 and on 4 TLS connections, 1,500 half-open ClientHellos from
+  8 loopback addresses, 600 slow request bodies (`Expect: 100-continue`, a byte every 2 s)
+  from 100: the front proxy's `pods/*` query on one kept-alive connection (as
+  kube-apiserver's) p50/p99 beside the same idle, and the adapter's peak RSS (read every
+  0.25 s) against the limit.
 
-The scenarios above talk to the adapter directly. `acceptance` (the default) runs issue 25's
-attacks on the adapter behind a real kube-apiserver and prints each goal, met or missed
-(`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target,
-path-confusion,framing,backlog`, `--hostile-minutes 10`).
+The scenarios above talk to the adapter directly. `acceptance` (the default) runs issues 25's
+and 37's attacks on the adapter behind a real kube-apiserver and prints each goal, met or
+missed (`bench/attacks_apiserver.py`: `--attacks keepalive,selectors,exporter,hostile-target,
+path-confusion,framing,backlog,pipelining,memory-floods`, `--hostile-minutes 10`): issue 37's
+are pipelined requests on 1 and 4 unauthenticated TLS connections, 1,500 half-open
+ClientHellos from 8 loopback addresses and 600 slow request bodies (`Expect: 100-continue`)
+from 100, each beside an idle baseline (the legitimate client's p50/p99 through
+kube-apiserver), with the adapter's peak RSS against the chart's memory limit.
 
 Run: ``.venv/bin/python bench/bench_attacks.py [--code DIR] [--seconds 60] [acceptance slow ...]``
 """
@@ -674,6 +685,67 @@ def agent_idle(code: Path, workdir: Path, seconds: float) -> None:
         proc.wait(10)
 
 
+def floods(code: Path, seconds: float, workdir: Path) -> None:
+    from bench.attacks_apiserver import PEAK_SHARE, Attack, PeakRss, chart_memory_limit
+
+    limit = chart_memory_limit()
+    # a checkout from before issue 37 (--code) has no budget: its adapter runs without one
+    budget = [f"--memory-budget={limit}"] if (code / "edl_common/http/memory.py").exists() else []
+    print(
+        f"floods: issue 37's, straight to the adapter ({budget[0] if budget else 'no budget'}; "
+        f"the chart's limit {limit >> 20}Mi, {PEAK_SHARE:.0%} of it: "
+        f"{limit * PEAK_SHARE / 1e6:.0f} MB), {seconds:.0f} s each"
+    )
+    proxy, ca_file = front_proxy(workdir)
+    user = "X-Remote-User: system:serviceaccount:kube-system:horizontal-pod-autoscaler\r\n"
+    attacks = [
+        ("pipeline", 1, "1 connection pipelining GET /healthz"),
+        ("pipeline", 4, "4 connections pipelining GET /healthz"),
+        ("hellos", 1500, "1,500 half-open ClientHellos, 8 addresses"),
+        ("slow-body", 600, "600 slow bodies (100-continue), 100 addresses"),
+    ]
+    rows = []
+    with agents() as port:
+        for kind, count, label in attacks:
+            adapter = Adapter(
+                code,
+                workdir,
+                trainer_pods(port, 10),
+                "--authentication=delegated",
+                "--authentication-skip-lookup",
+                f"--requestheader-client-ca-file={ca_file}",
+                "--requestheader-allowed-names=front-proxy-client",
+                *budget,
+            )
+            try:
+                time.sleep(3)
+                idle = measure(adapter.port, seconds / 2, False, proxy, user)
+                rss_idle = adapter.rss_mb()
+                held = Attack(kind, adapter.port, count)
+                try:
+                    held.wait_opened()
+                    with PeakRss(adapter.proc.pid) as peak:
+                        under = measure(adapter.port, seconds, False, proxy, user)
+                    counts = dict(held.last)
+                finally:
+                    held.stop()
+            finally:
+                adapter.stop()
+            rows.append((label, idle, under, rss_idle, peak.peak, counts))
+    print(
+        f"  {'attack':<46} {'idle p50/p99 ms':>16} {'under p50/p99 ms':>17} {'p99 x':>6} "
+        f"{'failed':>6} {'RSS idle/peak MB':>17} {'% of limit':>10}"
+    )
+    for label, (t0, f0), (t1, f1), rss0, rss_peak, counts in rows:
+        ratio = pct(t1, 99) / pct(t0, 99)
+        print(
+            f"  {label:<46} {pct(t0, 50):7.1f}/{pct(t0, 99):<8.1f} {pct(t1, 50):8.1f}/"
+            f"{pct(t1, 99):<8.1f} {ratio:6.2f} {f0 + f1:6d} {rss0:8.0f}/{rss_peak:<8.0f} "
+            f"{rss_peak * 1e6 / limit:9.0%}"
+        )
+        print(f"      attacker: {counts}")
+
+
 def acceptance(args: argparse.Namespace) -> None:
     """Issue 25's attacks through kube-apiserver; the adapter and exporter from `--code`."""
     from bench import attacks_apiserver
@@ -693,7 +765,16 @@ def main() -> None:
         "scenarios",
         nargs="*",
         default="acceptance",  # a string: argparse checks a '*' default against the choices
-        choices=["acceptance", "slow", "hostile", "selectors", "agent", "keepalive", "agent-idle"],
+        choices=[
+            "acceptance",
+            "slow",
+            "hostile",
+            "selectors",
+            "agent",
+            "keepalive",
+            "agent-idle",
+            "floods",
+        ],
     )
     parser.add_argument("--code", type=Path, default=ROOT)
     parser.add_argument("--seconds", type=float, default=60.0)
@@ -702,7 +783,10 @@ def main() -> None:
     parser.add_argument("--serve-filled", nargs=2)
     parser.add_argument(
         "--attacks",
-        default="keepalive,selectors,exporter,hostile-target,path-confusion,framing,backlog",
+        default=(
+            "keepalive,selectors,exporter,hostile-target,path-confusion,framing,backlog,"
+            "pipelining,memory-floods"
+        ),
         help="acceptance: which attacks, comma-separated",
     )
     parser.add_argument(
@@ -722,6 +806,7 @@ def main() -> None:
         "agent": lambda w: agent(args.code, w),
         "keepalive": lambda w: keepalive(args.code, args.seconds, w, args.keepalive),
         "agent-idle": lambda w: agent_idle(args.code, w, args.seconds),
+        "floods": lambda w: floods(args.code, args.seconds, w),
     }
     scenarios = [args.scenarios] if isinstance(args.scenarios, str) else args.scenarios
     for name in scenarios:

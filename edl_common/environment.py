@@ -50,6 +50,7 @@ PROJECT_VARIABLES = frozenset(
         "EDL_REINIT",
         "EDL_REINIT_WAIT_SECONDS",
         "EDL_REINIT_LIMIT",
+        "EDL_STORE_PORTS",
         "EDL_SAMPLE_LEDGER",
     }
 )

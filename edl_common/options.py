@@ -98,6 +98,25 @@ def duration(allow_zero: bool = False) -> Kind:
     )
 
 
+def byte_size(low: int = 0) -> Kind:
+    """A Kubernetes quantity of bytes (``512Mi``, ``1G``, ``1048576``) ``>= low``; bytes."""
+
+    def parse(text: str) -> int:
+        # here, not at the top: the quantity grammar imports the kubernetes client (a second
+        # of start-up every CLI would pay for one option)
+        from edl_common.quantity import QuantityError, parse_quantity
+
+        try:
+            value = parse_quantity(text)
+        except QuantityError as e:
+            raise ConfigError(str(e)) from None
+        if value != value.to_integral_value() or value < low:
+            raise ConfigError(f"must be a whole number of bytes >= {low}")
+        return int(value)
+
+    return Kind("bytes (quantity)", parse, "-1")
+
+
 def choice(*values: str, fold: bool = False) -> Kind:
     """One of `values` (with `fold`, in any case; the value is then the one in `values`)."""
     known = {(v.lower() if fold else v): v for v in values}

@@ -19,6 +19,7 @@ from typing import Any
 import metrics_adapter
 from edl_common.environment import unknown_variables
 from edl_common.error_boundary import EXIT_FAILURE, EXIT_USAGE, ErrorExit, run_command
+from edl_common.http.memory import MemoryBudget, container_memory_limit
 from edl_common.logs import (
     add_log_format_argument,
     configure_logging,
@@ -224,8 +225,38 @@ def serve(settings: AdapterSettings) -> int:
         runtime.start()
         return runtime.app
 
-    AdapterServer(settings, app_factory, cert, context_factory, tune_process_memory).run()
+    AdapterServer(
+        settings,
+        app_factory,
+        cert,
+        context_factory,
+        tune_process_memory,
+        memory=memory_budget(settings),
+    ).run()
     return 0
+
+
+def memory_budget(settings: AdapterSettings) -> MemoryBudget | None:
+    """The budget admission keeps to: ``--memory-budget``, else the container's limit."""
+    from metrics_adapter.process_memory import release_free_memory
+
+    given = settings.memory_budget
+    limit = given if given is not None else container_memory_limit()
+    if not limit:
+        log.info(
+            "no memory budget (%s): connections are capped by count only",
+            "--memory-budget 0" if given == 0 else "no container memory limit found",
+        )
+        return None
+    budget = MemoryBudget(limit, reclaim=release_free_memory)
+    log.info(
+        "memory budget %d MiB (%s): new connections and request bodies without a verified "
+        "client certificate are refused past %d MiB",
+        limit >> 20,
+        "--memory-budget" if given is not None else "the container's limit",
+        budget.high_water >> 20,
+    )
+    return budget
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from edl_common.options import (
     TEXT,
     Kind,
     Option,
+    byte_size,
     choice,
     duration,
     integer,
@@ -190,6 +191,15 @@ OPTIONS: tuple[Option, ...] = (
         integer(1),
         "65536",
         "largest request head (then 431; a longer request line 414)",
+        "limits",
+    ),
+    _opt(
+        "memory_budget",
+        byte_size(0),
+        None,
+        "memory the process may use (a quantity: 512Mi); past 70 % of it new connections "
+        "and request bodies without a verified client certificate are refused (default: the "
+        "container's memory limit, read from its cgroup; 0: no budget)",
         "limits",
     ),
     _opt(

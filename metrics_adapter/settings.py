@@ -152,6 +152,10 @@ class AdapterSettings:
     """Requests queued or running at most; more are answered 429 TooManyRequests."""
     max_header_bytes: int
     """Largest request head (request line and headers); larger is 431 (a longer line 414)."""
+    memory_budget: int | None
+    """Bytes the process may use (None: the container's memory limit; 0: no budget).
+    Past 70 % of it new connections and request bodies of clients without a verified client
+    certificate are refused (``edl_common.http.memory``)."""
     max_series_per_pod: int
     """Label sets of the catalogue's series kept per pod; new ones beyond are refused."""
     series_prune_after: float | None

@@ -5,6 +5,12 @@ Leases (`coordination.k8s.io/v1`) are the API server's own liveness records: eac
 the ``world`` key of ConfigMap ``edl-<job>-world``, replaced only with the resourceVersion we
 read (optimistic concurrency: a 409 means someone else wrote first). `KubernetesApi` is the
 seam: `ClientApi` talks to the cluster through the official client; tests inject a fake.
+
+The world ConfigMap also says, in its labels, what its record says: a finished job's carries
+``edl.paddlepaddle.org/state=finished`` and the step and time in annotations
+(``kubectl get cm -L edl.paddlepaddle.org/state``), written in the same compare-and-swap as the
+finished record, so the two never disagree. It is the job's own object: the agents need no
+write access to their Deployment to say the job is done (`agent.elastic.finished_job`).
 """
 
 from __future__ import annotations
@@ -19,11 +25,16 @@ from typing import Any, Protocol
 from agent.elastic.errors import StoreUnavailable, WatchForbidden, WorldRecordInvalid
 from agent.elastic.kubernetes_watch import KubernetesWatch
 from agent.elastic.store import Heartbeat, StoreWatch, VersionedRecord
-from agent.elastic.world import Member
+from agent.elastic.world import Member, World
 from agent.errors import ConfigError
 
 LABEL_JOB = "edl.paddlepaddle.org/job"
 ANNOTATION_MEMBER = "edl.paddlepaddle.org/member"
+STATE_LABEL = "edl.paddlepaddle.org/state"
+"""On the world ConfigMap: ``finished`` once the record is."""
+FINISHED = "finished"
+FINISHED_STEP = "edl.paddlepaddle.org/finished-at-step"
+FINISHED_TIME = "edl.paddlepaddle.org/finished-at"
 WORLD_KEY = "world"
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -34,10 +45,19 @@ class KubernetesApi(Protocol):
     def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
         """(data, resourceVersion), or None when it does not exist."""
 
-    def create_config_map(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+    def create_config_map(
+        self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]
+    ) -> bool:
         """False when it already exists."""
 
-    def replace_config_map(self, name: str, data: dict[str, str], resource_version: str) -> bool:
+    def replace_config_map(
+        self,
+        name: str,
+        data: dict[str, str],
+        resource_version: str,
+        labels: dict[str, str],
+        annotations: dict[str, str],
+    ) -> bool:
         """False on a resourceVersion conflict (or when it vanished)."""
 
     def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
@@ -186,13 +206,31 @@ class KubernetesStore:
         return VersionedRecord(data.get(WORLD_KEY, ""), version)
 
     def write_world(self, text: str, expected_version: str) -> bool:
-        """Create (version "") or replace with the resourceVersion we read."""
+        """Create (version "") or replace with the resourceVersion we read.
+
+        The labels and annotations say whether the record is finished.
+        """
         data = {WORLD_KEY: text}
+        labels, annotations = self._world_meta(text)
         if not expected_version:
-            return self._api.create_config_map(
-                self._world_name, data, {LABEL_JOB: dns_name(self._job)}
-            )
-        return self._api.replace_config_map(self._world_name, data, expected_version)
+            return self._api.create_config_map(self._world_name, data, labels, annotations)
+        return self._api.replace_config_map(
+            self._world_name, data, expected_version, labels, annotations
+        )
+
+    def _world_meta(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
+        labels = {LABEL_JOB: dns_name(self._job)}
+        annotations: dict[str, str] = {}
+        try:
+            world = World.from_json(text)
+        except WorldRecordInvalid:
+            return labels, annotations  # Membership writes only valid records
+        if world.finished:
+            labels[STATE_LABEL] = FINISHED
+            annotations[FINISHED_TIME] = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            if world.finished_at_step is not None:
+                annotations[FINISHED_STEP] = str(world.finished_at_step)
+        return labels, annotations
 
 
 class ClientApi:
@@ -242,9 +280,12 @@ class ClientApi:
             return None
         return dict(cm.data or {}), str(cm.metadata.resource_version)
 
-    def create_config_map(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+    def create_config_map(
+        self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]
+    ) -> bool:
         """See `KubernetesApi`."""
-        body = {"metadata": {"name": name, "labels": labels}, "data": data}
+        metadata = {"name": name, "labels": labels, "annotations": annotations}
+        body = {"metadata": metadata, "data": data}
         result = self._call(
             "create configmap",
             self._core.create_namespaced_config_map,
@@ -254,9 +295,22 @@ class ClientApi:
         )
         return bool(result != 409)
 
-    def replace_config_map(self, name: str, data: dict[str, str], resource_version: str) -> bool:
+    def replace_config_map(
+        self,
+        name: str,
+        data: dict[str, str],
+        resource_version: str,
+        labels: dict[str, str],
+        annotations: dict[str, str],
+    ) -> bool:
         """See `KubernetesApi`."""
-        body = {"metadata": {"name": name, "resourceVersion": resource_version}, "data": data}
+        metadata = {
+            "name": name,
+            "resourceVersion": resource_version,
+            "labels": labels,
+            "annotations": annotations,
+        }
+        body = {"metadata": metadata, "data": data}
         result = self._call(
             "replace configmap",
             self._core.replace_namespaced_config_map,

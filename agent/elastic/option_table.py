@@ -66,8 +66,8 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         "EDL_DEPLOYMENT",
         TEXT,
         None,
-        "this job's Deployment, for --on-finished scale-to-zero (it needs get/patch on it and "
-        "its scale subresource)",
+        "this job's Deployment, for --on-finished scale-to-zero (it needs get/patch on its "
+        "scale subresource only)",
         ELASTIC,
     ),
     Option(

@@ -44,6 +44,7 @@ from agent.rescales import RescaleLog
 from agent.temp_dirs import temporary_dir
 from agent.trainer import frameworks
 from agent.trainer_process import TrainerSupervisor
+from edl_common import ports as port_choice
 from edl_common.options import add_arguments as add_option_arguments
 from edl_common.options import read
 
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 DEFAULT_PORTS = (29543, 29544)
 """Below Linux's default ephemeral range (32768-60999): no port bound to 0 (a gloo pair, a
 generation's store) can be holding one when this member's trainer needs it."""
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _T = TypeVar("_T")
 
 
@@ -66,26 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def free_static_port(rng: random.Random | None = None, attempts: int = 200) -> int:
-    """A free port *below* the ephemeral range, for ``EDL_TRAINER_PORTS=auto``.
+    """A port free on every address, *below* the ephemeral range, for ``EDL_TRAINER_PORTS=auto``.
 
     A port bound to 0 comes from the ephemeral range, so one chosen below it cannot be taken
     later by a gloo pair or a generation's store while it is not listening (between
     generations, or while another member is rank 0); one chosen by binding port 0 could.
+    Members take the band's upper half (`edl_common.ports.Band.MEMBER`), test servers the
+    lower one.
     """
     try:
-        low = int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rng = rng or random.Random()
-    for _ in range(attempts):
-        port = rng.randrange(max(1024, low - 12000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise ConfigError(f"no free port below the ephemeral range ({low}) after {attempts} tries")
+        return port_choice.free_static_port(port_choice.Band.MEMBER, rng, attempts)
+    except port_choice.NoFreePort as e:
+        raise ConfigError(f"EDL_TRAINER_PORTS=auto: {e}") from e
 
 
 def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> ElasticOptions | None:
@@ -103,6 +95,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
     if not (membership.startswith("local:") or membership == "kubernetes"):
         raise ConfigError(f"--membership {membership!r}: expected local:/dir or kubernetes")
     ports = _trainer_ports(values["trainer_ports"], membership)
+    _check_store_ports(env)
     member_id = (
         values["member_id"] or env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     )
@@ -147,6 +140,19 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
             on_finished=values["on_finished"],
         ),
     )
+
+
+def _check_store_ports(env: Mapping[str, str]) -> None:
+    """A bad EDL_STORE_PORTS (the trainers inherit it) is the agent's one-line error at start.
+
+    Not a traceback in every trainer.
+    """
+    raw = env.get(names.STORE_PORTS, "")
+    if raw.strip():
+        try:
+            port_choice.parse_port_range(raw)
+        except ValueError as e:
+            raise ConfigError(f"{names.STORE_PORTS}={e}") from None
 
 
 def _trainer_ports(raw: str | None, membership: str) -> tuple[int, int]:

@@ -34,6 +34,7 @@ from types import FrameType, TracebackType
 from typing import Any, NoReturn
 
 from agent.checkpoints.errors import CheckpointError, CheckpointStoreError
+from agent.errors import ConfigError
 from agent.protocol import env as names
 from agent.protocol.control import (
     PEER_LOST_EXIT,
@@ -54,6 +55,7 @@ from agent.trainer.sampler import ElasticSampler, StepPlan
 from agent.trainer.session import TrainingSession, start_session
 from agent.trainer.state import TrainingState, load_local, save_local, write_local
 from agent.trainer.step_gate import StepGate
+from edl_common.ports import parse_port_range
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,10 @@ class ElasticTrainerSettings:
     """EDL_REINIT_WAIT_SECONDS: how long a drained in-process trainer waits for its next world."""
     reinit_limit: int = 50
     """EDL_REINIT_LIMIT: in-process generations per trainer process; after that it takes the
-    process path once (frameworks cannot release a store, so each generation keeps one)."""
+    process path once (bounds what a framework keeps per group: Paddle's comm contexts)."""
+    store_ports: range | None = None
+    """EDL_STORE_PORTS (``LOW-HIGH``): the ports rank 0's store of a generation may take
+    (a firewall's opening); unset: any port the kernel finds free on every address."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
@@ -111,7 +116,17 @@ class ElasticTrainerSettings:
             reinit=(env.get(names.REINIT) or cls.reinit).strip().lower(),
             reinit_wait_seconds=float(env.get(names.REINIT_WAIT) or cls.reinit_wait_seconds),
             reinit_limit=int(env.get(names.REINIT_LIMIT) or cls.reinit_limit),
+            store_ports=_store_ports(env.get(names.STORE_PORTS, "")),
         )
+
+
+def _store_ports(raw: str) -> range | None:
+    if not raw.strip():
+        return None
+    try:
+        return parse_port_range(raw)
+    except ValueError as e:
+        raise ConfigError(f"{names.STORE_PORTS}={e}") from None
 
 
 class ElasticTrainer:
@@ -268,7 +283,7 @@ class ElasticTrainer:
         deadline = time.monotonic() + self.settings.master_wait_seconds
         while True:
             try:
-                return RendezvousHost(endpoint)
+                return RendezvousHost(endpoint, store_ports=self.settings.store_ports)
             except OSError as e:
                 if time.monotonic() >= deadline or self._superseded():
                     raise RendezvousTimeout(f"cannot listen on {endpoint}: {e}") from e
@@ -637,7 +652,7 @@ class ElasticTrainer:
         if self._reinits >= self.settings.reinit_limit:
             log.info(
                 "%d in-process generations in this process: the next rescale restarts it "
-                "(releasing the stores the framework keeps)",
+                "(releasing what the framework keeps per group)",
                 self._reinits,
             )
             self._inprocess = False

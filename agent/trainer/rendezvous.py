@@ -8,9 +8,12 @@ line protocol on the generation's master endpoint (its member's advertised port)
 
 - every rank checks in with its generation and rank, polling every `POLL_SECONDS`, until all
   ranks of the generation checked in within `FRESH_SECONDS` (a rank that gave up drops out);
-- then each is told a *fresh* store endpoint (a free port on rank 0's host, a new store for
-  every group), where the framework forms the group at once, with everyone known present
-  (the others dial only once rank 0's store listens: Paddle's client retries every 3 s);
+- then each is told a *fresh* store endpoint (a port of rank 0's host, a new store for every
+  group), where the framework forms the group at once, with everyone known present (the others
+  dial only once rank 0's store listens: Paddle's client retries every 3 s). The host *holds*
+  that port on every address from the moment it opens the meeting (`edl_common.ports`): the
+  store binds ``0.0.0.0``, and Paddle's aborts the process when that bind fails, so no other
+  socket may take the port before it does;
 - while waiting, each rank asks its `abandon` callback (a newer world handed over, a stop, the
   agent gone) and leaves with `Superseded`: the wait is in Python, never stuck in C++.
 
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.protocol.errors import ElasticError, RendezvousTimeout
+from edl_common.ports import HeldPort, NoFreePort, hold_port
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +46,6 @@ class Superseded(ElasticError):
     """The wait was abandoned: a newer world, a stop request, or the agent is gone."""
 
 
-def free_port(host: str) -> int:
-    """A port nothing listens on right now (the store binds it next)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _split(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     return host, int(port)
@@ -58,6 +55,8 @@ def _split(endpoint: str) -> tuple[str, int]:
 class _Meeting:
     world_size: int
     store: str
+    port: HeldPort
+    """The store's port, held on every address until the store has bound it."""
     seen: dict[int, float] = field(default_factory=dict)
     complete: bool = False
     told: set[int] = field(default_factory=set)
@@ -67,10 +66,21 @@ class _Meeting:
 class RendezvousHost:
     """Rank 0's side: one listening socket, answering for every generation it opens."""
 
-    def __init__(self, endpoint: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        clock: Callable[[], float] = time.monotonic,
+        store_ports: range | None = None,
+    ) -> None:
+        """Listens on `endpoint`.
+
+        `store_ports`: where the stores' ports come from (``EDL_STORE_PORTS``); None: any
+        port the kernel finds free on every address.
+        """
         host, port = _split(endpoint)
         self.endpoint = endpoint
         self._clock = clock
+        self._store_ports = store_ports
         self._lock = threading.Lock()
         self._meetings: dict[int, _Meeting] = {}
         self._newest = 0
@@ -82,12 +92,33 @@ class RendezvousHost:
         self._thread = threading.Thread(target=self._serve, name="edl-rendezvous", daemon=True)
         self._thread.start()
 
-    def open(self, generation: int, world_size: int, store: str) -> None:
-        """Starts the meeting of `generation`; rank 0 (the host's own) is present."""
+    def open(self, generation: int, world_size: int) -> str:
+        """Starts the meeting of `generation` and returns its store endpoint.
+
+        Rank 0 (the host's own) is present. The store's port is held on every address of this
+        host until `lend`.
+
+        Raises:
+            NoFreePort: no port could be held (`EDL_STORE_PORTS` all in use).
+        """
+        held = hold_port(self._store_ports, _split(self.endpoint)[0])
+        store = f"{_split(self.endpoint)[0]}:{held.port}"
         with self._lock:
-            self._meetings = {g: m for g, m in self._meetings.items() if g >= generation}
-            self._meetings[generation] = _Meeting(world_size, store, {0: float("inf")})
+            for g in [g for g in self._meetings if g <= generation]:
+                self._meetings.pop(g).port.close()  # its store, if any, keeps the port
+            self._meetings[generation] = _Meeting(world_size, store, held, {0: float("inf")})
             self._newest = max(self._newest, generation)
+        return store
+
+    def lend(self, generation: int) -> None:
+        """Lets rank 0's store bind the port of `generation` (`HeldPort.share`).
+
+        The host lets go of the port when the next meeting opens or the host closes.
+        """
+        with self._lock:
+            meeting = self._meetings.get(generation)
+            if meeting is not None:
+                meeting.port.share()
 
     def complete(self, generation: int) -> bool:
         """True once every rank of `generation` checked in (latched: stays true)."""
@@ -157,12 +188,15 @@ class RendezvousHost:
                     self._told(int(generation), int(rank))
 
     def close(self) -> None:
-        """Stops serving (idempotent)."""
+        """Stops serving and lets go of every held store port (idempotent)."""
         self._closed = True
         try:
             self._sock.close()
         except OSError:
             pass
+        with self._lock:
+            for meeting in self._meetings.values():
+                meeting.port.close()
 
 
 def ask(endpoint: str, generation: int, rank: int, timeout: float = 1.0) -> str:
@@ -193,24 +227,29 @@ def meet(
 ) -> str:
     """Waits until every rank of `generation` is present; returns the group's store endpoint.
 
-    Rank 0 passes its `host` (listening on `master`) and opens the meeting with a fresh store
-    endpoint on its own host; the others check in on `master`.
+    Rank 0 passes its `host` (listening on `master`), which opens the meeting with a fresh
+    store port of its own host, held until rank 0's store binds it: rank 0 must create its
+    store right after this returns (the port is lent to it then). The others check in on
+    `master`.
 
     Raises:
         Superseded: `abandon()` said so while waiting, or the host moved past `generation`.
-        RendezvousTimeout: not everyone came within `timeout` s.
+        RendezvousTimeout: not everyone came within `timeout` s (or rank 0 found no port
+            for the store).
     """
     deadline = time.monotonic() + timeout
     store = ""
     if host is not None:
-        address = _split(master)[0]
-        store = f"{address}:{free_port(address)}"
-        host.open(generation, world_size, store)
+        try:
+            store = host.open(generation, world_size)
+        except NoFreePort as e:
+            raise RendezvousTimeout(f"generation {generation}: no port for its store: {e}") from e
     while True:
         if abandon():
             raise Superseded(f"generation {generation}: a newer world or a stop came first")
         if host is not None:
             if host.complete(generation) and host.everyone_told(generation):
+                host.lend(generation)
                 return store
         elif store:
             if _listening(store):  # rank 0 creates it once every rank has been told

@@ -3,14 +3,19 @@
 Why not a thread per connection (gunicorn's gthread, ``http.server``): a handful of idle or
 half-open connections took every thread. Here waiting costs a few KB: the TLS handshake, a
 request head, a body and idle keep-alive each have a deadline, the admission table
-(:mod:`edl_common.http.admission`) decides who may stay when the room is full, and only
-complete, parsed requests reach the handler. h11 parses requests and frames their bodies;
-:mod:`edl_common.http.request_head` refuses what h11 is too lenient about, and
-:mod:`edl_common.http.response_head` writes the answers.
+(:mod:`edl_common.http.admission`) decides who may stay when the room (connections, memory:
+:mod:`edl_common.http.memory`) is full, connections take turns at being answered
+(:mod:`edl_common.http.fairness`), and only complete, parsed requests reach the handler. h11
+parses requests and frames their bodies; :mod:`edl_common.http.request_head` refuses what
+h11 is too lenient about, and :mod:`edl_common.http.response_head` writes the answers. Each
+connection's bytes go through a :class:`~edl_common.http.channel.Channel` (bounded buffers,
+TLS, freed when it closes).
 
 The handler is framework-free: it gets a :class:`Request` and returns a :class:`Response`
-(a body of bytes, or an async iterator that is streamed chunked), and renders errors of the
-HTTP layer itself in its own format (the adapter: a Kubernetes ``Status``; the agent: text).
+(a body of bytes, or an async iterator that is streamed chunked), screens a request that
+carries a body before any of it is read (``100 Continue`` is sent only after), and renders
+errors of the HTTP layer itself in its own format (the adapter: a Kubernetes ``Status``; the
+agent: text).
 """
 
 from __future__ import annotations
@@ -22,14 +27,21 @@ import logging
 import socket
 import ssl
 import time
-import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import h11
 
 from edl_common.http.admission import Admission, AdmissionLimits, Phase, Tracked
+from edl_common.http.channel import (
+    PLAIN_CONNECTION_BYTES,
+    TLS_CONNECTION_BYTES,
+    Channel,
+    forget_frames,
+)
+from edl_common.http.fairness import FairnessLimits, Turn, TurnTaking
+from edl_common.http.memory import MemoryBudget
 from edl_common.http.request_head import (
     HeadLimits,
     HttpError,
@@ -53,6 +65,7 @@ _READ_SIZE = 65536
 _LINGER_S = 0.5  # after an error, unread input is drained this long before the close
 _LINGER_BYTES = 256 * 1024
 _DRAIN_S = 5.0  # on stop, requests being served get this long to finish
+_ACCEPT_BATCH = 32  # connections accepted in one pass of the event loop
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,7 @@ class ServerLimits:
     """Listen backlog (connects the kernel completes before the loop accepts them)."""
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     head: HeadLimits = field(default_factory=HeadLimits)
+    fairness: FairnessLimits = field(default_factory=FairnessLimits)
 
 
 @dataclass(frozen=True)
@@ -132,6 +146,16 @@ class Handler(Protocol):
         """The answer to a complete request (raise nothing: an exception is a 500)."""
         ...
 
+    async def screen(self, request: Request) -> Response | None:
+        """Look at a request that carries a body before any of it is read.
+
+        The request's ``body`` is empty. An answer refuses it (the body is never read,
+        ``100 Continue`` never sent, the connection is closed after the answer); None reads
+        the body, then :meth:`respond` answers (raise nothing: an exception refuses it with a
+        500).
+        """
+        ...
+
     def refuse(self, error: HttpError) -> Response:
         """The answer to a request the HTTP layer refused (``error.code`` is the status)."""
         ...
@@ -145,61 +169,12 @@ class _Closed(Exception):
     """The connection ended (or idled out) between requests: close without an answer."""
 
 
-class _StreamProtocol(asyncio.StreamReaderProtocol):
-    """asyncio's stream protocol, quiet about a TLS close_notify followed by a half-close.
+class _Refused(Exception):
+    """A request refused before its body was read (:meth:`Handler.screen`)."""
 
-    After ``start_tls`` the protocol may still believe it is on plain TCP when the client's
-    close_notify arrives, answer "keep open" and make asyncio log ``returning true from
-    eof_received() has no effect when using ssl``: one log line per connection, for any
-    client. A connection that will speak TLS never asks to stay half-open.
-    """
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        connected: Callable[
-            [asyncio.StreamReader, asyncio.StreamWriter, _StreamProtocol], Awaitable[None]
-        ],
-        tls: bool,
-    ) -> None:
-        super().__init__(reader, lambda r, w: connected(r, w, self))
-        self._tls = tls
-        self._tail = b""
-        self.on_head: Callable[[], None] | None = None
-        """Called when a complete request head has arrived (decrypted, under TLS)."""
-
-    def data_received(self, data: bytes) -> None:
-        """Hand the bytes on; a complete head marks the connection busy before it is read.
-
-        Until its task reads them, a scrape whose head already arrived would look like a
-        fresh idle connection, and a storm of newcomers could close it for room.
-        """
-        super().data_received(data)
-        if self.on_head is not None:
-            if b"\r\n\r\n" in self._tail + data:
-                self.on_head()
-                self._tail = b""
-            else:
-                self._tail = data[-3:]
-
-    def eof_received(self) -> bool:
-        keep_open = bool(super().eof_received())
-        return keep_open and not self._tls
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Also drops what ties this protocol into reference cycles.
-
-        So a closed connection is freed at once, not by the cyclic collector
-        (`_forget_frames`): the error's traceback (its frames hold the transport, which
-        holds this protocol, whose closed-future holds the error), the connect callback (a
-        closure over this protocol) and the head callback (the admission's record, which
-        holds the connection's task).
-        """
-        if exc is not None:
-            _forget_frames(exc)
-        super().connection_lost(exc)
-        self.on_head = None
-        self._client_connected_cb = None
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
 
 
 def _verified_certificate(ssl_object: ssl.SSLObject | None) -> bool:
@@ -216,6 +191,8 @@ class HttpServer:
         context: the TLS server context (None: plain HTTP).
         privileged: decides from the TLS connection whether it may use the reserved room
             (default: a verified client certificate).
+        memory: the memory budget admission keeps to (None: connections and bodies are
+            capped by count and size only).
     """
 
     def __init__(
@@ -224,13 +201,16 @@ class HttpServer:
         limits: ServerLimits,
         context: ssl.SSLContext | None = None,
         privileged: Callable[[ssl.SSLObject | None], bool] = _verified_certificate,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._handler = handler
         self.limits = limits
         self._context = context
         self._privileged = privileged
+        self._memory = memory
         self.scheme = "https" if context is not None else "http"
         self._admission: Admission | None = None
+        self._turns = TurnTaking(limits.fairness)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._refusal_logged = -60.0
         self._date = HttpDate()
@@ -250,18 +230,27 @@ class HttpServer:
         """Idle or slow connections closed to make room for newer ones."""
         return self._admission.evicted if self._admission is not None else 0
 
+    @property
+    def turns(self) -> TurnTaking:
+        """The turn-taking of connections (its counters)."""
+        return self._turns
+
     async def serve(self, sock: socket.socket, stop: asyncio.Event) -> None:
         """Serve on the bound socket until ``stop`` is set, then drain gracefully."""
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_quiet_exception_handler)
-        admission = self._admission = Admission(self.limits.admission, loop.time)
+        admission = self._admission = Admission(self.limits.admission, loop.time, self._memory)
         tls = self._context is not None
 
-        def protocol() -> _StreamProtocol:
-            return _StreamProtocol(asyncio.StreamReader(limit=_READ_SIZE), self._accepted, tls)
+        def protocol() -> Channel:
+            return Channel(self._accepted, tls, _READ_SIZE)
 
-        # create_server listens again: without `backlog` it would be asyncio's 100.
-        server = await loop.create_server(protocol, sock=sock, backlog=self.limits.backlog)
+        # asyncio accepts as many connections in one pass of the loop as the backlog it is
+        # given, and listens again with it: a small batch, then the kernel's queue as asked
+        # (1,024 accepts in one pass, each closing another connection for room, held the
+        # loop for most of a second while half-open handshakes were re-opened).
+        server = await loop.create_server(protocol, sock=sock, backlog=_ACCEPT_BATCH)
+        sock.listen(self.limits.backlog)
         try:
             await stop.wait()
         finally:
@@ -274,49 +263,46 @@ class HttpServer:
             if self._tasks:
                 await asyncio.wait(list(self._tasks), timeout=2.0)
 
-    async def _accepted(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: _StreamProtocol
-    ) -> None:
+    async def _accepted(self, channel: Channel) -> None:
         task = asyncio.current_task()
         assert task is not None and self._admission is not None
         admission = self._admission
-        peer = writer.get_extra_info("peername") or ("", 0)
-        phase = Phase.HANDSHAKE if self._context is not None else Phase.WAITING
-        conn = admission.accept(str(peer[0]), phase, functools.partial(_cancel, task))
+        peer = channel.extra("peername") or ("", 0)
+        tls = self._context is not None
+        phase = Phase.HANDSHAKE if tls else Phase.WAITING
+        cost = TLS_CONNECTION_BYTES if tls else PLAIN_CONNECTION_BYTES
+        conn = admission.accept(str(peer[0]), phase, functools.partial(_cancel, task), cost)
         if conn is None:
             self._log_refusal()
-            writer.transport.abort()
+            channel.release()
             return
-        stream.on_head = functools.partial(_head_arrived, admission, conn)
+        channel.on_head = functools.partial(_head_arrived, admission, conn)
         self._tasks.add(task)
         try:
-            info = await self._handshake(writer, conn, peer)
+            info = await self._handshake(channel, conn, peer)
             if info is None:
                 self._log_refusal()
                 return
-            await self._serve(reader, writer, conn, info)
-            await _close(writer)  # flushes what is still buffered (drain stops at high water)
-        except (OSError, ssl.SSLError, EOFError, asyncio.IncompleteReadError, _Closed) as e:
-            _forget_frames(e)
+            await self._serve(channel, conn, info)
+            await channel.close(2.0)  # flushes what is still buffered (drain stops at high water)
+        except (OSError, ssl.SSLError, EOFError, _Closed) as e:
+            forget_frames(e)
         except asyncio.CancelledError as e:  # evicted, or the server stops
-            _forget_frames(e)
+            forget_frames(e)
         except h11.LocalProtocolError:  # an answer h11 cannot frame: ours, not the client's
             log.exception("a response could not be framed; the connection is closed")
         finally:
             admission.leave(conn)
             self._tasks.discard(task)
-            writer.transport.abort()  # a no-op after a clean close
+            channel.release()  # aborts (a no-op after a clean close) and frees
 
-    async def _handshake(
-        self, writer: asyncio.StreamWriter, conn: Tracked, peer: Any
-    ) -> ConnectionInfo | None:
+    async def _handshake(self, channel: Channel, conn: Tracked, peer: Any) -> ConnectionInfo | None:
         assert self._admission is not None
         address = (str(peer[0]), int(peer[1]) if len(peer) > 1 else 0)
         if self._context is None:
             return ConnectionInfo(address, "http", None, False)
-        # The first await of this task: nothing has been read from the socket yet.
-        await writer.start_tls(self._context, ssl_handshake_timeout=self.limits.handshake_timeout)
-        ssl_object = writer.get_extra_info("ssl_object")
+        await channel.start_tls(self._context, self.limits.handshake_timeout)
+        ssl_object = channel.extra("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
         privileged = self._privileged(ssl_object)
         if not self._admission.classify(conn, privileged):
@@ -329,44 +315,53 @@ class HttpServer:
         if now - self._refusal_logged >= 60.0:
             self._refusal_logged = now
             caps = self.limits.admission
+            memory = self._memory
             log.warning(
                 "connections at their cap (%d in all, %d reserved for privileged clients, "
-                "%s per peer) and none idle to close: closing new ones "
-                "(%d so far; logged at most once a minute)",
+                "%s per peer, memory %s) and none idle to close: closing new ones "
+                "(%d so far, %d of them for memory; logged at most once a minute)",
                 caps.max_connections,
                 caps.reserved,
                 caps.max_per_peer if caps.max_per_peer is not None else "no cap",
+                f"{memory.high_water >> 20} MiB of {memory.limit >> 20} MiB"
+                if memory is not None
+                else "not capped",
                 self.refused_connections,
+                self._admission.short_of_memory if self._admission is not None else 0,
             )
 
-    async def _serve(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        conn: Tracked,
-        info: ConnectionInfo,
-    ) -> None:
+    async def _serve(self, channel: Channel, conn: Tracked, info: ConnectionInfo) -> None:
         assert self._admission is not None
         admission = self._admission
+        turn = Turn(info.peer[0], info.privileged)
+        queued = functools.partial(admission.enter, conn, Phase.QUEUED)
         buf = bytearray()
         first = True
         for _ in range(1_000_000):  # requests per connection, bounded
             admission.enter(conn, Phase.WAITING)
             started = time.perf_counter()
             head: RequestHead | None = None
+            charged = 0
+            turn_started = 0.0
             try:
-                head, exchange = await self._read_head(reader, buf, first, conn, info)
+                head, exchange = await self._read_head(channel, buf, first, conn, info)
+                # a pipelined request waits here while others have their turn
+                await self._turns.take(turn, queued)
+                admission.enter(conn, Phase.SERVING)
                 started = time.perf_counter()  # the access log times the request, not the idle
-                body = await self._read_body(reader, writer, exchange, head)
+                turn_started = time.thread_time()  # the loop's CPU, not the clock's time
+                charged = await self._admit_body(conn, head, info)
+                body = await self._read_body(channel, exchange, head, buf)
             except HttpError as e:
+                admission.discharge(conn, charged)
                 response = self._handler.refuse(e)
-                response.close = True
-                sent = await self._send_plain(writer, response, head)
-                self._finished(info, head, response, sent, started)
-                await self._linger(reader)
+                await self._refuse(channel, response, head, info, started)
+                return
+            except _Refused as e:
+                admission.discharge(conn, charged)
+                await self._refuse(channel, e.response, head, info, started)
                 return
             first = False
-            admission.enter(conn, Phase.SERVING)
             try:
                 response = await self._handler.respond(Request(head, body, info))
             except Exception:
@@ -375,11 +370,54 @@ class HttpServer:
                     HttpError(500, "InternalError", "an internal error occurred")
                 )
                 response.close = True
-            sent, keep_open = await self._send(writer, exchange, head, response)
+            del body
+            admission.discharge(conn, charged)
+            sent, keep_open = await self._send(channel, head, response)
+            self._turns.spent(turn, time.thread_time() - turn_started)
             self._finished(info, head, response, sent, started)
             if not keep_open:
                 return  # Connection: close, HTTP/1.0, a failed stream
-            buf = bytearray(exchange.trailing_data[0])
+
+    async def _refuse(
+        self,
+        channel: Channel,
+        response: Response,
+        head: RequestHead | None,
+        info: ConnectionInfo,
+        started: float,
+    ) -> None:
+        """Answer a refused request, then drain a little and let the connection close."""
+        response.close = True
+        sent = await self._send_plain(channel, response, head)
+        self._finished(info, head, response, sent, started)
+        await self._linger(channel)
+
+    async def _admit_body(self, conn: Tracked, head: RequestHead, info: ConnectionInfo) -> int:
+        """Screen a request that carries a body and charge its memory; the bytes charged.
+
+        Raises:
+            HttpError: 413 (too large), 429 (no memory for it now), 500 (the screen failed).
+            _Refused: the handler refused it.
+        """
+        assert self._admission is not None
+        if not head.chunked and head.content_length == 0:
+            return 0
+        limit = self.limits.max_body
+        if head.content_length > limit:
+            raise HttpError(413, "RequestEntityTooLarge", f"request body larger than {limit} bytes")
+        try:
+            refusal = await self._handler.screen(Request(head, b"", info))
+        except Exception:
+            log.exception("internal error screening %s %s", head.method, head.target)
+            raise HttpError(500, "InternalError", "an internal error occurred") from None
+        if refusal is not None:
+            raise _Refused(refusal)
+        size = limit if head.chunked else head.content_length
+        if not self._admission.charge_body(conn, size):
+            raise HttpError(
+                429, "TooManyRequests", "no memory for a request body now, please retry"
+            )
+        return size
 
     def _finished(
         self,
@@ -397,12 +435,13 @@ class HttpServer:
 
     async def _read_head(
         self,
-        reader: asyncio.StreamReader,
+        channel: Channel,
         buf: bytearray,
         first: bool,
         conn: Tracked,
         info: ConnectionInfo,
     ) -> tuple[RequestHead, h11.Connection]:
+        """The next request's head; what follows it stays in ``buf``."""
         assert self._admission is not None
         loop = asyncio.get_running_loop()
         limits = self.limits
@@ -422,16 +461,15 @@ class HttpServer:
             end = buf.find(b"\r\n\r\n", max(0, scanned - 3))
             if end >= 0:
                 data = bytes(buf[:end])
-                rest = bytes(buf[end + 4 :])
-                buf.clear()
-                return start_request(data, rest, limits.head)
+                del buf[: end + 4]  # cheap: a bytearray drops its front without copying
+                return start_request(data, b"", limits.head)
             scanned = len(buf)
             error = oversize_error(buf, limits.head)
             if error is not None:
                 raise error
             try:
                 async with asyncio.timeout_at(deadline):
-                    chunk = await reader.read(_READ_SIZE)
+                    chunk = await channel.read(_READ_SIZE)
             except TimeoutError:
                 if buf:
                     raise HttpError(
@@ -451,16 +489,18 @@ class HttpServer:
 
     async def _read_body(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        channel: Channel,
         exchange: h11.Connection,
         head: RequestHead,
+        buf: bytearray,
     ) -> bytes:
+        """The body of a request :meth:`_admit_body` let through; what follows stays in ``buf``."""
         limit = self.limits.max_body
         if not head.chunked and head.content_length == 0:
             return b""  # nothing to frame: what follows the head is the next request
-        if head.content_length > limit:
-            raise HttpError(413, "RequestEntityTooLarge", f"request body larger than {limit} bytes")
+        if buf:  # what followed the head (h11 takes an empty read for the end)
+            exchange.receive_data(bytes(buf))
+            buf.clear()
         chunks: list[bytes] = []
         size = 0
         try:
@@ -471,6 +511,7 @@ class HttpServer:
                     except h11.RemoteProtocolError as e:
                         raise bad_request(f"malformed request body: {e}") from e
                     if isinstance(event, h11.EndOfMessage):
+                        buf += exchange.trailing_data[0]
                         return b"".join(chunks)
                     if isinstance(event, h11.Data):
                         size += len(event.data)
@@ -484,12 +525,12 @@ class HttpServer:
                         continue
                     if event is h11.NEED_DATA:
                         if exchange.they_are_waiting_for_100_continue:
-                            writer.write(
+                            channel.write(
                                 exchange.send(
                                     h11.InformationalResponse(status_code=100, headers=[])
                                 )
                             )
-                        data = await reader.read(_READ_SIZE)
+                        data = await channel.read(_READ_SIZE)
                         if not data:
                             raise bad_request("the connection ended inside the request body")
                         exchange.receive_data(data)
@@ -502,11 +543,7 @@ class HttpServer:
     # ------------------------------------------------------------------ writing
 
     async def _send(
-        self,
-        writer: asyncio.StreamWriter,
-        exchange: h11.Connection,
-        head: RequestHead,
-        response: Response,
+        self, channel: Channel, head: RequestHead, response: Response
     ) -> tuple[int, bool]:
         """Write ``response``: the bytes sent and whether the connection may stay open."""
         body = response.body
@@ -528,15 +565,15 @@ class HttpServer:
             )
             error.close = True
             await _aclose(body)
-            return await self._send_plain(writer, error, head), False
+            return await self._send_plain(channel, error, head), False
         if isinstance(body, bytes):
             if framing.body_allowed:
                 data += body
-            await self._write(writer, data)
+            await self._write(channel, data)
             return len(data), not framing.close
         if not framing.body_allowed:
             await _aclose(body)
-            await self._write(writer, data)
+            await self._write(channel, data)
             return len(data), not framing.close
         sent = 0
         try:
@@ -545,12 +582,12 @@ class HttpServer:
             held = data
             async for piece in body:
                 if piece:
-                    await self._write(writer, held)
+                    await self._write(channel, held)
                     sent += len(held)
                     held = chunk(piece) if framing.chunked else piece
             if framing.chunked:
                 held += LAST_CHUNK
-            await self._write(writer, held)
+            await self._write(channel, held)
             sent += len(held)
         except Exception as e:  # the client went away or stopped reading, or the app failed
             log.debug("streamed response aborted: %s", e)
@@ -560,7 +597,7 @@ class HttpServer:
         return sent, not framing.close
 
     async def _send_plain(
-        self, writer: asyncio.StreamWriter, response: Response, head: RequestHead | None
+        self, channel: Channel, response: Response, head: RequestHead | None
     ) -> int:
         """Write an error answer with ``Connection: close`` (the request may be unreadable)."""
         body = response.body if isinstance(response.body, bytes) else b""
@@ -576,21 +613,21 @@ class HttpServer:
         )
         if framing.body_allowed:
             data += body
-        await self._write(writer, data)
+        await self._write(channel, data)
         return len(data)
 
-    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
-        writer.write(data)
+    async def _write(self, channel: Channel, data: bytes) -> None:
+        channel.write(data)
         async with asyncio.timeout(self.limits.write_timeout):
-            await writer.drain()
+            await channel.drain()
 
-    async def _linger(self, reader: asyncio.StreamReader) -> None:
+    async def _linger(self, channel: Channel) -> None:
         """Drain unread input briefly, so closing does not reset the answer just sent."""
         taken = 0
         try:
             async with asyncio.timeout(_LINGER_S):
                 while taken < _LINGER_BYTES:
-                    chunk = await reader.read(_READ_SIZE)
+                    chunk = await channel.read(_READ_SIZE)
                     if not chunk:
                         return
                     taken += len(chunk)
@@ -612,37 +649,6 @@ async def _aclose(body: bytes | AsyncIterator[bytes]) -> None:
     if closer is not None:
         with contextlib.suppress(Exception):
             await closer()
-
-
-def _forget_frames(error: BaseException) -> None:
-    """Lets a connection's failure be freed at once instead of by the cyclic collector.
-
-    A failed TLS handshake (a client that connects and closes, a reset) raises out of
-    `loop.start_tls`, whose finished frame holds the waiter future that holds the error,
-    whose traceback holds that frame: a reference cycle that keeps the connection's
-    SSLProtocol, its 256 KiB of buffers and its SSLObject alive until a collection finds it.
-    With the collector's first threshold raised (`AdapterServer.load`) and its older
-    generations rarely collected, a burst of 1,000 such connects a second held over 2 GB
-    within 15 s. Clearing the finished frames of the error's chain breaks every such cycle.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    for _ in range(16):  # the chain of causes and contexts, bounded
-        if current is None or id(current) in seen:
-            return
-        seen.add(id(current))
-        if current.__traceback__ is not None:
-            traceback.clear_frames(current.__traceback__)  # skips frames still running
-            current.__traceback__ = None
-        current = current.__cause__ or current.__context__
-
-
-async def _close(writer: asyncio.StreamWriter, timeout: float = 2.0) -> None:
-    """Close after the buffered answer is sent (TLS: with close_notify), bounded in time."""
-    writer.close()
-    with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
-        async with asyncio.timeout(timeout):
-            await writer.wait_closed()
 
 
 def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -11,12 +10,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from edl_common.ports import Band, free_static_port
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the usual, slightly racy, loopback trick)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port free on every address a moment ago, below the ephemeral range (so no outgoing
+    connection takes it before its server binds it; `edl_common.ports`)."""
+    return free_static_port(Band.SERVER, host="::" if ":" in host else "0.0.0.0")
 
 
 def insecure_tls() -> ssl.SSLContext:

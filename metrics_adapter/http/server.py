@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from edl_common.http.admission import AdmissionLimits
+from edl_common.http.memory import MemoryBudget
 from edl_common.http.request_head import HeadLimits, HttpError, RequestHead
 from edl_common.http.server import Exchange, HttpServer, Request, Response, ServerLimits
 from edl_common.http.sockets import ListenError, listen, raise_open_files_limit
@@ -42,6 +43,7 @@ from metrics_adapter.api.filters import (
 )
 from metrics_adapter.api.flask_app import FILTERS_EXTENSION, INLINE_EXTENSION
 from metrics_adapter.auth.blocking import WouldBlock, on_loop
+from metrics_adapter.auth.identity import ANONYMOUS
 from metrics_adapter.errors import ConfigError
 from metrics_adapter.http.tls import CertReloader, ServingCert
 from metrics_adapter.settings import AdapterSettings
@@ -179,16 +181,9 @@ class WsgiHandler:
         head = request.head
         environ = self._environ(request)
         try:
-            if self._filters is not None:
-                try:
-                    with on_loop():
-                        denial = self._filters.admit(environ)
-                except WouldBlock:  # an uncached review: a thread waits for it
-                    denial = await self._on_thread(self._filters.admit, environ)
-                if denial is not None:
-                    return self._answered(
-                        Response(denial.code, denial.headers, denial.body), environ
-                    )
+            denial = await self._filter(environ)
+            if denial is not None:
+                return self._answered(denial, environ)
             answer: Response | _Unfinished
             if self._inline:
                 with on_loop():
@@ -204,6 +199,47 @@ class WsgiHandler:
                 Response(answer.status, answer.headers, self._stream(answer)), environ
             )
         return self._answered(answer, environ)
+
+    async def screen(self, request: Request) -> Response | None:
+        """Read a request body only for a client the filters authenticated and allowed.
+
+        The API is read-only (GET and HEAD), so no one needs to send a body; a stranger's
+        is refused before it is read and before ``100 Continue`` (600 slow bodies from
+        unauthenticated clients held 430 MB, issue 37). The filters' own denial (401, 403)
+        is the answer where they give one.
+        """
+        environ = self._environ(request)
+        try:
+            denial = await self._filter(environ)
+        except _Busy:
+            denial = status_response(
+                429, "TooManyRequests", "too many requests in flight, please retry"
+            )
+        if denial is None and environ.get(USER_ENVIRON_KEY) in (None, ANONYMOUS.name):
+            denial = status_response(
+                401, "Unauthorized", "a request body is accepted only from an authenticated client"
+            )
+        if denial is None:
+            return None
+        denial.close = True
+        return self._answered(denial, environ)
+
+    async def _filter(self, environ: dict[str, Any]) -> Response | None:
+        """Authenticate and authorise: on the loop, else (to wait on a review) on a thread.
+
+        Raises:
+            _Busy: the review would wait, and the threads are full.
+        """
+        if self._filters is None:
+            return None
+        try:
+            with on_loop():
+                denial = self._filters.admit(environ)
+        except WouldBlock:  # an uncached review: a thread waits for it
+            denial = await self._on_thread(self._filters.admit, environ)
+        if denial is None:
+            return None
+        return Response(denial.code, denial.headers, denial.body)
 
     async def _on_thread(self, call: Callable[..., _T], *args: Any) -> _T:
         """``call(*args)`` on an app thread.
@@ -379,7 +415,8 @@ class AdapterServer:
     """Runs the app built by ``app_factory`` behind :class:`HttpServer` until SIGTERM/SIGINT.
 
     ``after_load`` runs once the app is built (the entry point tunes the process's memory
-    there: :mod:`metrics_adapter.process_memory`).
+    there: :mod:`metrics_adapter.process_memory`); ``memory`` is the budget admission keeps to
+    (the entry point's, from ``--memory-budget`` or the container's limit).
     """
 
     def __init__(
@@ -389,9 +426,11 @@ class AdapterServer:
         cert: ServingCert | None,
         context_factory: Callable[[], ssl.SSLContext] | None,
         after_load: Callable[[], object] = lambda: None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._settings = settings
         self._after_load = after_load
+        self._memory = memory
         self._app_factory = app_factory
         self._cert = cert
         self._context_factory = context_factory
@@ -420,7 +459,7 @@ class AdapterServer:
                 (str(name[0]), str(name[1])),
                 s.access_log,
             )
-            front = HttpServer(handler, limits, context)
+            front = HttpServer(handler, limits, context, memory=self._memory)
             reloader = (
                 CertReloader(self._cert, context)
                 if self._cert is not None and context is not None

@@ -5,10 +5,12 @@ memory stays small on large clusters), and :func:`assemble` turns them into a
 :class:`~edl_sizing.capacity.ClusterSnapshot`.
 
 A **job** is a Deployment labelled ``edl.paddlepaddle.org/job: <name>``; its workers are
-the pods its selector matches. A job whose agents labelled it
-``edl.paddlepaddle.org/state: finished`` (``edl-agent --on-finished scale-to-zero``) is no
-job any more: it is not sized, and the room its pods held is free at once (pods being
-deleted do not count). Its annotations (all optional):
+the pods its selector matches. A Deployment at 0 replicas is no job to size: the HPA does not
+act on a target at 0, and it holds no room. That is where a finished job ends
+(``edl-agent --on-finished scale-to-zero`` scales it to 0; its pods being deleted do not
+count, so their room is free at once); the label ``edl.paddlepaddle.org/state: finished``,
+which agents before issue 37 put on the Deployment, still means the same. Its annotations (all
+optional):
 
 =====================================  ========  ====================================
 annotation                             default   meaning
@@ -219,11 +221,16 @@ def selector_from(obj: Mapping[str, Any] | None) -> LabelSelector:
 
 
 def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
-    """A Deployment carrying the job label; None for any other, and for a finished job's."""
+    """A Deployment carrying the job label; None for any other, and for one at 0 replicas.
+
+    At 0: a finished job's, or one parked by hand (the HPA does not act on it either).
+    """
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     labels = meta.get("labels") or {}
     job = labels.get(JOB_LABEL)
     if not job or meta.get("deletionTimestamp") or labels.get(STATE_LABEL) == FINISHED:
+        return None
+    if spec.get("replicas") == 0:
         return None
     template = (spec.get("template") or {}).get("spec") or {}
     problem = None

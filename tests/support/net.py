@@ -1,23 +1,49 @@
-"""Loopback ports for the processes a test starts."""
+"""Loopback ports for the processes a test starts.
+
+A port is taken from the band of server ports below the kernel's ephemeral range and checked
+on every address (`edl_common.ports`): other suites on the machine hold thousands of sockets on
+127.0.0.0/8 (`socket_holder.py`), and a port free on 127.0.0.1 alone may be held on another
+address, where a server binding 0.0.0.0 then fails; nor can an outgoing connection be given it
+between the check and the server's bind.
+"""
 
 from __future__ import annotations
 
 import socket
 import struct
 
+from edl_common.ports import Band, free_static_port
+
 _used_ports: set[int] = set()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` now, never handed out twice in this process."""
+    """A TCP port free on every address now (so on `host`), never handed out twice in this
+    process. `host` picks the family (a literal with a colon: IPv6)."""
     for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
+        port = free_static_port(Band.SERVER, host="::" if ":" in host else "0.0.0.0")
         if port not in _used_ports:
             _used_ports.add(port)
             return port
     raise RuntimeError("no free port found after 50 tries")
+
+
+def bound(address: str, port: int, reuse: bool = False, listen: bool = False) -> socket.socket:
+    """A TCP socket bound to (`address`, `port`), listening if asked (OSError when taken).
+
+    `reuse` sets SO_REUSEADDR first, as a framework's store (libuv) does.
+    """
+    s = socket.socket()
+    try:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((address, port))
+        if listen:
+            s.listen(8)
+    except OSError:
+        s.close()
+        raise
+    return s
 
 
 _SOCK_DIAG = 4  # NETLINK_SOCK_DIAG

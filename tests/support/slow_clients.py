@@ -1,5 +1,6 @@
 """Hostile slow clients for the servers' tests: half-open TLS handshakes, idle connects,
-idle keep-alive connections, slowloris heads and bursts of connects."""
+idle keep-alive connections, slowloris heads, bursts of connects, slow request bodies and
+pipelined requests."""
 
 from __future__ import annotations
 
@@ -12,11 +13,33 @@ import threading
 import time
 
 
+def connect(port: int, source: str | None = None, timeout: float = 5.0) -> socket.socket:
+    """A TCP connection to 127.0.0.1:`port`, from the loopback address `source` when given."""
+    address = None if source is None else (source, 0)
+    return socket.create_connection(("127.0.0.1", port), timeout, source_address=address)
+
+
+def loopback_sources(count: int) -> list[str]:
+    """`count` loopback addresses to connect from: 127.0.0.2, 127.0.0.3..."""
+    return [f"127.0.0.{2 + i}" for i in range(count)]
+
+
+def stranger_context() -> ssl.SSLContext:
+    """A TLS client that trusts anything and shows no certificate."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 class HalfOpenConnections:
     """Keeps `partial` connections that sent a ClientHello minus its last byte and `idle`
-    that sent nothing open, re-opening each one the server drops."""
+    that sent nothing open, re-opening each one the server drops (from `sources` in turn,
+    loopback addresses, when given)."""
 
-    def __init__(self, port: int, partial: int, idle: int) -> None:
+    def __init__(
+        self, port: int, partial: int, idle: int, sources: list[str] | None = None
+    ) -> None:
         inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
@@ -27,7 +50,9 @@ class HalfOpenConnections:
         self.hello = out.read()[:-1]
         self.port = port
         self.kinds = [True] * partial + [False] * idle
+        self.sources: list[str | None] = [*sources] if sources else [None]
         self.dropped = 0
+        self.opened = 0
         self.socks: list[socket.socket | None] = []
         """The connections held (None: a re-open that failed), once all were opened."""
         self._stop = threading.Event()
@@ -35,7 +60,8 @@ class HalfOpenConnections:
 
     def _open(self, partial: bool) -> socket.socket | None:
         try:
-            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s = connect(self.port, self.sources[self.opened % len(self.sources)])
+            self.opened += 1
             if partial:
                 s.sendall(self.hello)
             s.setblocking(False)
@@ -297,3 +323,165 @@ class ConnectBurst:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(30)
+
+
+class SlowBodies:
+    """Keeps `count` TLS connections that each send a request head announcing a body
+    (``Expect: 100-continue``, `length` bytes) and then the body one byte every `every`
+    seconds, re-opening each one the server closes, from `sources` in turn. Counts the
+    ``100 Continue`` answers the server sent and the other answers (a refusal)."""
+
+    def __init__(
+        self,
+        port: int,
+        count: int,
+        path: str = "/healthz",
+        sources: list[str] | None = None,
+        every: float = 2.0,
+        length: int = 1000,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.port = port
+        self.count = count
+        self.head = (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n"
+        ).encode()
+        self.sources: list[str | None] = [*sources] if sources else [None]
+        self.every = every
+        self.context = context or stranger_context()
+        self.opened = 0
+        self.dropped = 0
+        self.continues = 0
+        """``100 Continue`` answers received."""
+        self.refusals = 0
+        """Final answers received (the server refused the body)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> ssl.SSLSocket | None:
+        try:
+            raw = connect(self.port, self.sources[self.opened % len(self.sources)], 10)
+            s = self.context.wrap_socket(raw)
+            s.sendall(self.head)
+            s.setblocking(False)
+            self.opened += 1
+            return s
+        except OSError:
+            return None
+
+    def _tick(self, s: ssl.SSLSocket) -> bool:
+        """Read what the server said and send one more byte; False: closed."""
+        try:
+            data = s.recv(4096)
+            if not data:
+                return False
+            self.continues += data.count(b"HTTP/1.1 100")
+            self.refusals += data.count(b"HTTP/1.1 4") + data.count(b"HTTP/1.1 5")
+        except (BlockingIOError, ssl.SSLWantReadError):
+            pass
+        except OSError:
+            return False
+        try:
+            s.send(b"x")
+        except (BlockingIOError, ssl.SSLWantWriteError):
+            pass
+        except OSError:
+            return False
+        return True
+
+    def _run(self) -> None:
+        socks: list[ssl.SSLSocket | None] = []
+        for _ in range(self.count):
+            if self._stop.is_set():
+                break
+            socks.append(self._open())
+        for _ in range(100_000):
+            if self._stop.wait(self.every):
+                break
+            for i, s in enumerate(socks):
+                if s is None or not self._tick(s):
+                    if s is not None:
+                        s.close()
+                        self.dropped += 1
+                    socks[i] = self._open()
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    def __enter__(self) -> SlowBodies:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+class Pipelining:
+    """`connections` TLS connections that each write `GET path` `batch` at a time and read
+    the answers, over and over, re-opening when the server closes one: issue 37's attack."""
+
+    def __init__(
+        self,
+        port: int,
+        connections: int,
+        path: str = "/healthz",
+        batch: int = 200,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.port = port
+        self.count = connections
+        self.batch = (f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n" * batch).encode()
+        self.per_batch = batch
+        self.context = context or stranger_context()
+        self.opened = 0
+        self.dropped = 0
+        self.answered = 0
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, daemon=True) for _ in range(connections)
+        ]
+
+    def _answers(self, s: ssl.SSLSocket) -> None:
+        """Read the answers to one batch (counted as they come)."""
+        seen = 0
+        tail = b""
+        for _ in range(1_000_000):  # bounded: each recv brings bytes or ends
+            if seen >= self.per_batch or self._stop.is_set():
+                return
+            data = s.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the server")
+            joined = tail + data  # a status line may straddle two reads
+            found = joined.count(b"HTTP/1.1 ")
+            seen += found
+            self.answered += found
+            tail = joined[-8:]  # shorter than the pattern: never counted twice
+
+    def _run(self) -> None:
+        for _ in range(100_000):  # connections, re-opened when closed
+            if self._stop.is_set():
+                return
+            try:
+                raw = connect(self.port, None, 30)
+                with self.context.wrap_socket(raw) as s:
+                    self.opened += 1
+                    for _ in range(10_000_000):  # batches, until stopped
+                        if self._stop.is_set():
+                            return
+                        s.sendall(self.batch)
+                        self._answers(s)
+            except OSError:
+                self.dropped += 1
+                self._stop.wait(0.1)
+
+    def __enter__(self) -> Pipelining:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)

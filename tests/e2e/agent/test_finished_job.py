@@ -2,12 +2,13 @@
 
 The digits job runs as the example ships it: Deployment `digits-trainer`, two pods of
 `edl-agent run --elastic --membership kubernetes --on-finished scale-to-zero`, as
-ServiceAccount `edl-trainer` holding exactly the Role of manifests/examples/digits-trainer
-(names limited by `resourceNames`), under an HPA (min 2). When training ends:
-the Deployment goes to 0 replicas, its pods are deleted, it carries the label
-`edl.paddlepaddle.org/state=finished` (what `kubectl get deploy -L` shows) with the step, one
-Event `JobFinished` says so, and the real HPA controller reports it does not act on a target
-at 0 (ScalingActive False, ScalingDisabled) and leaves it there.
+ServiceAccount `edl-trainer` (labelled with its job) holding exactly the Role of
+manifests/examples/digits-trainer (names limited by `resourceNames`, no write on the
+Deployment), under the trainers' ValidatingAdmissionPolicy of manifests/base and an HPA (min 2).
+When training ends: the Deployment goes to 0 replicas, its pods are deleted, the job's world
+ConfigMap carries the label `edl.paddlepaddle.org/state=finished` (what `kubectl get cm -L`
+shows) with the step, one Event `JobFinished` says so, and the real HPA controller reports it
+does not act on a target at 0 (ScalingActive False, ScalingDisabled) and leaves it there.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
+from tests.e2e.harness import trainer_policy
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.elastic_job import (
@@ -74,8 +77,24 @@ def test_a_finished_job_scales_its_deployment_to_zero_and_the_hpa_lets_it_be(
     ns = e2e_ns.name
     kubeconfig = grant_agent_access(
         ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig",
-        rules=example_role_rules(),
+        rules=example_role_rules(), sa_labels={"edl.paddlepaddle.org/job": "digits"},
     )  # fmt: skip
+    with trainer_policy.installed(e2e_ns.api):
+        probe = client.CoreV1Api(trainer_policy.token_client(control_plane, _token(kubeconfig)))
+        trainer_policy.enforced(lambda: probe.create_namespaced_config_map(
+            ns, as_body({"metadata": {"name": "edl-policy-probe"}}), dry_run="All"))  # fmt: skip
+        _finish_and_retire(e2e_ns, kubectl, tmp_path, kubeconfig)
+
+
+def _token(kubeconfig: Path) -> str:
+    (user,) = yaml.safe_load(kubeconfig.read_text())["users"]
+    return str(user["user"]["token"])
+
+
+def _finish_and_retire(
+    e2e_ns: E2ENamespace, kubectl: Kubectl, tmp_path: Path, kubeconfig: Path
+) -> None:
+    ns = e2e_ns.name
     script = SCRIPTS["paddle"]
     container = elastic_container(tmp_path, kubeconfig, "auto", script, [*SHORT])
     command = container["command"]
@@ -101,20 +120,22 @@ def test_a_finished_job_scales_its_deployment_to_zero_and_the_hpa_lets_it_be(
 
         def retired() -> client.V1Deployment | None:
             d = apps.read_namespaced_deployment(DEPLOYMENT, ns)
-            labels = d.metadata.labels or {}
-            return d if d.spec.replicas == 0 and labels.get(STATE) == "finished" else None
+            return d if d.spec.replicas == 0 else None
 
-        d = wait_for(retired, timeout_s=60, what="the Deployment at 0, labelled finished",
+        d = wait_for(retired, timeout_s=60, what="the Deployment at 0",
                      describe=e2e_ns.runner.log_tails)  # fmt: skip
-        annotations = d.metadata.annotations or {}
-        assert annotations["edl.paddlepaddle.org/finished-at-step"] == str(step)
+        world = core.read_namespaced_config_map("edl-digits-world", ns).metadata
+        assert (world.labels or {}).get(STATE) == "finished"
+        assert (world.annotations or {})["edl.paddlepaddle.org/finished-at-step"] == str(step)
         wait_for(
             lambda: not core.list_namespaced_pod(ns).items,
             timeout_s=90,
             what="the trainer pods deleted",
         )
-        shown = kubectl("-n", ns, "get", "deploy", DEPLOYMENT, "-L", STATE)
-        assert "0/0" in shown and "finished" in shown, shown
+        shown = kubectl("-n", ns, "get", "deploy", DEPLOYMENT)
+        assert "0/0" in shown, shown
+        shown = kubectl("-n", ns, "get", "cm", "edl-digits-world", "-L", STATE)
+        assert "finished" in shown, shown
 
         events = [
             e for e in core.list_namespaced_event(ns).items

@@ -53,12 +53,13 @@ def grant_agent_access(
     cp: ControlPlane,
     path: Path,
     rules: list[dict[str, Any]] | None = None,
+    sa_labels: dict[str, str] | None = None,
 ) -> Path:
-    """ServiceAccount + Role (`rules`, default AGENT_RULES) + RoleBinding; writes a
-    kubeconfig holding the SA's token."""
+    """ServiceAccount (labelled `sa_labels`) + Role (`rules`, default AGENT_RULES) +
+    RoleBinding; writes a kubeconfig holding the SA's token."""
     assert cp.pki is not None
     client.CoreV1Api(api).create_namespaced_service_account(
-        ns, as_body({"metadata": {"name": SERVICE_ACCOUNT}})
+        ns, as_body({"metadata": {"name": SERVICE_ACCOUNT, "labels": sa_labels or {}}})
     )
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(

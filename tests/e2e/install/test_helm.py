@@ -199,7 +199,8 @@ def _ours(cluster: Cluster) -> set[str]:
     """Every object of the two releases' kinds that is not there on a fresh cluster."""
     out = cluster.kubectl(
         "get",
-        "apiservices,clusterroles,clusterrolebindings",
+        "apiservices,clusterroles,clusterrolebindings,validatingadmissionpolicies,"
+        "validatingadmissionpolicybindings",
         "-l", "app.kubernetes.io/part-of=edl", "-o", "name",
     )  # fmt: skip
     for ns in (ADAPTER_NS, TRAINER_NS, "kube-system"):

@@ -117,7 +117,7 @@ def test_the_generated_ca_signs_the_serving_certificate_the_apiservices_trust() 
 
 
 @pytest.mark.slow
-def test_the_chart_installs_the_catalogue_alerts_and_rbac_of_the_manifests() -> None:
+def test_the_chart_installs_the_catalogue_alerts_rbac_and_trainer_policy_of_the_manifests() -> None:
     docs = template("edl", CHARTS / "edl/examples/production.yaml")
     (catalogue_map,) = [d for d in kinds(docs, "ConfigMap") if "data" in d]
     catalogue = catalogue_map["data"]["catalogue.yaml"]
@@ -126,13 +126,49 @@ def test_the_chart_installs_the_catalogue_alerts_and_rbac_of_the_manifests() -> 
     assert one(docs, "PrometheusRule")["spec"] == rule["spec"]
     base = render("manifests/base")
     ours = sorted(yaml.safe_dump(d["rules"]) for d in kinds(base, "ClusterRole"))
-    chart = [d for d in kinds(docs, "ClusterRole") if "scraper" not in d["metadata"]["name"]]
+    every_namespace = template("edl")  # the manifests watch every namespace, as this does
+    chart = [
+        d for d in kinds(every_namespace, "ClusterRole") if "scraper" not in d["metadata"]["name"]
+    ]
     assert sorted(yaml.safe_dump(d["rules"]) for d in chart) == ours
     # The history ConfigMap is the chart's own, so the adapter may only read and replace it.
     history = next(d for d in kinds(docs, "ConfigMap") if "data" not in d)
-    (rule,) = one(docs, "Role")["rules"]
+    roles = {d["metadata"]["name"]: d for d in kinds(docs, "Role")}
+    (rule,) = roles["edl-metrics-adapter-sizing-history"]["rules"]
     assert rule["resourceNames"] == [history["metadata"]["name"]] == ["edl-sizing-history"]
     assert rule["verbs"] == ["get", "update"]
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert one(docs, kind) == one(base, kind) | {"metadata": one(docs, kind)["metadata"]}
+        assert one(docs, kind)["metadata"]["name"] == one(base, kind)["metadata"]["name"]
+    policy = (CHARTS / "edl/files/trainer-policy.yaml").read_text()
+    assert policy == (ROOT / "manifests/base/trainer-policy.yaml").read_text()
+    assert not kinds(
+        template("edl", sets=("trainerPolicy.create=false",)), "ValidatingAdmissionPolicy"
+    )
+
+
+@pytest.mark.slow
+def test_watching_one_namespace_the_adapter_reads_it_through_a_role() -> None:
+    """source.namespace: pods and ReplicaSets through a Role there; a ClusterRole only for the
+    sizer, which needs the whole cluster (a node's free room depends on every pod on it)."""
+    scraping = {"pods": ["get", "list", "watch"], "replicasets": ["get"]}
+    for example, sizer in (("production.yaml", True), ("one-namespace.yaml", False)):
+        docs = template("edl", CHARTS / "edl/examples" / example)
+        (source,) = [d for d in kinds(docs, "Role") if d["metadata"]["name"].endswith("-source")]
+        assert source["metadata"]["namespace"] == "ml"
+        assert {r: rule["verbs"] for rule in source["rules"] for r in rule["resources"]} == scraping
+        binding = next(
+            d for d in kinds(docs, "RoleBinding") if d["roleRef"]["name"].endswith("-source")
+        )
+        assert binding["metadata"]["namespace"] == "ml"
+        cluster = [
+            d for d in kinds(docs, "ClusterRole") if d["metadata"]["name"] == "edl-metrics-adapter"
+        ]
+        granted = {
+            r: rule["verbs"] for d in cluster for rule in d["rules"] for r in rule["resources"]
+        }
+        assert "replicasets" not in granted and "get" not in granted.get("pods", [])
+        assert bool(cluster) is sizer and ("nodes" in granted) is sizer
 
 
 @pytest.mark.slow
@@ -179,7 +215,10 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
             assert rule["resourceNames"] == [world["metadata"]["name"]]
             assert "create" not in rule["verbs"]
         if "deployments" in rule["resources"][0]:
+            assert rule["resources"] == ["deployments/scale"]  # never the pod template
             assert rule["resourceNames"] == [name]
+    account = one(docs, "ServiceAccount")  # the trainer policy knows its job by this label
+    assert account["metadata"]["labels"]["edl.paddlepaddle.org/job"] == options.job
     if not v.get("affinity"):  # by default the workers are packed per node, as the manifests do
         affinity = deploy["spec"]["template"]["spec"]["affinity"]["podAffinity"]
         (term,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -274,7 +313,7 @@ def test_the_least_privilege_table_lists_the_verbs_the_trainer_role_grants() -> 
     section = after[after.index("\n| rule ") + 1 :].split("\n\n", 1)[0]
     documented: dict[str, set[str]] = {}
     words = {"ConfigMap": ["configmaps"], "Leases": ["leases"], "Events": ["events"],
-             "Deployment": ["deployments", "deployments/scale"]}  # fmt: skip
+             "Deployment": ["deployments/scale"]}  # fmt: skip
     for row in section.splitlines()[2:]:
         rule = row.split("|")[1]
         verbs = set(re.findall(r"`([a-z]+)`", rule.split(":", 1)[1]))

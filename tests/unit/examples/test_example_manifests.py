@@ -49,7 +49,10 @@ def test_sizing_hpa_reads_desired_replicas_of_its_job() -> None:
     selector = metric["external"]["metric"]["selector"]["matchLabels"]
     assert selector == {JOB_LABEL: deploy["metadata"]["labels"][JOB_LABEL]}
     behavior = raw["spec"]["behavior"]
-    assert behavior["scaleUp"]["tolerance"] == behavior["scaleDown"]["tolerance"] == "0"
+    windows = [behavior[d]["stabilizationWindowSeconds"] for d in ("scaleUp", "scaleDown")]
+    assert windows == [0, 0]  # the sizer holds growth off itself
+    # The per-HPA tolerance (1.33+) is the component hpa-tolerance/, not the example's.
+    assert "tolerance" not in behavior["scaleUp"] and "tolerance" not in behavior["scaleDown"]
     # The sizer's bounds agree with the HPA's.
     annotations = deploy["metadata"]["annotations"]
     assert int(annotations[MAX_WORKERS]) == hpa.spec.max_replicas
@@ -207,6 +210,11 @@ def test_finished_jobs_scale_their_own_deployment_to_zero() -> None:
     named = [r for r in role["rules"] if "deployments/scale" in r["resources"]]
     assert named and named[0]["resourceNames"] == [deploy["metadata"]["name"]]
     assert "patch" in named[0]["verbs"]
+    # never the Deployment itself: a trainer that could patch it could rewrite its pod template
+    assert not [r for r in role["rules"] if "deployments" in r["resources"]]
+    # the trainer policy of manifests/base knows the ServiceAccount's job by its label
+    account = one(docs, "ServiceAccount")
+    assert account["metadata"]["labels"]["edl.paddlepaddle.org/job"] == options.job
 
 
 @pytest.mark.slow

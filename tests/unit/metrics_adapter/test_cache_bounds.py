@@ -81,6 +81,7 @@ def many_pods(n: int) -> Harness:
     return h
 
 
+@pytest.mark.slow
 def test_distinct_metric_selectors_cannot_grow_the_answers_past_their_budget() -> None:
     h = many_pods(400)
     for i in range(300):  # 300 answers of 400 pods: ~250 MB if each were kept
@@ -113,6 +114,7 @@ def test_an_answer_holds_no_more_than_its_estimate() -> None:
     assert 0 < held <= answer_bytes(key, len(items))
 
 
+@pytest.mark.slow
 def test_distinct_label_selectors_cannot_grow_the_registry_caches() -> None:
     registry = PodRegistry(selections_max_bytes=64 << 10)
     registry.replace_all(trainer(f"trainer-{i}", rank=str(i % 7)) for i in range(200))

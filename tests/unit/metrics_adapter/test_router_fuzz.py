@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from urllib.parse import quote, unquote
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from werkzeug.test import EnvironBuilder
@@ -48,6 +49,7 @@ _segment = st.one_of(
 _path = st.lists(_segment, max_size=8).map(lambda segs: "/" + "/".join(segs))
 
 
+@pytest.mark.slow
 @settings(max_examples=1000)
 @given(_path)
 def test_router_raises_only_adapter_errors(path: str) -> None:

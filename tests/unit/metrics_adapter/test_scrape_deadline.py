@@ -105,6 +105,7 @@ def _scraper(registry: PodRegistry, store: MetricStore, metrics: AdapterMetrics)
     )
 
 
+@pytest.mark.slow
 def test_a_trickled_head_ends_at_the_deadline_as_a_timeout(
     target: Target, caplog: pytest.LogCaptureFixture
 ) -> None:

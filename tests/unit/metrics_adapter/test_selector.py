@@ -121,6 +121,7 @@ def requirement_text(draw: st.DrawFn) -> str:
     return f"{key}{kind}{draw(_name)}"
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(st.lists(requirement_text(), min_size=1, max_size=4), _labels)
 def test_valid_selectors_parse_and_round_trip(parts: list[str], labels: dict[str, str]) -> None:

@@ -24,7 +24,7 @@ from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
 from agent.trainer.frameworks.paddle import FRAMEWORK
 from agent.trainer.frameworks.paddle.gradients import GradientAllReduce
-from agent.trainer.frameworks.paddle.inprocess import StoreKeeper, form_group, self_test
+from agent.trainer.frameworks.paddle.inprocess import Generations, form_group, self_test
 from agent.trainer.frameworks.paddle.store_nodelay import StoreNoDelay
 
 _OPS: dict[ReduceOp, Any] = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
@@ -45,7 +45,7 @@ class PaddleCollective(ArrayCollective):
     """One Paddle trainer's collective across the generations it lives through."""
 
     def __init__(self) -> None:
-        self._stores: StoreKeeper = []  # a store's port stays bound for the process's life
+        self._generations = Generations()  # in-process: the current group and its store
         self._group: Any = None  # None: Paddle's default group (process-restart mode)
 
     def self_test(self, backend: str) -> str | None:
@@ -55,10 +55,12 @@ class PaddleCollective(ArrayCollective):
     def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
         """A group of this generation (in-process), or Paddle's default one from the env."""
         self._group = None
+        if in_process:
+            self._generations.release()  # a world of one forms no group, but ends the last
         if world.world_size == 1:
             return
         if in_process:
-            self._group = form_group(world, int(timeout_seconds), self._stores).group
+            self._group = form_group(world, int(timeout_seconds), self._generations).group
         else:
             os.environ.update(FRAMEWORK.launch_env(world))  # its store: at world.master
             host, _, port = world.master.rpartition(":")

@@ -5,10 +5,10 @@ Every generation, in a fresh process or in-process alike, gets a fresh default p
 reused across `destroy_process_group` + `init_process_group` without a new prefix hangs in the
 store-based barrier (pytorch/pytorch#55967: the group counter restarts while the old keys are
 still there); the per-generation prefix makes every generation's keys new. Rank 0 hosts the
-`TCPStore` on its endpoint of the generation and keeps it for the life of the process, reusing
-it when it is master of that endpoint again (ports alternate, so two generations later):
-measured with torch 2.15, a destroyed group's store server still holds its port then
-(EADDRINUSE, garbage collection or not). Other ranks connect a new client every generation.
+`TCPStore` of its generation on the port the rendezvous held for it (`agent.trainer.rendezvous`:
+a fresh one every generation) and drops it with the group when the next generation forms, so
+an in-process trainer keeps one listening store, not one per generation it hosted (issue 37).
+Other ranks connect a new client every generation.
 
 In-process re-initialisation is offered on gloo only, after a self-test on the installed torch
 forms, uses and destroys two groups in a row; NCCL takes the process-restart path (a new
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import importlib
-import socket
 import warnings
 from typing import Any
 
@@ -35,6 +34,7 @@ from agent.trainer.frameworks.arrays import ArrayCollective
 from agent.trainer.frameworks.base import ReduceOp, Reducer
 from agent.trainer.frameworks.torch.gradients import GradientAllReduce
 from agent.trainer.frameworks.torch.lazy_dynamo import install as install_lazy_dynamo
+from edl_common.ports import hold_port
 
 _OPS = {ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 SELF_TEST_SECONDS = 10.0
@@ -62,17 +62,11 @@ def to_torch(value: Any) -> Any:
     return value
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TorchCollective(ArrayCollective):
     """One PyTorch trainer's collective across the generations it lives through."""
 
     def __init__(self, lazy_dynamo: bool = True) -> None:
-        self._servers: dict[str, Any] = {}  # master endpoint -> the TCPStore we host there
+        self._server: Any = None  # rank 0: the TCPStore of the current generation
         self._device = torch.device("cpu")
         # torch.optim needs torch._dynamo from the first optimizer built on (~900 modules,
         # 1-2 s here), for calls that do nothing in eager mode: the stand-in answers them and
@@ -86,47 +80,51 @@ class TorchCollective(ArrayCollective):
     def self_test(self, backend: str) -> str | None:
         """None when this torch can re-form a gloo group in-process; else why not (one line).
 
-        Forms a one-rank group on a free loopback port, all-reduces, destroys it, and forms
-        the next generation's over the same store under a new prefix (tens of milliseconds),
-        so a torch that cannot is caught at start, not during the first rescale.
+        Forms a one-rank group on a port held free on every address (the store binds the
+        wildcard), all-reduces, destroys it, and forms the next generation's over the same
+        store under a new prefix (tens of milliseconds), so a torch that cannot is caught at
+        start, not during the first rescale.
         """
         if backend != "gloo":
             return f"backend {backend or 'auto'} (only gloo re-initialises in-process)"
         if not dist.is_available() or not dist.is_gloo_available():
             return "this torch has no gloo"
-        master = f"127.0.0.1:{_free_port()}"
         try:
-            for generation in (1, 2):
-                world = TrainerWorld(generation=generation, master=master)
-                self._form(world, "gloo", SELF_TEST_SECONDS)
-                probe = torch.tensor([2.0])
-                dist.all_reduce(probe)
-                self._leave()
-                if float(probe.item()) != 2.0:
-                    return "self-test all-reduce gave a wrong result"
+            with hold_port() as held:
+                held.share()
+                master = f"127.0.0.1:{held.port}"
+                for generation in (1, 2):
+                    world = TrainerWorld(generation=generation, master=master)
+                    self._form(world, "gloo", SELF_TEST_SECONDS)
+                    probe = torch.tensor([2.0])
+                    dist.all_reduce(probe)
+                    self._leave()
+                    if float(probe.item()) != 2.0:
+                        return "self-test all-reduce gave a wrong result"
         except Exception as e:
             self._leave()
             return f"self-test failed: {e}"
         finally:
-            self._servers.pop(master, None)  # a real job's endpoints are others
+            self._server = None  # a real job's stores are others
         return None
 
     def init(self, world: TrainerWorld, in_process: bool, timeout_seconds: float) -> None:
-        """Leaves the previous group (if any), then forms this generation's (world > 1)."""
+        """Leaves the previous group and drops its store, then forms this one's (world > 1)."""
         self._leave()
+        self._server = None
         if world.world_size > 1:
             self._form(world, world.backend or "gloo", timeout_seconds)
 
     def _form(self, world: TrainerWorld, backend: str, timeout_seconds: float) -> None:
         host, port = world.master_host_port
         timeout = datetime.timedelta(seconds=timeout_seconds)
-        store = self._servers.get(world.master) if world.rank == 0 else None
+        store = self._server if world.rank == 0 else None  # the self-test's second round
         if store is None:
             store = dist.TCPStore(
                 host, port, world.world_size, world.rank == 0, timeout, wait_for_workers=False
             )
             if world.rank == 0:
-                self._servers[world.master] = store
+                self._server = store
         dist.init_process_group(
             backend,
             store=dist.PrefixStore(f"edl/g{world.generation}/", store),

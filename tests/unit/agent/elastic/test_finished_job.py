@@ -1,88 +1,80 @@
-"""Retiring a finished job's Deployment: one mark and one Event, the scale to 0 from everyone."""
+"""Retiring a finished job's Deployment: one Event, the scale to 0 from everyone, and nothing
+but the scale subresource touched."""
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
 from agent.elastic.finished_job import (
     EVENT_REASON,
-    FINISHED_STEP,
-    STATE_LABEL,
     DeploymentRetirement,
     RetirementFailed,
+    event_name,
 )
 from agent.elastic.runner import options_from
 from agent.errors import ConfigError
 
-NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
-
 
 @dataclass
-class FakeDeployments:
-    """One Deployment whose resourceVersion moves on every write, as the API server's does."""
+class FakeScale:
+    """One Deployment seen through its scale subresource, and the namespace's Events by name."""
 
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-    version: int = 1
+    uid: str = "u-1"
     replicas: int = 3
-    events: list[tuple[str, str]] = field(default_factory=list)
+    events: dict[str, tuple[str, str]] = field(default_factory=dict)
     failures: list[Exception] = field(default_factory=list)
+    scale_failures: list[Exception] = field(default_factory=list)
 
-    def read(self, name: str) -> dict[str, Any]:
+    def read_uid(self, name: str) -> str:
         if self.failures:
             raise self.failures.pop(0)
-        return {"labels": dict(self.labels), "uid": "u-1", "resourceVersion": str(self.version)}
-
-    def mark(self, name: str, resource_version: str, labels: dict[str, str],
-             annotations: dict[str, str]) -> bool:  # fmt: skip
-        if resource_version != str(self.version):
-            return False
-        self.labels.update(labels)
-        self.annotations.update(annotations)
-        self.version += 1
-        return True
+        return self.uid
 
     def scale_to_zero(self, name: str) -> None:
+        if self.scale_failures:
+            raise self.scale_failures.pop(0)
         self.replicas = 0
-        self.version += 1
 
-    def event(self, name: str, uid: str, reason: str, message: str) -> None:
-        self.events.append((reason, message))
+    def event(self, name: str, uid: str, reason: str, message: str) -> bool:
+        key = event_name(name, uid, reason)
+        if key in self.events:
+            return False  # 409: the first agent's is there
+        self.events[key] = (reason, message)
+        return True
 
 
-def test_the_first_agent_marks_and_announces_every_agent_scales_to_zero() -> None:
-    api = FakeDeployments()
-    first = DeploymentRetirement(api, "digits-trainer", "digits")
-    assert first.retire(230, NOW) is True
-    assert api.replicas == 0 and api.labels == {STATE_LABEL: "finished"}
-    assert api.annotations[FINISHED_STEP] == "230"
-    assert api.events == [(EVENT_REASON, "job digits finished at step 230; scaled to 0 "
-                           "replicas to free its resources")]  # fmt: skip
+def test_the_first_agent_announces_every_agent_scales_to_zero() -> None:
+    api = FakeScale()
+    assert DeploymentRetirement(api, "digits-trainer", "digits").retire(230) is True
+    assert api.replicas == 0
+    message = "job digits finished at step 230; scaled to 0 replicas to free its resources"
+    assert list(api.events.values()) == [(EVENT_REASON, message)]
     api.replicas = 1  # say someone scaled it up again
-    assert DeploymentRetirement(api, "digits-trainer", "digits").retire(230, NOW) is False
+    assert DeploymentRetirement(api, "digits-trainer", "digits").retire(230) is False
     assert api.replicas == 0 and len(api.events) == 1
 
 
-def test_an_agent_that_loses_the_race_to_mark_records_no_second_event() -> None:
-    api = FakeDeployments()
-    stale = api.read("digits-trainer")
-    api.version += 1  # another agent wrote in between
-    assert not api.mark("digits-trainer", stale["resourceVersion"], {STATE_LABEL: "finished"}, {})
-    assert DeploymentRetirement(api, "digits-trainer", "digits").retire(None, NOW) is True
-    assert len(api.events) == 1 and FINISHED_STEP not in api.annotations
+def test_a_new_deployment_of_the_same_name_gets_its_own_event() -> None:
+    api = FakeScale()
+    assert DeploymentRetirement(api, "d", "digits").retire(None) is True
+    api.uid = "u-2"  # deleted and created again (a new install of the job)
+    assert DeploymentRetirement(api, "d", "digits").retire(None) is True
+    assert len(api.events) == 2
+    assert event_name("d", "u-2", EVENT_REASON) == "d.jobfinished.u-2"
 
 
 def test_transient_errors_are_retried_and_a_lasting_one_keeps_its_cause() -> None:
-    api = FakeDeployments(failures=[ConnectionError("reset")])
-    assert DeploymentRetirement(api, "d", "digits").retire(1, NOW) is True
+    api = FakeScale(failures=[ConnectionError("reset")])
+    assert DeploymentRetirement(api, "d", "digits").retire(1) is True
+    # the Event was recorded, then the scale failed once: still this agent's announcement
+    api = FakeScale(scale_failures=[ConnectionError("reset")])
+    assert DeploymentRetirement(api, "d", "digits").retire(1) is True and api.replicas == 0
     forbidden = PermissionError("deployments.apps/scale is forbidden")
-    api = FakeDeployments(failures=[forbidden] * 3)
+    api = FakeScale(failures=[forbidden] * 3)
     with pytest.raises(RetirementFailed, match="cannot scale Deployment d of finished job") as e:
-        DeploymentRetirement(api, "d", "digits", attempts=3).retire(1, NOW)
+        DeploymentRetirement(api, "d", "digits", attempts=3).retire(1)
     assert e.value.__cause__ is forbidden and api.replicas == 3
 
 

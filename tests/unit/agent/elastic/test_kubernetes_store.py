@@ -10,6 +10,11 @@ import pytest
 from agent.elastic.errors import StoreUnavailable
 from agent.elastic.kubernetes_store import (
     ANNOTATION_MEMBER,
+    FINISHED,
+    FINISHED_STEP,
+    FINISHED_TIME,
+    LABEL_JOB,
+    STATE_LABEL,
     ClientApi,
     KubernetesStore,
     dns_name,
@@ -26,6 +31,8 @@ class FakeApi:
 
     def __init__(self) -> None:
         self.config_maps: dict[str, tuple[dict[str, str], str]] = {}
+        self.meta: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+        """Labels and annotations of each ConfigMap, as last written."""
         self.leases: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.down = False
@@ -43,19 +50,30 @@ class FakeApi:
         found = self.config_maps.get(name)
         return (dict(found[0]), found[1]) if found else None
 
-    def create_config_map(self, name: str, data: dict[str, str], labels: dict[str, str]) -> bool:
+    def create_config_map(
+        self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]
+    ) -> bool:
         self._check()
         if name in self.config_maps:
             return False
         self.config_maps[name] = (dict(data), self._bump())
+        self.meta[name] = (dict(labels), dict(annotations))
         return True
 
-    def replace_config_map(self, name: str, data: dict[str, str], resource_version: str) -> bool:
+    def replace_config_map(
+        self,
+        name: str,
+        data: dict[str, str],
+        resource_version: str,
+        labels: dict[str, str],
+        annotations: dict[str, str],
+    ) -> bool:
         self._check()
         found = self.config_maps.get(name)
         if found is None or found[1] != resource_version:
             return False
         self.config_maps[name] = (dict(data), self._bump())
+        self.meta[name] = (dict(labels), dict(annotations))
         return True
 
     def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
@@ -230,10 +248,10 @@ def test_client_api_maps_statuses() -> None:
     coord = FakeCoordination()
     ok = ClientApi(FakeCore(None), coord, "ns", ApiException)
     assert ok.get_config_map("w") == ({"world": "{}"}, "7")
-    assert ok.replace_config_map("w", {}, "7") is True
+    assert ok.replace_config_map("w", {}, "7", {}, {}) is True
     assert ClientApi(FakeCore(404), coord, "ns", ApiException).get_config_map("w") is None
     conflict = ClientApi(FakeCore(409), coord, "ns", ApiException)
-    assert conflict.replace_config_map("w", {}, "1") is False
+    assert conflict.replace_config_map("w", {}, "1", {}, {}) is False
     with pytest.raises(StoreUnavailable, match="HTTP 503"):
         ClientApi(FakeCore(503), coord, "ns", ApiException).get_config_map("w")
     ok.renew_lease("l", "a/x", "t", {}, {})
@@ -251,3 +269,19 @@ def test_a_members_lease_is_owned_by_its_pod_so_it_goes_with_the_pod() -> None:
     coord = FakeCoordination()
     ClientApi(FakeCore(None), coord, "ns", ApiException, owner).renew_lease("l", "a/x", "t", {}, {})
     assert coord.created[0]["metadata"]["ownerReferences"] == [owner]
+
+
+def test_the_world_config_map_says_finished_when_its_record_does() -> None:
+    """The finished state is the job's own object's (the agents need no write access to their
+    Deployment): `kubectl get cm -L edl.paddlepaddle.org/state` shows it."""
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "ab")
+    run(members, clock, 2)
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert labels == {LABEL_JOB: "digits-job"} and annotations == {}
+    assert members["a"].finish(184)
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert labels == {LABEL_JOB: "digits-job", STATE_LABEL: FINISHED}
+    assert annotations == {FINISHED_STEP: "184", FINISHED_TIME: "2026-01-01T00:16:42Z"}
+    world = World.from_json(api.config_maps["edl-digits-job-world"][0]["world"])
+    assert world.finished and world.finished_at_step == 184

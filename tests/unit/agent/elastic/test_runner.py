@@ -12,7 +12,6 @@ from agent.collectors.supervision import JobFinishedCollector
 from agent.elastic import runner
 from agent.elastic.runner import (
     DEFAULT_PORTS,
-    EPHEMERAL_RANGE,
     elastic_options,
     options_from,
     readiness_of,
@@ -22,6 +21,7 @@ from agent.elastic.supervisor import start_warm
 from agent.errors import ConfigError
 from agent.readiness import Readiness
 from agent.trainer_process import TrainerSupervisor
+from edl_common.ports import EPHEMERAL_RANGE, Band, static_band
 
 BASE = {"elastic": True, "job": "digits", "membership": "kubernetes"}
 
@@ -47,8 +47,10 @@ def test_ports_auto_and_explicit() -> None:
     auto = options_from(BASE, {"EDL_TRAINER_PORTS": "auto"})
     assert auto is not None and auto.ports != DEFAULT_PORTS and auto.ports[0] != auto.ports[1]
     low = int(EPHEMERAL_RANGE.read_text().split()[0])
-    # below the ephemeral range: no port bound to 0 (gloo's, a store's) can ever hold them
+    # below the ephemeral range: no port bound to 0 (gloo's, a store's) can ever hold them;
+    # and in the members' band, which test servers never take
     assert all(1024 <= p < low for p in (*auto.ports, *DEFAULT_PORTS))
+    assert all(p in static_band(Band.MEMBER) for p in (*auto.ports, *DEFAULT_PORTS))
     fixed = options_from(BASE, {"EDL_TRAINER_PORTS": "7000,7001"})
     assert fixed is not None and fixed.ports == (7000, 7001)
 
@@ -60,6 +62,7 @@ def test_ports_auto_and_explicit() -> None:
         ({**BASE, "membership": "etcd://x"}, {}),
         ({**BASE, "min_world": "many"}, {}),
         (BASE, {"EDL_TRAINER_PORTS": "1"}),
+        (BASE, {"EDL_STORE_PORTS": "25000-24000"}),
     ],
 )
 def test_bad_options_are_one_line_config_errors(

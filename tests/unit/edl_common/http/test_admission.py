@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edl_common.http.admission import Admission, AdmissionLimits, Phase, Tracked
+from edl_common.http.memory import MemoryBudget
 
 
 class Table:
@@ -103,3 +104,102 @@ def test_a_scrape_that_just_sent_its_head_is_the_last_young_one_to_go() -> None:
     assert t.closed == ["churn-1", "churn-2", "churn-3"]
     assert t.open("churn-6", after=0.1) is not None
     assert t.closed[-1] == "scrape"  # slow reader before the young churn-4 and churn-5
+
+
+def test_a_connection_waiting_its_turn_is_closed_like_an_idle_one() -> None:
+    t = Table(AdmissionLimits(max_connections=2))
+    flood = t.open("pipelining")
+    reader = t.open("reading")
+    assert flood and reader
+    t.admission.enter(reader, Phase.READING)
+    t.admission.enter(flood, Phase.QUEUED)  # its next request waits for a turn
+    t.now += 2.0
+    assert t.open("newcomer") is not None
+    assert t.closed == ["pipelining"]  # before the slow reader, as an idle one would
+
+
+class Resident:
+    """A process's resident memory, set by the test."""
+
+    def __init__(self, rss: int) -> None:
+        self.rss = rss
+        self.reclaimed = 0
+
+    def __call__(self) -> int:
+        return self.rss
+
+    def reclaim(self) -> None:
+        self.reclaimed += 1
+
+
+def memory_table(limit: int, rss: Resident, max_connections: int = 100) -> Table:
+    t = Table(AdmissionLimits(max_connections=max_connections))
+    t.admission = Admission(
+        t.admission.limits,
+        lambda: t.now,
+        MemoryBudget(limit, admit_ratio=0.5, rss=rss, reclaim=rss.reclaim, clock=lambda: t.now),
+    )
+    return t
+
+
+def test_past_the_memory_high_water_a_newcomer_takes_a_strangers_place_or_is_refused() -> None:
+    rss = Resident(300)
+    t = memory_table(1000, rss)  # high water 500: 200 left for connections of 50 bytes
+
+    def accept(name: str) -> Tracked | None:
+        t.now += 0.1
+        return t.admission.accept("10.0.0.1", Phase.WAITING, lambda: t.closed.append(name), 50)
+
+    opened = [accept(f"c{i}") for i in range(4)]
+    assert all(opened) and t.admission.charged == 200
+    rss.rss = 500  # what they hold shows in the next reading
+    t.now += 2.0  # they are idle now
+    fifth = accept("fifth")  # does not fit: it takes the place of the one idle longest
+    assert fifth is not None and t.closed == ["c0"] and t.admission.charged == 200
+    for conn in [*opened[1:], fifth]:
+        assert conn is not None
+        t.admission.enter(conn, Phase.SERVING)  # nobody left to close
+    assert accept("sixth") is None
+    assert t.admission.short_of_memory == 1 and t.admission.refused == 1
+    assert rss.reclaimed == 1  # freed memory was asked back before refusing
+
+
+def test_far_past_the_high_water_each_newcomer_closes_one_stranger_not_all() -> None:
+    rss = Resident(300)
+    t = memory_table(1000, rss)
+    strangers = [t.admission.accept("10.0.0.1", Phase.WAITING, lambda: None, 10) for _ in range(8)]
+    assert all(strangers)
+    rss.rss = 700  # the store grew: above the high water whatever connections hold
+    t.now += 2.0
+    for n in range(1, 4):  # each takes one stranger's place: the room stays as full
+        assert t.admission.accept("10.0.0.2", Phase.WAITING, lambda: None, 10) is not None
+        assert t.admission.evicted == n and t.admission.open == 8
+
+
+def test_a_strangers_body_must_fit_a_privileged_ones_is_only_counted() -> None:
+    rss = Resident(400)
+    t = memory_table(1000, rss)
+    stranger = t.admission.accept("10.0.0.1", Phase.HANDSHAKE, lambda: None, 50)
+    proxy = t.admission.accept("10.0.0.2", Phase.HANDSHAKE, lambda: None, 50)
+    assert stranger and proxy
+    assert t.admission.classify(stranger, privileged=False)
+    assert t.admission.classify(proxy, privileged=True)
+    assert not t.admission.charge_body(stranger, 65536)
+    assert t.admission.charge_body(stranger, 0)
+    assert t.admission.charge_body(proxy, 65536) and t.admission.charged == 100 + 65536
+    t.admission.discharge(proxy, 65536)
+    t.admission.leave(proxy)
+    t.admission.leave(stranger)
+    assert t.admission.charged == 0
+
+
+def test_past_the_swap_line_no_newcomer_comes_in_and_no_one_is_closed() -> None:
+    rss = Resident(300)
+    t = memory_table(1000, rss)  # high water 500, swap line 750
+    strangers = [t.admission.accept("10.0.0.1", Phase.WAITING, lambda: None, 10) for _ in range(4)]
+    assert all(strangers)
+    rss.rss = 800
+    t.now += 2.0
+    assert t.admission.accept("10.0.0.2", Phase.WAITING, lambda: None, 10) is None
+    assert t.admission.evicted == 0 and t.admission.open == 4
+    assert t.admission.short_of_memory == 1

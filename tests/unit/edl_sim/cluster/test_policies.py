@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import edl_sim.cluster.policies.edl as edl_module
 import edl_sizing as sizing
@@ -38,10 +39,34 @@ def test_the_packaged_throughput_hpa_is_the_example() -> None:
     assert read_manifest(None, "hpa-throughput.yaml").spec == example.spec
 
 
-def test_the_packaged_sizing_hpa_is_the_example() -> None:
-    example = load_hpa(REPO / "manifests/examples/digits-trainer/hpa-sizing.yaml")
+def with_component(manifest: Path, component: Path, out: Path) -> Path:
+    """``manifest`` with the JSON patch of a kustomize Component applied (its `add` ops)."""
+    doc = yaml.safe_load(manifest.read_text())
+    (patch,) = yaml.safe_load(component.read_text())["patches"]
+    for op in yaml.safe_load(patch["patch"]):
+        assert op["op"] == "add"
+        *parents, leaf = op["path"].strip("/").split("/")
+        node = doc
+        for key in parents:
+            node = node[key]
+        node[leaf] = op["value"]
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def test_the_packaged_sizing_hpa_is_the_example_on_1_35(tmp_path: Path) -> None:
+    """The simulator's HPA is the example as a 1.35 cluster runs it: with hpa-tolerance/."""
+    example_dir = REPO / "manifests/examples/digits-trainer"
+    example = load_hpa(
+        with_component(
+            example_dir / "hpa-sizing.yaml",
+            example_dir / "hpa-tolerance" / "kustomization.yaml",
+            tmp_path / "hpa.yaml",
+        )
+    )
     spec = read_manifest(None, "hpa-sizing.yaml").spec
     assert spec == example.spec
+    assert spec != load_hpa(example_dir / "hpa-sizing.yaml").spec  # the component's part
     (metric,) = spec.metrics
     assert metric.metric_name == "desired_replicas"
     assert metric.source.target.average_value_milli == 1000

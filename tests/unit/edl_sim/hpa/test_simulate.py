@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 from edl_sim.hpa.controller import ControllerSettings
 from edl_sim.hpa.simulate import LoadModel, Simulation, SimulationSettings
 from edl_sim.hpa.trace import MetricTrace, TracePoint
@@ -89,6 +91,7 @@ def _oscillating_trace() -> MetricTrace:
     return per_pod(points)
 
 
+@pytest.mark.slow
 def test_tuner_is_deterministic_and_never_worse_than_where_it_starts() -> None:
     trace = _oscillating_trace()
     spec = hpa_spec([pods_metric(METRIC, "1")], max_replicas=10, behavior={})

@@ -268,7 +268,8 @@ def test_a_resource_quota_is_what_it_still_admits() -> None:
 
 
 def test_a_finished_job_is_not_sized_and_its_room_is_free_at_once() -> None:
-    """What `edl-agent --on-finished scale-to-zero` leaves: the label, and pods being deleted."""
+    """What `edl-agent --on-finished scale-to-zero` leaves: a Deployment at 0 replicas (no
+    label: the agents may not write their Deployment), and pods being deleted."""
     n1 = node_from(node("n1", cpu="4"))
     running = [pod(f"trainer-{i}", {"app": "trainer"}, "n1") for i in range(2)]
     job = deployment_from(deployment())
@@ -279,9 +280,14 @@ def test_a_finished_job_is_not_sized_and_its_room_is_free_at_once() -> None:
     assert plan.free.cpu < 4  # two workers of 1.25 CPU hold room
 
     finished = deployment()
-    finished["metadata"]["labels"]["edl.paddlepaddle.org/state"] = "finished"
     finished["spec"]["replicas"] = 0
     assert deployment_from(finished) is None
+    labelled = deployment()  # what agents before issue 37 left: still not a job
+    labelled["metadata"]["labels"]["edl.paddlepaddle.org/state"] = "finished"
+    assert deployment_from(labelled) is None
+    unset = deployment()
+    del unset["spec"]["replicas"]  # the API server defaults it to 1: a job
+    assert deployment_from(unset) is not None
     for p in running:  # the ReplicaSet deletes them as soon as the scale is 0
         p["metadata"]["deletionTimestamp"] = "2026-05-01T12:10:00Z"
     after = assemble([n1], [r for r in map(pod_from, running) if r is not None], [], [])
