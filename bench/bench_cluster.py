@@ -231,7 +231,8 @@ def main() -> int:
         "--processes", type=int, default=1, help="dev-set workloads simulated in parallel"
     )
     parser.add_argument(
-        "--policies", help=f"the dev set's policies, comma-separated (default: {','.join(DEV_POLICIES)})"
+        "--policies",
+        help=f"the dev set's policies, comma-separated (default: {','.join(DEV_POLICIES)})",
     )
     parser.add_argument("--no-scenarios", action="store_true", help="only the dev set")
     args = parser.parse_args(own)

@@ -842,8 +842,10 @@ def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None
             if worst > best + 1e-12:
                 best, size = worst, m
         pause = 2.0 * job.rescale_pause_s
-        if size == s.count or best < now * (1.0 + policy.hysteresis) or (
-            pause > 0 and (best - now) * max(0.0, policy.payback_s - pause) <= now * pause
+        if (
+            size == s.count
+            or best < now * (1.0 + policy.hysteresis)
+            or (pause > 0 and (best - now) * max(0.0, policy.payback_s - pause) <= now * pause)
         ):
             continue
         while s.count > size:  # from its nodes with the fewest of its workers
@@ -1097,8 +1099,9 @@ def _growth_block(
 
 
 def _known_newcomer(s: _State, policy: SizingPolicy, now: float) -> bool:
-    """A job created within the hold-off whose class (or itself) was measured: its first
-    growth is not held off.
+    """A new job of a measured class (or measured itself): its first growth is not held off.
+
+    It was created within the hold-off.
 
     The hold-off waits for a measurement of the size a job grew to before it grows again. A
     new job of a class measured before has nothing to wait for: its class's sizes say what
@@ -1111,8 +1114,10 @@ def _known_newcomer(s: _State, policy: SizingPolicy, now: float) -> bool:
 
 
 def _ahead(s: _State, limit: int, packing: Packing | None) -> float:
-    """The best mean speed-up per added worker up to ``limit``, on the placements growth
-    would reach (node-local first, then new nodes)."""
+    """The best mean speed-up per added worker up to ``limit``, on growth's placements.
+
+    Growth reaches the room on the job's nodes first, then new nodes.
+    """
     if packing is None:
         return s.model.ahead(s.count, limit)[0]
     here, local = s.speed_now(packing), s.local_room(packing)

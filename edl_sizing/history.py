@@ -180,15 +180,18 @@ class SizeHistory:
     def observe_progress(
         self, job: str, progress: float, now: float, planned: float | None = None
     ) -> None:
-        """The job's share of its planned samples trained, and (when measured) its planned
-        samples (a weighted mean: they do not change, estimates do)."""
+        """The job's share of its planned samples trained, and its planned samples.
+
+        The planned samples only when measured, as a weighted mean: they do not change,
+        estimates do.
+        """
         if not (math.isfinite(progress) and 0.0 <= progress <= 1.0):
             return
         h = self._job(job, now)
         h.progress = progress
         if planned is not None and math.isfinite(planned) and planned > 0:
-            h.planned = planned if h.planned <= 0 else h.planned + self.alpha * (
-                planned - h.planned
+            h.planned = (
+                planned if h.planned <= 0 else h.planned + self.alpha * (planned - h.planned)
             )
 
     def observe_pause(self, job: str, pause_s: float, now: float, rescales: int = 1) -> None:
@@ -250,9 +253,7 @@ class SizeHistory:
                 doc[key]["rescaled"] = [round(t, 3) for t in h.rescaled]
             if h.progress is not None:
                 doc[key]["progress"] = [round(h.progress, 6), round(h.planned, 3)]
-        return json.dumps(
-            {"version": VERSION, "jobs": doc}, separators=(",", ":"), sort_keys=True
-        )
+        return json.dumps({"version": VERSION, "jobs": doc}, separators=(",", ":"), sort_keys=True)
 
     def load_json(self, text: str) -> None:
         """Replace the content with a stored ``to_json`` text.

@@ -305,9 +305,12 @@ class SizeModel:
         return self.speedup(n) * self._spread_ratio(n, nodes)
 
     def _spread_ratio(self, n: int, nodes: int) -> float:
-        """Spread over packed at ``n`` workers on ``nodes`` nodes, from the measurements on
-        as many nodes (else the nearest count of nodes, the larger on a tie), interpolated
-        in workers between the nearest two (the nearest one's outside them)."""
+        """Spread over packed at ``n`` workers on ``nodes`` nodes.
+
+        From the measurements on as many nodes (else the nearest count of nodes, the larger
+        on a tie), interpolated in workers between the nearest two (the nearest one's
+        outside them).
+        """
         if not self._spread_ratios:
             return self.spread_factor
         k = min(self._spread_ratios, key=lambda m: (abs(m - nodes), -m))

@@ -1,5 +1,6 @@
-"""What the agents' metrics say about each job: throughput at its world size and placement,
-rescale pauses, progress.
+"""What the agents' metrics say about each job: throughput, placement, pauses, progress.
+
+Its throughput at its world size and placement, its rescale pauses, its progress.
 
 Read from the adapter's scraped store (the sources keep these series for the sizer:
 :data:`SERIES`). A throughput observation at size n is taken only when every scraped pod of
@@ -111,8 +112,10 @@ class ThroughputObserver:
         return int(world_size), total
 
     def _progress(self, pods: Iterable[PodKey]) -> tuple[float | None, float | None]:
-        """The job's progress (the largest of its pods') and its rate per second over the
-        window (None: not exported, or not moving)."""
+        """The job's progress (the largest of its pods') and its rate per second.
+
+        The rate is over the window (None: not exported, or not moving).
+        """
         progress: float | None = None
         per_second: float | None = None
         for key in pods:

@@ -118,9 +118,9 @@ class EdlPolicy(HpaPolicy):
                 rescales = job.pause_count - seen_count
                 self._pauses_seen[key] = (job.pause_sum, job.pause_count)
             klass = class_key(NAMESPACE, job.spec.curve) if self.settings.class_history else None
-            Observation(
-                key, size, rate, pause, rescales, klass, nodes, progress, planned
-            ).apply(self.history, now)
+            Observation(key, size, rate, pause, rescales, klass, nodes, progress, planned).apply(
+                self.history, now
+            )
 
     def snapshot(self) -> ClusterSnapshot:
         """The simulated cluster as the adapter's capacity source would see it."""
