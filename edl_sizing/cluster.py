@@ -128,6 +128,19 @@ class Job:
     rescale_pause_s: float = 0.0
     """Measured mean pause of training at a rescale, seconds (0: not measured)."""
     observed: Mapping[int, float] = field(default_factory=dict)
+    """World size -> samples/s measured where the placement is not known."""
+    placed: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    """(workers, nodes they spanned) -> samples/s measured there: two workers on one node
+    and two across two nodes are different measurements."""
+    spread: float = 0.0
+    """Relative spread of the job's repeated measurements: two measurements closer than
+    that are not told apart (0: not known)."""
+    progress: float | None = None
+    """The share of its planned samples it has trained (``edl_job_progress_ratio``; None:
+    not known)."""
+    planned_samples: float = 0.0
+    """Its planned samples (estimated from its throughput over its rate of progress; 0: not
+    known). With ``progress`` it gives the job's finish-time fairness."""
     requested: int = 0
     """The size the job was created with (0: not known). Without a measurement it runs
     there, and another job's growth beyond that job's own request never shrinks it below it,

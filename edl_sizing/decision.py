@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,10 @@ class Reason(enum.Enum):
 
     AT_MAX = "at_max"
     NO_CAPACITY = "no_capacity"
+    PLACEMENT = "placement"
+    """It shrinks: fewer workers on fewer nodes train faster than its placement."""
+    FAIRNESS = "fairness"
+    """Its workers beyond its request went back to a job below its own."""
     LOW_MARGINAL_GAIN = "low_marginal_gain"
     HOLD_OFF = "hold_off"
     PROTECTED_DEMAND = "protected_demand"
@@ -85,6 +89,14 @@ class SizingPolicy:
     """A job that rescaled this many times in the last hour (``Job.recent_rescales``) neither
     grows (but back to its request) nor gives workers to another job's growth; only
     protected demand shrinks it."""
+    arrival_reserve: float = 0.05
+    """Growth beyond a job's request leaves this share of the cluster's workers free (whole
+    workers of the jobs' most common size, rounded down), and when arrivals took it, the
+    extras beyond requests worth least give it back: a job that arrives starts at once, as
+    under static sizing, instead of waiting for a round, a donor's HPA and its pod's
+    deletion (about 20 s)."""
+    arrival_window_s: float = 600.0
+    """The reserve holds no more than the jobs that arrived this recently requested."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,27 +227,131 @@ class _State:
     gave: list[tuple[str, float, float]] = field(default_factory=list)
     """(job key, marginal speed-up there, marginal speed-up here) of each worker this job
     gave up to a job where it is worth more."""
+    start: int = 0
+    """Its workers when growth began (what the round's growth is judged against)."""
+    start_nodes: frozenset[str] = frozenset()
+    """The nodes they were on."""
+    repacked: tuple[int, float, float, int] | None = None
+    """(size, its speed-up at worst, the speed-up now, nodes spanned now) when the job
+    shrinks because fewer workers train faster than its placement."""
+    reclaimed: int = 0
+    """Workers it took back towards its request this round (from free room or extras)."""
+    fairness: float | None = None
+    """Its finish-time fairness at the round's start (:meth:`rho`; None: not known)."""
+    returned: list[str] = field(default_factory=list)
+    """Jobs below their requests that this round's extras beyond its request went back to."""
+    memo: dict[tuple[int, ...], float] = field(default_factory=dict)
+    """Growth values by (workers, nodes, room on its nodes, limit): a round asks often."""
+    spill_room: tuple[int, ...] = ()
+    """Workers of its size that fit on the roomiest nodes, most first (at growth's start)."""
+    floor_at: int | None = None
 
     @property
     def curve(self) -> ScalingCurve:
         """The USL fit of the job's measurements (what the decision reports)."""
         return self.model.curve
 
-    def value(self, n: int) -> float:
+    def value(self, n: int, nodes: int = 0, nodes_without: int = 0) -> float:
         """Marginal value of the job's n-th worker: what removing it costs.
 
         ``weight * log(S(n) / S(n - 1)) / share``: the share of the job's speed the worker
         gives (not its speed-up in workers), so a worker is worth more to a job at 8 than to
         one at 28 of the same class though it adds about as many samples to either. The sum
-        over jobs of ``weight * log(speed)`` is what growth and displacement raise.
+        over jobs of ``weight * log(speed)`` is what growth and displacement raise. With
+        ``nodes`` (spanned with the worker) and ``nodes_without``, the speed-ups are those
+        of the placements: a worker alone on a node can cost its job speed, and is then
+        worth less than nothing to it.
         """
-        return self.job.weight * _log_gain(self.model, n - 1, n) / max(self.share, 1e-12)
+        here = self.model.placed_speedup(n, nodes) if nodes else self.model.speedup(n)
+        less = self.model.placed_speedup(n - 1, nodes_without) if nodes else None
+        if less is None:
+            less = self.model.speedup(n - 1)
+        return self.job.weight * _log_ratio(less, here) / max(self.share, 1e-12)
 
-    def growth_value(self, policy: SizingPolicy) -> float:
-        """What the next worker is worth to growth: the best mean gain over the next node."""
+    def growth_value(self, policy: SizingPolicy, packing: Packing | None = None) -> float:
+        """What the next worker is worth to growth: the best mean gain over the next node.
+
+        With ``packing``, on the placements growth would reach: the room left on the job's
+        nodes first, then new nodes (:meth:`span_if`).
+        """
         n, limit = self.count, self.growth_limit(policy)
-        gains = (_log_gain(self.model, n, m) / (m - n) for m in range(n + 1, limit + 1))
-        return self.job.weight * max(gains, default=0.0) / max(self.share, 1e-12)
+        if packing is None:
+            gains = (_log_gain(self.model, n, m) / (m - n) for m in range(n + 1, limit + 1))
+            return self.job.weight * max(gains, default=0.0) / max(self.share, 1e-12)
+        local = self.local_room(packing)
+        key = (n, self.nodes_now(packing), local, limit)
+        best = self.memo.get(key)
+        if best is None:
+            here = self.speed_now(packing)
+            best = self.memo[key] = max(
+                (_log_ratio(here, self.speed_if(packing, m, local)) / (m - n)
+                 for m in range(n + 1, limit + 1)),
+                default=0.0,
+            )  # fmt: skip
+        return self.job.weight * best / max(self.share, 1e-12)
+
+    def nodes_now(self, packing: Packing) -> int:
+        """Nodes its planned workers span now."""
+        return len(packing.workers.get(self.job.key, ()))
+
+    def speed_now(self, packing: Packing) -> float:
+        """Predicted speed-up on its planned placement."""
+        return self.model.placed_speedup(self.count, self.nodes_now(packing))
+
+    def local_room(self, packing: Packing) -> int:
+        """More workers that fit on the nodes it is on."""
+        job = self.job
+        return sum(
+            _fits(job.worker, packing.free[node])
+            for node in packing.workers.get(job.key, ())
+            if node in packing.free
+        )
+
+    def speed_if(self, packing: Packing, m: int, local: int) -> float:
+        """Predicted speed-up at ``m`` workers grown node-local first, then onto new nodes.
+
+        The workers that do not fit its nodes go to the nodes with the most room first (as
+        the scheduler places them), so they span as many nodes as the room there dictates
+        (``spill_room``, the room of the roomiest nodes at the round's growth); beyond that
+        room, full nodes.
+        """
+        spill = m - self.count - local
+        nodes = self.nodes_now(packing)
+        for room in self.spill_room:
+            if spill <= 0:
+                break
+            spill -= room
+            nodes += 1
+        if spill > 0:
+            nodes += -(-spill // self.model.per_node)
+        return self.model.placed_speedup(m, nodes)
+
+    def planned_speed(self, n: int) -> float:
+        """Predicted speed-up at ``n`` workers of the round's growth, on the nodes it planned."""
+        if n <= self.start:
+            return self.model.placed_speedup(n, len(self.start_nodes)) if n else 0.0
+        nodes = self.start_nodes.union(self.grown[: n - self.start])
+        return self.model.placed_speedup(n, len(nodes))
+
+    def rho(self, now: float) -> float | None:
+        """Finish-time fairness (Themis): predicted completion over completion at its request.
+
+        ``(elapsed + remaining at its speed now) / (planned samples at its request's speed)``
+        from its arrival: above 1 it finishes later than static sizing would have finished
+        it, had static started it at once. None without its progress or planned samples.
+        """
+        job = self.job
+        if job.progress is None or job.planned_samples <= 0:
+            return None
+        request = self.model.throughput(max(1, min(job.requested, job.max_replicas)))
+        speed = self.model.throughput(max(self.count, 1))
+        if request is None or speed is None or request <= 0:
+            return None
+        alone = job.planned_samples / request
+        if self.count <= 0:
+            return math.inf
+        left = (1.0 - min(1.0, job.progress)) * job.planned_samples / speed
+        return (max(0.0, now - job.arrival) + left) / alone
 
     def growth_limit(self, policy: SizingPolicy) -> int:
         """The largest size growth may plan: max, exploration cap, one node ahead.
@@ -254,16 +370,19 @@ class _State:
 
         Its request, unless a smaller size was measured at least as fast as the request.
         """
+        if self.floor_at is not None:
+            return self.floor_at
         job = self.job
         requested = min(job.requested, job.max_replicas)
+        self.floor_at = requested
         if requested <= job.min_replicas:
-            return job.min_replicas
-        at_request = self.model.points.get(requested)
-        if at_request is not None and any(
-            x >= at_request for n, x in self.model.points.items() if n < requested
-        ):
-            return job.min_replicas
-        return requested
+            self.floor_at = job.min_replicas
+        else:
+            at_request = self.model.points.get(requested)
+            faster = at_request * (1.0 + job.spread) if at_request is not None else math.inf
+            if any(x >= faster for n, x in self.model.points.items() if n < requested):
+                self.floor_at = job.min_replicas
+        return self.floor_at
 
     def over_budget(self, policy: SizingPolicy) -> bool:
         """Whether it has used its rescales for this hour.
@@ -278,18 +397,32 @@ class _State:
         return self.job.recent_rescales >= policy.rescale_budget_per_hour
 
 
+_SPILL_NODES = 16
+"""How many of the roomiest nodes growth's spill-over is predicted on (beyond: full nodes)."""
+
 _FIRST_WORKER = 1e6
 """The log gain of a job's first worker (from no speed at all): more than any other."""
 
 
 def _log_gain(model: SizeModel, n: int, m: int) -> float:
     """``log(S(m) / S(n))``: by what share going from n to m workers speeds the job up."""
-    here, there = model.speedup(n), model.speedup(m)
+    return _log_ratio(model.speedup(n), model.speedup(m))
+
+
+def _log_ratio(here: float, there: float) -> float:
+    """``log(there / here)``, a first worker (from nothing) worth more than any other."""
     if there <= 0:
         return -_FIRST_WORKER
     if here <= 0:
         return _FIRST_WORKER
     return math.log(there / here)
+
+
+def _fits(worker: Resources, room: Resources) -> int:
+    """Workers of this size that fit in ``room`` (0 when none)."""
+    pairs = ((worker.cpu, room.cpu), (worker.memory, room.memory), (worker.gpu, room.gpu))
+    counts = [math.floor(have / need + 1e-9) for need, have in pairs if need > 0]
+    return max(0, min(counts)) if counts else 0
 
 
 def decide(
@@ -316,7 +449,7 @@ def decide(
             if per_node is None:
                 per_node = max((_how_many(job.worker, r) for r in room.values()), default=1)
                 per_node_of[job.worker] = per_node
-            model = size_model(job.observed, per_node, policy.prior)
+            model = size_model(job.observed, per_node, policy.prior, job.placed, job.spread)
             states[job.key] = _State(job, model, job.worker.dominant_share(allocatable), 0)
             states[job.key].error = job_error(job)
     packing = Packing(eligible, room)
@@ -335,9 +468,14 @@ def decide(
     valid = [s for s in states.values() if s.error is None]
     for s in valid:
         _trim_to_max(packing, s)
+    for s in valid:
+        s.fairness = s.rho(now)
     demands = _serve_claims(packing, states, valid, pods)
     _keep_granted(packing, valid, policy)
-    _grow(packing, valid, policy, now, _Quotas(quotas))
+    _repack(packing, valid, policy)
+    reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
+    _keep_reserve(packing, valid, policy, reserve)
+    _grow(packing, valid, policy, now, _Quotas(quotas), reserve)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
 
@@ -381,7 +519,55 @@ def _serve_claims(
             demands.append(_place_pod(packing, states, claim))
         else:
             _place_minimum(packing, states, claim)
+    _reclaim_requests(packing, states, valid)
     return demands
+
+
+def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_State]) -> None:
+    """A job below its request takes it back: from free room, then from extras beyond requests.
+
+    What static sizing gives every running job, its request, comes before any job's growth
+    beyond its own: a job below it (shrunk for protected demand or another job's minimum,
+    or started where others' extras held the room) is not held there for another job's
+    growth. It takes free room on its own nodes first, then anywhere, then workers of jobs
+    of no higher priority above their own requests (never below them), whatever their value.
+    The job furthest behind static sizing goes first (finish-time fairness, Themis), then
+    the oldest. Neither the hold-off nor the rescale budget applies: this undoes a shrink.
+    """
+    behind = [s for s in valid if not (s.waiting or s.shrunk_for) and s.count < s.floor()]
+    order = sorted(behind, key=lambda s: (-(s.fairness or 0.0), s.job.arrival, s.job.key))
+    for s in order:
+        job = s.job
+        saved = packing.copy()
+        counts = {k: st.count for k, st in states.items()}
+        before = s.speed_now(packing)
+        donors: list[_State] = []
+        while s.count < s.floor():
+            node = packing.local_fit(job.key, job.worker, job.tolerations, job.node_selector)
+            if node is None:
+                found = _make_room(
+                    packing, states, job.worker, job, job.priority, job.key,
+                    requests_held=True, own_first=True,
+                )  # fmt: skip
+                if found is None:
+                    break
+                node, removals = found
+                for donor_key, on in removals:
+                    donor = states[donor_key]
+                    packing.release(on, donor.job.worker, donor_key)
+                    donor.count -= 1
+                    donors.append(donor)
+            packing.place(node, job.worker, job.key)
+            s.count += 1
+            s.reclaimed += 1
+        if s.reclaimed and s.speed_now(packing) <= before:
+            packing.restore(saved)  # on the room there is, its request trains no faster
+            for key, count in counts.items():
+                states[key].count = count
+            s.reclaimed = 0
+            continue
+        for donor in donors:
+            donor.returned.append(job.key)
 
 
 def _place_pod(packing: Packing, states: dict[str, _State], pod: Pod) -> Demand:
@@ -410,7 +596,9 @@ def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> No
     for _ in range(job.min_replicas - s.count):
         node = trial.first_fit(job.worker, job.tolerations, job.node_selector)
         if node is None:
-            found = _make_room(trial, states, job.worker, job, job.priority, job.key, counts)
+            found = _make_room(
+                trial, states, job.worker, job, job.priority, job.key, counts, fair=True
+            )
             if found is None:
                 s.waiting = True
                 packing.restore(saved)
@@ -439,23 +627,34 @@ def _make_room(
     cost_limit: float = math.inf,
     consolidate: bool = False,
     requests_held: bool = False,
+    fair: bool = False,
+    ignore_free: bool = False,
+    own_first: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
     With ``cost_limit``, what is removed must be worth less than that in all. With
     ``consolidate`` (room for growth), workers of jobs that already give some up this round
-    go first (fewer jobs rescale), then the lowest marginal value; otherwise (protected
-    demand) the lowest marginal value. No job goes below its minimum, nor below its
-    :meth:`_State.floor` with ``requests_held`` (the worker gained is beyond the grower's
-    own request: an extra never costs another job its request).
+    go first (fewer jobs rescale), then the lowest marginal value; otherwise (claims) workers
+    beyond their jobs' requests go before any within a request, then the lowest marginal
+    value. No job goes below its minimum, nor below its :meth:`_State.floor` with
+    ``requests_held`` (the worker gained is beyond the grower's own request: an extra never
+    costs another job its request). With ``fair`` (another job's minimum), a job behind
+    static sizing (finish-time fairness 1 or more, :meth:`_State.rho`) keeps its request,
+    and of those cut below theirs the one furthest ahead goes first.
+    Nodes where ``exclude`` (the job that gains) already is go first among equal costs. With
+    ``ignore_free`` the node's free room is left free: what is removed must hold ``requests``.
+    With ``own_first``, its nodes go first whatever the cost (a job's speed depends on them).
     """
-    best: tuple[int, float, int, str, list[tuple[str, str]]] | None = None
+    best: tuple[tuple[int, int, int, float, int, int, str], list[tuple[str, str]]] | None = None
+    own = packing.workers.get(exclude, {}) if exclude is not None else {}
     for node in packing.reclaimable(requests, who.tolerations, who.node_selector):
-        room = packing.free[node.name]
+        room = Resources() if ignore_free else packing.free[node.name]
         taken: dict[str, int] = {}
         removed: list[tuple[str, str]] = []
         cost = 0.0
         fresh = 0
+        cuts = 0
         while not requests.fits_in(room):
             options = []
             for job_key in sorted(packing.by_node.get(node.name, ())):
@@ -466,28 +665,37 @@ def _make_room(
                     continue
                 gone = taken.get(job_key, 0)
                 left = (counts[job_key] if counts is not None else s.count) - gone
-                if packing.workers_on(job_key, node.name) - gone <= 0:
+                here = packing.workers_on(job_key, node.name) - gone
+                if here <= 0:
                     continue
-                if left <= (s.floor() if requests_held else s.job.min_replicas):
+                floor = s.floor()
+                if left <= (floor if requests_held else s.job.min_replicas):
                     continue
-                value = s.value(left)
+                cut = int(left <= floor)
+                if cut and fair and s.fairness is not None and s.fairness >= 1.0:
+                    continue
+                spans = len(packing.workers.get(job_key, ()))
+                value = s.value(left, spans, spans - (here == 1))
                 if cost + value >= cost_limit:
                     continue
                 new_donor = int(consolidate and not (gone or s.gave))
-                options.append((new_donor, value, job_key))
+                ahead = s.fairness if cut and fair and s.fairness is not None else 1.0
+                options.append((new_donor if consolidate else cut, ahead, value, job_key))
             if not options:
                 break
-            added, value, job_key = min(options)
-            fresh += added
+            first, _, value, job_key = min(options)
+            fresh += first if consolidate else 0
+            cuts += 0 if consolidate else first
             taken[job_key] = taken.get(job_key, 0) + 1
             removed.append((job_key, node.name))
             cost += value
             room = room + states[job_key].job.worker
         if requests.fits_in(room):
-            candidate = (fresh, cost, len(removed), node.name, removed)
-            if best is None or candidate[:4] < best[:4]:
-                best = candidate
-    return (best[3], best[4]) if best is not None else None
+            mine = int(node.name not in own)
+            rank = (cuts, mine if own_first else 0, fresh, cost, len(removed), mine, node.name)
+            if best is None or rank < best[0]:
+                best = (rank, removed)
+    return (best[0][-1], best[1]) if best is not None else None
 
 
 def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
@@ -514,15 +722,23 @@ def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -
         s.took.clear()  # kept workers are no growth of this round: nothing to undo
 
 
-def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPolicy) -> str | None:
+def _displace(
+    packing: Packing,
+    valid: list[_State],
+    s: _State,
+    policy: SizingPolicy,
+    reserve: _Reserve | None = None,
+) -> str | None:
     """Room for one more worker of ``s`` taken from other jobs' extra workers worth less.
 
     A donor is a job of no higher priority that neither grows this round nor gives room to
     protected demand or a waiting minimum, above its minimum; what it loses must be worth
     less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
     this round is preferred (it rescales anyway). Returns the node (its room is freed).
+    When the worker would eat into the arrivals' ``reserve``, free room is not used: the
+    whole worker's room comes from donors.
     """
-    limit = s.growth_value(policy) / max(1.0, policy.rescale_margin)
+    limit = s.growth_value(policy, packing) / max(1.0, policy.rescale_margin)
     donors = {
         o.job.key: o
         for o in valid
@@ -534,6 +750,7 @@ def _displace(packing: Packing, valid: list[_State], s: _State, policy: SizingPo
     found = _make_room(
         packing, donors, job.worker, job, job.priority, job.key,
         cost_limit=limit, consolidate=True, requests_held=beyond_request,
+        ignore_free=reserve is not None and not reserve.admits(job.worker),
     )  # fmt: skip
     if found is None:
         return None
@@ -589,28 +806,89 @@ def _pods_back(q: Quota) -> dict[str, float]:
     return {"pods": q.left["pods"] + 1.0} if "pods" in q.left else {}
 
 
+def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
+    """A job whose placement trains slower than fewer workers would shrinks to them.
+
+    A job spread over more nodes than it needs can train slower than fewer workers on fewer
+    nodes (bert: two workers across two nodes 9.1 samples/s, one worker 10.5). Which workers
+    a shrink removes is the ReplicaSet's choice (the newest first; Kubernetes also removes
+    workers from the nodes that hold most of them first), so a size is judged by the worst
+    placement its remaining workers can have: m workers on as many of the job's nodes as
+    they can span. The job shrinks to the size whose worst case is predicted fastest, when
+    that beats where it is by the hysteresis share and pays back two rescales' pauses (the
+    shrink and a growth back); its freed room goes to growth, its own (node-local) first.
+    Only a placement measured slow (the job's or its class's) is left so.
+    """
+    for s in sorted(valid, key=lambda s: s.job.key):
+        job = s.job
+        placed = packing.workers.get(job.key, {})
+        spans = len(placed)
+        if (
+            spans < 2
+            or s.count != job.replicas
+            or s.waiting or s.shrunk_for or s.granted or s.reclaimed or s.gave or s.returned
+            or s.over_budget(policy)
+        ):  # fmt: skip
+            continue
+        if not s.model.measured(s.count, spans):
+            continue  # judged on a measurement of where it is, not on a guess
+        now = s.model.placed_speedup(s.count, spans)
+        best, size = now, s.count
+        for m in range(max(1, job.min_replicas), s.count):
+            worst = min(
+                s.model.placed_speedup(m, k)
+                for k in range(s.model.packed_nodes(m), min(m, spans) + 1)
+            )
+            if worst > best + 1e-12:
+                best, size = worst, m
+        pause = 2.0 * job.rescale_pause_s
+        if (
+            size == s.count
+            or best < now * (1.0 + policy.hysteresis)
+            or (pause > 0 and (best - now) * max(0.0, policy.payback_s - pause) <= now * pause)
+        ):
+            continue
+        while s.count > size:  # from its nodes with the fewest of its workers
+            node = min(placed, key=lambda n: (placed[n], n))
+            packing.release(node, job.worker, job.key)
+            s.count -= 1
+        s.repacked = (size, best, now, spans)
+        s.reason = Reason.PLACEMENT
+
+
 def _grow(
-    packing: Packing, valid: list[_State], policy: SizingPolicy, now: float, quotas: _Quotas
+    packing: Packing,
+    valid: list[_State],
+    policy: SizingPolicy,
+    now: float,
+    quotas: _Quotas,
+    reserve: _Reserve | None = None,
 ) -> None:
-    start = {s.job.key: s.count for s in valid}
+    for s in valid:
+        s.start = s.count
+        s.start_nodes = frozenset(packing.workers.get(s.job.key, ()))
     excluded: set[str] = {
-        s.job.key for s in valid if s.waiting or s.shrunk_for or s.reason is Reason.NO_CAPACITY
+        s.job.key
+        for s in valid
+        if s.waiting or s.shrunk_for or s.repacked or s.reason is Reason.NO_CAPACITY
     }
+    reserve = reserve or _Reserve(packing, Resources())
     for _ in range(len(valid) + 1):
         growing = [s for s in valid if s.job.key not in excluded]
-        _grow_greedily(packing, growing, policy, now, valid, quotas)
+        _grow_greedily(packing, growing, policy, now, valid, quotas, reserve)
         unpaid = []
         trimmed = False
         for s in valid:
             if not s.grown:
                 continue
-            end = _best_end(s, start[s.job.key], policy)
+            end = _best_end(s, s.start, policy)
             if end == s.count:
                 continue
-            if end == start[s.job.key] or s.took:
+            if end == s.start or s.took:
                 unpaid.append(s)
                 continue
             while s.count > end:  # stop at the fastest size: give back what lies beyond
+                reserve.freed(s.job.worker)
                 packing.release(s.grown.pop(), s.job.worker, s.job.key)
                 quotas.released(s)
                 s.count -= 1
@@ -620,19 +898,114 @@ def _grow(
             return
         for s in unpaid:
             for node in reversed(s.grown):
+                reserve.freed(s.job.worker)
                 packing.release(node, s.job.worker, s.job.key)
                 quotas.released(s)
                 s.count -= 1
             for donor, node in s.took:
+                reserve.taken(donor.job.worker)
                 packing.place(node, donor.job.worker, donor.job.key)
                 donor.count += 1
                 donor.gave = [g for g in donor.gave if g[0] != s.job.key]
-            s.count, s.grown, s.room_before, s.took = start[s.job.key], [], {}, []
+            s.count, s.grown, s.room_before, s.took = s.start, [], {}, []
             s.reason = Reason.LOW_MARGINAL_GAIN
             excluded.add(s.job.key)
         for s in valid:
             if s.job.key not in excluded:
                 s.reason = None
+
+
+class _Reserve:
+    """The free room growth beyond requests leaves for arrivals (``arrival_reserve``)."""
+
+    def __init__(self, packing: Packing, room: Resources, shape: Resources | None = None) -> None:
+        self.free = sum((r.clamped() for r in packing.free.values()), Resources())
+        self.room = room
+        self.shape = shape or room
+        """One worker of the size the reserve is counted in."""
+
+    def admits(self, worker: Resources) -> bool:
+        """Whether one more worker of this size leaves the reserve free."""
+        return self.room.is_zero or (self.room + worker).fits_in(self.free)
+
+    @property
+    def short(self) -> bool:
+        """Whether less than the reserve is free."""
+        return not self.room.is_zero and not self.room.fits_in(self.free)
+
+    def taken(self, worker: Resources) -> None:
+        self.free = self.free - worker
+
+    def freed(self, worker: Resources) -> None:
+        self.free = self.free + worker
+
+
+def _reserve_room(
+    valid: list[_State], nodes: Iterable[Resources], policy: SizingPolicy, now: float
+) -> tuple[Resources, Resources]:
+    """The arrivals' reserve and the worker size it is counted in.
+
+    ``arrival_reserve`` of the cluster in whole workers of the jobs' most common size, but
+    no more than the jobs that arrived within ``arrival_window_s`` requested: the next
+    window is expected to bring as much. When jobs stop arriving (a night, the end of a
+    batch), nothing is held back from the jobs that run.
+    """
+    counts: dict[Resources, int] = {}
+    for s in valid:
+        counts[s.job.worker] = counts.get(s.job.worker, 0) + 1
+    if not counts or policy.arrival_reserve <= 0:
+        return Resources(), Resources()
+    room = list(nodes)
+    total = sum(room, Resources())
+    shape = min(counts, key=lambda w: (-counts[w], w.dominant_share(total), w.cpu, w.memory))
+    keep = math.floor(policy.arrival_reserve * sum(_fits(shape, r) for r in room) + 1e-9)
+    recent = sum(
+        max(1, min(s.job.requested, s.job.max_replicas))
+        for s in valid
+        if s.job.worker == shape and now - s.job.arrival < policy.arrival_window_s
+    )
+    return shape.scaled(min(keep, recent)), shape
+
+
+def _keep_reserve(
+    packing: Packing, valid: list[_State], policy: SizingPolicy, reserve: _Reserve
+) -> None:
+    """Less than the reserve free: extras beyond requests give room back, worth least first.
+
+    An arrival takes the reserve at once; the room it took comes back from the workers that
+    grew beyond their jobs' requests, so the next arrival starts at once too. A job that
+    takes the reserve costs one donor one rescale, as its own minimum's claim would, but it
+    does not wait for it. The lowest-value extra goes first; of equal ones, the one where
+    most room is free already (an arrival of several workers then fits on one node). Never
+    below a request; not a job whose growth is in flight or over its budget.
+    """
+    shape = reserve.shape
+    while reserve.short:
+        options = []
+        for s in valid:
+            placed = packing.workers.get(s.job.key, {})
+            if (
+                not placed or s.count <= s.floor()
+                or s.waiting or s.shrunk_for or s.granted or s.reclaimed or s.repacked
+                or s.over_budget(policy)
+            ):  # fmt: skip
+                continue
+            spans = len(placed)
+            for node, here in placed.items():
+                value = s.value(s.count, spans, spans - (here == 1))
+                free = _fits(shape, packing.free[node])
+                options.append((round(value, 9), -free, s.job.key, node, s))
+        if not options:
+            return
+        *_, node, s = min(options, key=lambda o: o[:4])
+        packing.release(node, s.job.worker, s.job.key)
+        reserve.freed(s.job.worker)
+        s.count -= 1
+        s.returned.append(RESERVE)
+
+
+RESERVE = "arrivals (the reserve)"
+"""What a job gave its workers beyond its request back to when it refilled the reserve."""
 
 
 def _grow_greedily(
@@ -642,38 +1015,56 @@ def _grow_greedily(
     now: float,
     valid: list[_State],
     quotas: _Quotas,
+    reserve: _Reserve,
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
-    A job's score depends only on its own size (and, by the rescale margin, on whether it
-    already grows this round), so a heap keeps the order; a job that is blocked or does not
-    fit stays out (room only shrinks during growth).
+    A job's score is what its next worker is worth on the placement growth would reach (and,
+    by the rescale margin, whether it already grows this round). Room only shrinks during
+    growth, so a score can only fall: a job whose score fell since it was queued is queued
+    again with its new score (lazy greedy); a job that is blocked or does not fit stays out.
     """
     margin = max(1.0, policy.rescale_margin)
+    rooms: dict[Resources, tuple[int, ...]] = {}
+    for s in candidates:
+        w = s.job.worker
+        if w not in rooms:
+            counts = (_fits(w, free) for free in packing.free.values())
+            rooms[w] = tuple(heapq.nlargest(_SPILL_NODES, (c for c in counts if c > 0)))
+        s.spill_room, s.memo = rooms[w], {}
 
-    def entry(s: _State) -> tuple[tuple[float, int, float, str], _State]:
-        score = s.growth_value(policy) * (margin if s.grown else 1.0)
-        return (-score, -s.job.priority, s.job.arrival, s.job.key), s
+    def score(s: _State) -> float:
+        return s.growth_value(policy, packing) * (margin if s.grown else 1.0)
 
-    heap = [entry(s) for s in candidates]
+    def entry(s: _State, value: float) -> tuple[tuple[float, int, float, str], _State]:
+        return (-value, -s.job.priority, s.job.arrival, s.job.key), s
+
+    heap = [entry(s, score(s)) for s in candidates]
     heapq.heapify(heap)
     while heap:
-        _, s = heapq.heappop(heap)
-        if s.gave:
+        (queued, *_), s = heapq.heappop(heap)
+        if s.gave or s.returned:
             s.reason = Reason.LOW_MARGINAL_GAIN  # its workers are worth more elsewhere
             continue
-        blocked = _growth_block(s, policy, now)
+        fresh = score(s)
+        if fresh < -queued - 1e-9 and heap and -fresh > heap[0][0][0]:
+            heapq.heappush(heap, entry(s, fresh))
+            continue
+        blocked = _growth_block(s, policy, now, packing)
         if blocked is None and (refusing := quotas.refusing(s)) is not None:
             s.quota, blocked = refusing, Reason.NO_CAPACITY
         node = None
         if blocked is None:
-            node = packing.local_fit(
-                s.job.key, s.job.worker, s.job.tolerations, s.job.node_selector
-            )
+            beyond = s.count + 1 > max(s.job.requested, s.job.min_replicas)
+            if not beyond or reserve.admits(s.job.worker):
+                node = packing.local_fit(
+                    s.job.key, s.job.worker, s.job.tolerations, s.job.node_selector
+                )
             if node is not None:
                 s.room_before.setdefault(node, packing.free[node])
+                reserve.taken(s.job.worker)
             else:
-                node = _displace(packing, valid, s, policy)
+                node = _displace(packing, valid, s, policy, reserve)
         if node is None:
             s.reason = blocked or Reason.NO_CAPACITY
             continue
@@ -681,35 +1072,70 @@ def _grow_greedily(
         s.count += 1
         quotas.placed(s)
         s.grown.append(node)
-        heapq.heappush(heap, entry(s))
+        heapq.heappush(heap, entry(s, score(s)))
 
 
-def _growth_block(s: _State, policy: SizingPolicy, now: float) -> Reason | None:
+def _growth_block(
+    s: _State, policy: SizingPolicy, now: float, packing: Packing | None = None
+) -> Reason | None:
     job = s.job
     if s.count >= job.max_replicas:
         return Reason.AT_MAX
     limit = s.growth_limit(policy)
     if s.count + 1 > limit:
         return Reason.HOLD_OFF
-    if s.model.ahead(s.count, limit)[0] < job.min_marginal_speedup:
+    if _ahead(s, limit, packing) < job.min_marginal_speedup:
         return Reason.LOW_MARGINAL_GAIN
-    if not s.grown and job.last_rescale is not None and now - job.last_rescale < policy.hold_off_s:
+    if (
+        not s.grown
+        and job.last_rescale is not None
+        and now - job.last_rescale < policy.hold_off_s
+        and not _known_newcomer(s, policy, now)
+    ):
         return Reason.HOLD_OFF
     if s.over_budget(policy) and s.count + 1 > job.requested:
         return Reason.HOLD_OFF  # over budget it only grows back to its request
     return None
 
 
+def _known_newcomer(s: _State, policy: SizingPolicy, now: float) -> bool:
+    """A new job of a measured class (or measured itself): its first growth is not held off.
+
+    It was created within the hold-off.
+
+    The hold-off waits for a measurement of the size a job grew to before it grows again. A
+    new job of a class measured before has nothing to wait for: its class's sizes say what
+    it will train at. Held off, a job of a minute or two (much of a Philly-like mix) grew only
+    when it was nearly done, and one that had waited for room finished later than static
+    sizing would have finished it.
+    """
+    job = s.job
+    return now - job.arrival < policy.hold_off_s and bool(s.model.points)
+
+
+def _ahead(s: _State, limit: int, packing: Packing | None) -> float:
+    """The best mean speed-up per added worker up to ``limit``, on growth's placements.
+
+    Growth reaches the room on the job's nodes first, then new nodes.
+    """
+    if packing is None:
+        return s.model.ahead(s.count, limit)[0]
+    here, local = s.speed_now(packing), s.local_room(packing)
+    gains = ((s.speed_if(packing, m, local) - here) / (m - s.count)
+             for m in range(s.count + 1, limit + 1))  # fmt: skip
+    return max(gains, default=0.0)
+
+
 def _pays_back(s: _State, start: int, policy: SizingPolicy, end: int | None = None) -> bool:
     """Whether growing from ``start`` to ``end`` (default: the planned size) is worth a rescale.
 
-    The predicted speed must rise by the hysteresis share, and the samples gained within
-    the pay-back time must make up for the measured pause.
+    The predicted speed (on the nodes planned) must rise by the hysteresis share, and the
+    samples gained within the pay-back time must make up for the measured pause.
     """
     end = s.count if end is None else end
     if start <= 0:
         return True
-    before, after = s.model.speedup(start), s.model.speedup(end)
+    before, after = s.planned_speed(start), s.planned_speed(end)
     if after < before * (1.0 + policy.hysteresis):
         return False
     pause = s.job.rescale_pause_s
@@ -721,11 +1147,12 @@ def _pays_back(s: _State, start: int, policy: SizingPolicy, end: int | None = No
 def _best_end(s: _State, start: int, policy: SizingPolicy) -> int:
     """Where the round's growth should end: the fastest predicted size worth its rescale.
 
-    Between ``start`` and the planned size; ``start`` when none is worth it.
+    Between ``start`` and the planned size, on the nodes planned; ``start`` when none is
+    worth it.
     """
     best = start
     for n in range(start + 1, s.count + 1):
-        if s.model.speedup(n) > s.model.speedup(best) + 1e-12 and _pays_back(s, start, policy, n):
+        if s.planned_speed(n) > s.planned_speed(best) + 1e-12 and _pays_back(s, start, policy, n):
             best = n
     return best
 
@@ -746,6 +1173,8 @@ def _decision(s: _State, placed: Mapping[str, int]) -> JobDecision:
         reason = s.reason or Reason.NO_CAPACITY
         if s.shrunk_for:
             reason = Reason.PROTECTED_DEMAND
+        elif s.returned:
+            reason = Reason.FAIRNESS
         elif s.gave:
             reason = Reason.LOW_MARGINAL_GAIN
         message = _message(s, desired, reason)
@@ -776,6 +1205,19 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
         return (
             f"shrank to {desired}: made room for {who}{more}; the job's priority is {job.priority}"
         )
+    if s.repacked is not None:
+        size, there, here, spans = s.repacked
+        return (
+            f"shrank to {desired}: {size} workers on fewer nodes are predicted "
+            f"{there / max(here, 1e-12):.2f}x as fast as {job.replicas} across {spans} nodes"
+        )
+    if s.returned:
+        takers = sorted(set(s.returned))
+        more = f" and {len(takers) - 3} more" if len(takers) > 3 else ""
+        return (
+            f"shrank to {desired}: its workers beyond its request of {job.requested} went back "
+            f"to {', '.join(takers[:3])}{more} (below their requests)"
+        )
     if s.gave:
         takers = sorted({key for key, _, _ in s.gave})
         there = max(m for _, m, _ in s.gave)
@@ -785,6 +1227,8 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
             f"shrank to {desired}: its workers are worth more to {', '.join(takers[:3])}{more} "
             f"(marginal speed-up {there:.2f} there, {here:.2f} here)"
         )
+    if s.reclaimed and not s.grown:
+        return f"grew to {desired}: back to its request of {job.requested}"
     if s.grown:
         step = f" (+{len(s.grown)})" if len(s.grown) > 1 else ""
         parts = []

@@ -1,13 +1,25 @@
-"""The per-job, per-size history: measured throughput at each world size, and rescale pauses.
+"""The per-job history: measured throughput by size and placement, rescale pauses, progress.
 
 It is what the scaling fit rests on, so it must outlive an adapter restart and be the same
 for every adapter replica: a :class:`HistoryStore` keeps it somewhere shared (a ConfigMap,
 :mod:`metrics_adapter.sizing.history_configmap`; memory for tests and simulators) and every replica
 decides from the stored copy, never from what only it has scraped.
 
-Values are exponentially weighted means (``alpha`` for the newest observation); memory is
-bounded: at most ``max_jobs`` jobs (least recently updated dropped first) and
-``max_sizes`` sizes per job (least recently updated dropped first).
+A throughput is kept per **placement**: (workers, nodes they spanned). On 4-GPU nodes two
+workers on one node and two on two nodes are different jobs to the network (bert: 20.5 and
+9.1 samples/s); kept as one "size 2" they made the class's small sizes noise. A record of
+``nodes`` 0 is one whose placement is not known (a history written before placements were
+kept, or a caller that cannot tell).
+
+Values are exponentially weighted means (``alpha`` for the newest observation) with their
+spread (the weighted mean of each observation's relative distance from the mean): two
+measurements within their spread are not told apart. Memory is bounded: at most
+``max_jobs`` jobs (least recently updated dropped first) and ``max_sizes`` records per job
+(least recently updated dropped first).
+
+The stored form (:meth:`SizeHistory.to_json`) is version 2: a record's key is ``"n@k"`` (n
+workers on k nodes; ``"n"`` when k is not known). Version 1 (keys ``"n"``, no spread, no
+progress) is still read, its records as of unknown placement.
 """
 
 from __future__ import annotations
@@ -24,21 +36,28 @@ class HistoryError(ValueError):
     """A stored history could not be read."""
 
 
+Placed = tuple[int, int]
+"""(workers, nodes they spanned); nodes 0: not known."""
+
+
 @dataclass(frozen=True, slots=True)
 class SizeRecord:
-    """The job's throughput at one size."""
+    """The job's throughput at one placement."""
 
     samples_per_second: float
     observations: int
     updated: float
     """When it was last observed (seconds, the caller's clock)."""
+    spread: float = 0.0
+    """Weighted mean of the observations' relative distance from the mean (0: one so far)."""
 
 
 @dataclass(slots=True)
 class JobHistory:
     """One job's records."""
 
-    sizes: dict[int, SizeRecord] = field(default_factory=dict)
+    sizes: dict[Placed, SizeRecord] = field(default_factory=dict)
+    """By (workers, nodes spanned)."""
     pause_s: float = 0.0
     """Mean training pause at a rescale, seconds (0: none measured)."""
     pauses: int = 0
@@ -47,6 +66,11 @@ class JobHistory:
     """The size of its first measurement: the size it was created with (0: none yet)."""
     rescaled: list[float] = field(default_factory=list)
     """When its recent rescales were seen (the newest ``MAX_RESCALES_KEPT``)."""
+    progress: float | None = None
+    """The share of its planned samples trained, as its agents last said (None: not said)."""
+    planned: float = 0.0
+    """Its planned samples, estimated from throughput over the rate of progress (0: not
+    known)."""
 
 
 MAX_RESCALES_KEPT = 32
@@ -80,18 +104,43 @@ class SizeHistory:
         self.max_jobs = max_jobs
         self.max_sizes = max_sizes
 
-    def observed(self, job: str, job_class: str | None = None) -> dict[int, float]:
-        """Size -> samples per second for ``job`` (empty when never measured).
+    def records(self, job: str, job_class: str | None = None) -> dict[Placed, SizeRecord]:
+        """(workers, nodes) -> record for ``job`` (empty when never measured).
 
-        With ``job_class`` (a :func:`class_key`), the class's sizes fill those the job has
-        not measured itself.
+        With ``job_class`` (a :func:`class_key`), the class's records fill the placements the
+        job has not measured itself.
         """
         h = self.jobs.get(job)
-        own = {n: r.samples_per_second for n, r in h.sizes.items()} if h else {}
+        own = dict(h.sizes) if h else {}
         c = self.jobs.get(job_class) if job_class is not None else None
-        if c is None:
-            return own
-        return {**{n: r.samples_per_second for n, r in c.sizes.items()}, **own}
+        return own if c is None else {**c.sizes, **own}
+
+    def placed(self, job: str, job_class: str | None = None) -> dict[Placed, float]:
+        """(workers, nodes) -> samples per second (see :meth:`records`)."""
+        return {k: r.samples_per_second for k, r in self.records(job, job_class).items()}
+
+    def observed(self, job: str, job_class: str | None = None) -> dict[int, float]:
+        """Size -> samples per second, whatever the placement (empty when never measured).
+
+        Per size, the record of the fewest nodes spanned (one of unknown placement last);
+        :meth:`placed` tells placements apart.
+        """
+        out: dict[int, tuple[int, float]] = {}
+        for (n, k), r in self.records(job, job_class).items():
+            rank = k if k > 0 else 1 << 30
+            if n not in out or rank < out[n][0]:
+                out[n] = (rank, r.samples_per_second)
+        return {n: x for n, (_, x) in sorted(out.items())}
+
+    def spread(self, job: str, job_class: str | None = None) -> float:
+        """The relative spread of the job's measurements: the mean over its repeated ones."""
+        spreads = [r.spread for r in self.records(job, job_class).values() if r.observations > 1]
+        return sum(spreads) / len(spreads) if spreads else 0.0
+
+    def progress(self, job: str) -> tuple[float | None, float]:
+        """The job's last progress (share of its planned samples) and its planned samples."""
+        h = self.jobs.get(job)
+        return (h.progress, h.planned) if h else (None, 0.0)
 
     def pause(self, job: str, job_class: str | None = None) -> float:
         """The job's mean rescale pause in seconds (its class's until its own; 0: none)."""
@@ -101,23 +150,49 @@ class SizeHistory:
         c = self.jobs.get(job_class) if job_class is not None else None
         return c.pause_s if c is not None else 0.0
 
-    def observe(self, job: str, size: int, samples_per_second: float, now: float) -> None:
-        """Fold one throughput measurement at ``size`` workers into the mean."""
+    def observe(
+        self, job: str, size: int, samples_per_second: float, now: float, nodes: int = 0
+    ) -> None:
+        """Fold one throughput measurement at ``size`` workers on ``nodes`` nodes into the mean.
+
+        ``nodes`` 0: the placement is not known.
+        """
         if size < 1 or not (math.isfinite(samples_per_second) and samples_per_second > 0):
             return
         h = self._job(job, now)
         if not h.first_size:
             h.first_size = size
-        old = h.sizes.get(size)
+        key = (size, max(0, nodes))
+        old = h.sizes.get(key)
         if old is None:
-            h.sizes[size] = SizeRecord(samples_per_second, 1, now)
+            h.sizes[key] = SizeRecord(samples_per_second, 1, now)
             if len(h.sizes) > self.max_sizes:
-                del h.sizes[min(h.sizes, key=lambda n: (h.sizes[n].updated, n))]
+                del h.sizes[min(h.sizes, key=lambda k: (h.sizes[k].updated, k))]
         else:
-            mean = old.samples_per_second + self.alpha * (
-                samples_per_second - old.samples_per_second
+            before = old.samples_per_second
+            mean = before + self.alpha * (samples_per_second - before)
+            distance = abs(samples_per_second - before) / before
+            spread = old.spread + self.alpha * (distance - old.spread)
+            if old.observations == 1:
+                spread = distance
+            h.sizes[key] = SizeRecord(mean, old.observations + 1, now, spread)
+
+    def observe_progress(
+        self, job: str, progress: float, now: float, planned: float | None = None
+    ) -> None:
+        """The job's share of its planned samples trained, and its planned samples.
+
+        The planned samples only when measured, as a weighted mean: they do not change,
+        estimates do.
+        """
+        if not (math.isfinite(progress) and 0.0 <= progress <= 1.0):
+            return
+        h = self._job(job, now)
+        h.progress = progress
+        if planned is not None and math.isfinite(planned) and planned > 0:
+            h.planned = (
+                planned if h.planned <= 0 else h.planned + self.alpha * (planned - h.planned)
             )
-            h.sizes[size] = SizeRecord(mean, old.observations + 1, now)
 
     def observe_pause(self, job: str, pause_s: float, now: float, rescales: int = 1) -> None:
         """Fold a measured rescale pause (seconds) into the mean; ``rescales`` happened."""
@@ -168,10 +243,7 @@ class SizeHistory:
         doc: dict[str, Any] = {}
         for key, h in sorted(self.jobs.items()):
             doc[key] = {
-                "sizes": {
-                    str(n): [round(r.samples_per_second, 6), r.observations, round(r.updated, 3)]
-                    for n, r in sorted(h.sizes.items())
-                },
+                "sizes": {_record_key(p): _record_value(r) for p, r in sorted(h.sizes.items())},
                 "pause": [round(h.pause_s, 6), h.pauses],
                 "updated": round(h.updated, 3),
             }
@@ -179,7 +251,9 @@ class SizeHistory:
                 doc[key]["first"] = h.first_size
             if h.rescaled:
                 doc[key]["rescaled"] = [round(t, 3) for t in h.rescaled]
-        return json.dumps({"version": 1, "jobs": doc}, separators=(",", ":"), sort_keys=True)
+            if h.progress is not None:
+                doc[key]["progress"] = [round(h.progress, 6), round(h.planned, 3)]
+        return json.dumps({"version": VERSION, "jobs": doc}, separators=(",", ":"), sort_keys=True)
 
     def load_json(self, text: str) -> None:
         """Replace the content with a stored ``to_json`` text.
@@ -189,15 +263,19 @@ class SizeHistory:
         """
         try:
             doc = json.loads(text)
-            if doc.get("version") != 1:
-                raise HistoryError(f"unknown history version {doc.get('version')!r}")
+            version = doc.get("version")
+            if version not in READABLE_VERSIONS:
+                raise HistoryError(f"unknown history version {version!r}")
             jobs = {}
             for key, entry in doc["jobs"].items():
                 sizes = {
-                    int(n): SizeRecord(float(v[0]), int(v[1]), float(v[2]))
-                    for n, v in entry["sizes"].items()
+                    _parse_key(k, version): SizeRecord(
+                        float(v[0]), int(v[1]), float(v[2]), float(v[3]) if len(v) > 3 else 0.0
+                    )
+                    for k, v in entry["sizes"].items()
                 }
                 pause, pauses = entry["pause"]
+                progress, planned = entry.get("progress", (None, 0.0))
                 jobs[str(key)] = JobHistory(
                     sizes,
                     float(pause),
@@ -205,12 +283,42 @@ class SizeHistory:
                     float(entry["updated"]),
                     int(entry.get("first", 0)),
                     [float(t) for t in entry.get("rescaled", [])][-MAX_RESCALES_KEPT:],
+                    None if progress is None else float(progress),
+                    float(planned),
                 )
         except HistoryError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise HistoryError(f"unreadable sizing history: {e!r}") from e
         self.jobs = jobs
+
+
+VERSION = 2
+"""The stored form written: records by (workers, nodes), their spread, progress."""
+READABLE_VERSIONS = (1, 2)
+
+
+def _record_key(placed: Placed) -> str:
+    n, k = placed
+    return f"{n}@{k}" if k > 0 else str(n)
+
+
+def _record_value(r: SizeRecord) -> list[float | int]:
+    out: list[float | int] = [round(r.samples_per_second, 6), r.observations, round(r.updated, 3)]
+    if r.spread > 0:
+        out.append(round(r.spread, 6))
+    return out
+
+
+def _parse_key(text: str, version: int) -> Placed:
+    """``"n@k"`` (version 2) or ``"n"`` (a placement not known; all of version 1)."""
+    n, at, k = text.partition("@")
+    if at and version < 2:
+        raise ValueError(f"record key {text!r} in a version {version} history")
+    placed = (int(n), int(k) if at else 0)
+    if placed[0] < 1 or placed[1] < 0:
+        raise ValueError(f"record key {text!r}: workers >= 1 and nodes >= 0")
+    return placed
 
 
 class HistoryStore(Protocol):

@@ -130,7 +130,10 @@ class Packing:
     ) -> str | None:
         """A node for one more worker of ``job``: where most of its workers are, else first fit.
 
-        Growth stays node-local first (fewer nodes spanned: a job's speed depends on it).
+        Growth stays node-local first (fewer nodes spanned: a job's speed depends on it). A
+        job whose nodes are full spills over onto the node with the most room for its
+        workers (its next ones follow it there, as kube-scheduler's LeastAllocated score and
+        the trainer's pod affinity place them), not onto the first node with room for one.
         """
         selector = node_selector or {}
         mine = self.workers.get(job, {})
@@ -139,7 +142,27 @@ class Packing:
             for node in sorted(mine, key=lambda n: (-mine[n], n)):
                 if node in allowed and requests.fits_in(self.free[node]):
                     return node
+            return self.roomiest(requests, tolerations, selector)
         return self.first_fit(requests, tolerations, selector)
+
+    def roomiest(
+        self,
+        requests: Resources,
+        tolerations: tuple[Toleration, ...] = (),
+        node_selector: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """The node with room for the most pods of ``requests`` (first by name on a tie)."""
+        best: tuple[float, str] | None = None
+        for node in self.candidates(tolerations, node_selector or {}):
+            free = self.free[node.name]
+            if not requests.fits_in(free):
+                continue
+            pairs = ((requests.cpu, free.cpu), (requests.memory, free.memory),
+                     (requests.gpu, free.gpu))  # fmt: skip
+            count = min((have / need for need, have in pairs if need > 0), default=0.0)
+            if best is None or count > best[0] + 1e-9:
+                best = (count, node.name)
+        return best[1] if best is not None else None
 
     def place(self, node: str, requests: Resources, job: str | None = None) -> None:
         """Take room on ``node`` (for a worker of ``job`` when given)."""

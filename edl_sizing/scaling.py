@@ -159,19 +159,33 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
 
 
 class SizeModel:
-    """What the sizer predicts for a job at each size: measured where measured, else a fit.
+    """What the sizer predicts for a job at each size and placement.
 
     Real curves are not smooth: a job near-linear on one node can *lose* speed when it first
-    spans two (bert 38.7 -> 14.3 samples/s from 4 to 5 GPUs). So the model is
+    spans two (bert 38.7 -> 14.3 samples/s from 4 to 5 GPUs), and the same workers train at
+    very different speeds depending on how many nodes they span (bert, 2 workers: 20.5
+    samples/s on one node, 9.1 on two). So the model is
 
-    * the measured throughput at a measured size (the truth beats any fit);
-    * elsewhere the USL fit of the sizes that fit on one node (``per_node`` workers), times
-      a *span factor* for sizes that need more nodes: the geometric mean of measured/fitted
-      over the measured multi-node sizes (1 until one is measured: optimistic, as the
-      prior; the first multi-node measurement corrects it); that curve is then corrected
-      by the measured/predicted ratio of the neighbouring measured sizes (interpolated
-      between two, the nearest one's outside them), so the prediction meets every
-      measurement without jumps and keeps the fit's shape between them.
+    * **packed** (a size on the fewest nodes that hold it, ``ceil(n / per_node)``; the
+      placement growth plans first): the measured throughput at a measured size (the truth
+      beats any fit); elsewhere the USL fit of the sizes that fit on one node
+      (``per_node`` workers), times a *span factor* for sizes that need more nodes: the
+      geometric mean of measured/fitted over the measured multi-node sizes (1 until one is
+      measured: optimistic, as the prior; the first multi-node measurement corrects it);
+      that curve is then corrected by the measured/predicted ratio of the neighbouring
+      measured sizes (interpolated between two, the nearest one's outside them), so the
+      prediction meets every measurement without jumps and keeps the fit's shape between
+      them. A measurement whose placement is not known counts as packed.
+    * **spread** (more nodes than packed, :meth:`placed_speedup`): measured where measured;
+      elsewhere the packed prediction times measured/packed of the job's spread
+      measurements on as many nodes (else the nearest count of nodes), interpolated in
+      workers; before any, the span factor (at most 1: what crossing a node boundary cost
+      its packed sizes). On 4-GPU nodes two workers across two nodes can lose half their
+      speed while seven across four gain half (yolov3: 12.9 against 26.0; 61.6 against
+      40.6 packed): one factor for every spread placement would be wrong for both.
+    * **noise**: a measured size slower than a smaller one by no more than the two
+      measurements' spread (``spread``, relative) is taken as fast as that one: two
+      measurements within their spread are not a loss.
 
     Speed-ups are relative to the predicted one-worker throughput; a job never measured has
     the prior's USL shape (no span cost assumed).
@@ -182,10 +196,26 @@ class SizeModel:
         observed: Mapping[int, float],
         per_node: int,
         prior: ScalingPrior = ScalingPrior(),
+        placed: Mapping[tuple[int, int], float] | None = None,
+        spread: float = 0.0,
     ) -> None:
-        points = {n: x for n, x in observed.items() if n >= 1 and x > 0 and math.isfinite(x)}
-        self.points = points
         self.per_node = max(1, per_node)
+        packed: dict[int, float] = {}
+        self.spread_points: dict[tuple[int, int], float] = {}
+        """(workers, nodes) -> samples/s measured on more nodes than packed."""
+        for (n, k), x in sorted((placed or {}).items()):
+            if n < 1 or not (x > 0 and math.isfinite(x)):
+                continue
+            if k > self.packed_nodes(n):
+                self.spread_points[(n, k)] = x
+            else:
+                packed[n] = x
+        for n, x in observed.items():
+            if n >= 1 and x > 0 and math.isfinite(x) and n not in packed:
+                packed[n] = x
+        points = _within_noise(packed, spread)
+        self.points = points
+        """Size -> samples/s measured packed (dips within the noise lifted)."""
         local = {n: x for n, x in points.items() if n <= self.per_node}
         self.curve = fit_usl(points, prior)
         """The USL fit of every measured size (what the debug view and metrics show)."""
@@ -200,14 +230,32 @@ class SizeModel:
         if spanning:
             self.span_factor = math.exp(sum(math.log(r) for r in spanning) / len(spanning))
         self._sizes = sorted(points)
+        self._largest = max([*points, *(n for n, _ in self.spread_points)], default=0)
         self._residual = {n: x / r for n, x in points.items() if (r := self._raw(n)) > 0}
         self._one = self._predict(1)
         self._cache: dict[int, float] = {}
+        self._spread_ratios: dict[int, list[tuple[int, float]]] = {}
+        """Nodes -> (workers, measured over packed) of the spread measurements."""
+        for (n, k), x in sorted(self.spread_points.items()):
+            if (t := self._predict(n)) > 0:
+                self._spread_ratios.setdefault(k, []).append((n, x / t))
+        ratios = [r for by_n in self._spread_ratios.values() for _, r in by_n]
+        self.spread_factor = (
+            math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            if ratios
+            else min(1.0, self.span_factor)
+        )
+        """Spread over packed over every spread measurement, or before any the span factor
+        (<= 1)."""
+
+    def packed_nodes(self, n: int) -> int:
+        """The fewest nodes that hold ``n`` workers."""
+        return max(1, -(-n // self.per_node))
 
     @property
     def largest(self) -> int:
-        """Largest size measured (0: none)."""
-        return max(self.points, default=0)
+        """Largest size measured, on any placement (0: none)."""
+        return self._largest
 
     def _raw(self, n: int) -> float:
         lam = self._base.lam if self._base.lam is not None else 1.0
@@ -230,14 +278,55 @@ class SizeModel:
             return raw * (r0 + (r1 - r0) * (n - low) / (high - low))
         return raw * self._residual[below[-1] if below else above[0]]
 
+    def throughput(self, n: int) -> float | None:
+        """Predicted samples/s at ``n`` workers packed (None: never measured)."""
+        if n <= 0 or not self.points:
+            return None
+        return self._predict(n)
+
     def speedup(self, n: int) -> float:
-        """Predicted X(n) / X(1); 0 for n <= 0."""
+        """Predicted X(n) / X(1), packed; 0 for n <= 0."""
         if n <= 0:
             return 0.0
         cached = self._cache.get(n)
         if cached is None:
             cached = self._cache[n] = self._predict(n) / self._one if self._one > 0 else 0.0
         return cached
+
+    def placed_speedup(self, n: int, nodes: int) -> float:
+        """Predicted X(n workers on ``nodes`` nodes) / X(1); packed when ``nodes`` is not more."""
+        if n <= 0:
+            return 0.0
+        if nodes <= self.packed_nodes(n):
+            return self.speedup(n)
+        measured = self.spread_points.get((n, nodes))
+        if measured is not None:
+            return measured / self._one if self._one > 0 else 0.0
+        return self.speedup(n) * self._spread_ratio(n, nodes)
+
+    def _spread_ratio(self, n: int, nodes: int) -> float:
+        """Spread over packed at ``n`` workers on ``nodes`` nodes.
+
+        From the measurements on as many nodes (else the nearest count of nodes, the larger
+        on a tie), interpolated in workers between the nearest two (the nearest one's
+        outside them).
+        """
+        if not self._spread_ratios:
+            return self.spread_factor
+        k = min(self._spread_ratios, key=lambda m: (abs(m - nodes), -m))
+        by_n = self._spread_ratios[k]
+        below = [(m, r) for m, r in by_n if m <= n]
+        above = [(m, r) for m, r in by_n if m > n]
+        if below and above:
+            (m0, r0), (m1, r1) = below[-1], above[0]
+            return r0 + (r1 - r0) * (n - m0) / (m1 - m0)
+        return (below[-1] if below else above[0])[1]
+
+    def measured(self, n: int, nodes: int) -> bool:
+        """Whether ``n`` workers on ``nodes`` nodes were measured (packed: at that size)."""
+        if nodes <= self.packed_nodes(n):
+            return n in self.points
+        return (n, nodes) in self.spread_points
 
     def marginal(self, n: int) -> float:
         """What worker n + 1 adds, relative to one worker: S(n + 1) - S(n)."""
@@ -259,8 +348,25 @@ class SizeModel:
         return (best if at > n else 0.0), at
 
 
+def _within_noise(points: Mapping[int, float], spread: float) -> dict[int, float]:
+    """Measured sizes, a dip within the measurements' spread lifted to the size before it."""
+    out: dict[int, float] = {}
+    best = 0.0
+    for n in sorted(points):
+        x = points[n]
+        if 0 < x < best and best - x <= spread * (best + x):
+            x = best
+        out[n] = x
+        best = max(best, x)
+    return out
+
+
 def size_model(
-    observed: Mapping[int, float], per_node: int, prior: ScalingPrior = ScalingPrior()
+    observed: Mapping[int, float],
+    per_node: int,
+    prior: ScalingPrior = ScalingPrior(),
+    placed: Mapping[tuple[int, int], float] | None = None,
+    spread: float = 0.0,
 ) -> SizeModel:
     """The :class:`SizeModel` of these values, shared by every round that sees the same ones.
 
@@ -268,11 +374,17 @@ def size_model(
     speed-up cache only memoises), so rounds that see a job's same measurements reuse it:
     fitting dominated a round's time on clusters of many jobs. Bounded (least recently used).
     """
-    return _size_model(tuple(observed.items()), per_node, prior)
+    return _size_model(
+        tuple(observed.items()), per_node, prior, tuple((placed or {}).items()), spread
+    )
 
 
 @functools.lru_cache(maxsize=8192)
 def _size_model(
-    observed: tuple[tuple[int, float], ...], per_node: int, prior: ScalingPrior
+    observed: tuple[tuple[int, float], ...],
+    per_node: int,
+    prior: ScalingPrior,
+    placed: tuple[tuple[tuple[int, int], float], ...],
+    spread: float,
 ) -> SizeModel:
-    return SizeModel(dict(observed), per_node, prior)
+    return SizeModel(dict(observed), per_node, prior, dict(placed), spread)

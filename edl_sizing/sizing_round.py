@@ -7,10 +7,13 @@ every caller, so they live here once: ``edl-sim``'s figures are evidence about t
 only while both run this code.
 
 * :meth:`Observation.apply`: one job's measurements of a round (a throughput at a world
-  size, the mean pause of its new rescales) folded into the history, under the job's key and,
-  for a job of a class, its class's key (a class's pause counts no rescale of its own).
+  size on a number of nodes, the mean pause of its new rescales, its progress) folded into
+  the history, under the job's key and, for a job of a class, its class's key (a class's
+  pause counts no rescale of its own; progress is the job's own).
 * :func:`with_history`: a job as ``decide`` sees it. Its sizes are the history's over what
-  its source said (its class's fill the sizes it never measured); its pause is the history's
+  its source said (its class's fill the placements it never measured; records of a known
+  placement go to ``Job.placed``, the others to ``Job.observed``), with their spread; its
+  progress and planned samples are the history's; its pause is the history's
   (its class's until its own); its request is the source's (the ``requested-workers``
   annotation), else the size it was first measured at (the size it was created with), else
   its replicas now; its rescales are the most of the source's count and the history's within
@@ -51,14 +54,24 @@ class Observation:
     """New rescale pauses counted since the last round."""
     job_class: str | None = None
     """The class's history key (:func:`edl_sizing.class_key`): recorded there too."""
+    nodes: int = 0
+    """The nodes the measured world spanned (0: not known)."""
+    progress: float | None = None
+    """The share of its planned samples the job has trained (None: not known)."""
+    planned: float | None = None
+    """Its planned samples: throughput over the rate of progress (None: not measured)."""
 
     def apply(self, history: SizeHistory, now: float) -> bool:
         """Fold into ``history``; returns whether anything was added."""
         changed = False
         if self.size is not None and self.samples_per_second is not None:
-            history.observe(self.job, self.size, self.samples_per_second, now)
+            rate = self.samples_per_second
+            history.observe(self.job, self.size, rate, now, self.nodes)
             if self.job_class is not None:
-                history.observe(self.job_class, self.size, self.samples_per_second, now)
+                history.observe(self.job_class, self.size, rate, now, self.nodes)
+            changed = True
+        if self.progress is not None:
+            history.observe_progress(self.job, self.progress, now, self.planned)
             changed = True
         if self.pause_s is not None:
             history.observe_pause(self.job, self.pause_s, now, max(1, self.rescales))
@@ -76,13 +89,20 @@ def job_class_key(job: Job) -> str | None:
 def with_history(job: Job, history: SizeHistory, now: float) -> Job:
     """The job as :func:`decide` sees it (see the module docstring)."""
     klass = job_class_key(job)
-    observed = {**job.observed, **history.observed(job.key, klass)}
+    records = history.placed(job.key, klass)
+    observed = {**job.observed, **{n: x for (n, k), x in records.items() if k == 0}}
+    placed = {**job.placed, **{p: x for p, x in records.items() if p[1] > 0}}
     pause = history.pause(job.key, klass) or job.rescale_pause_s
     requested = job.requested or history.first_size(job.key) or job.replicas
     recent = history.rescales_since(job.key, now - RESCALE_WINDOW_S)
+    progress, planned = history.progress(job.key)
     return replace(
         job,
         observed=observed,
+        placed=placed,
+        spread=max(job.spread, history.spread(job.key, klass)),
+        progress=job.progress if job.progress is not None else progress,
+        planned_samples=job.planned_samples or planned,
         rescale_pause_s=pause,
         requested=requested,
         recent_rescales=max(job.recent_rescales, recent),

@@ -43,7 +43,7 @@ from edl_common.options import (
 from edl_common.version import edl_version
 from edl_sim.cluster import scenarios
 from edl_sim.cluster.engine import SimResult, SimSettings, Simulation
-from edl_sim.cluster.inputs import SimulationError, Workload, load_workload
+from edl_sim.cluster.inputs import SimulationError, Workload, load_workload, scale_arrivals
 from edl_sim.cluster.jobs import PauseModel
 from edl_sim.cluster.plot import PlotError, write_plot
 from edl_sim.cluster.policies import POLICIES
@@ -98,6 +98,13 @@ RUN: tuple[Option, ...] = (
         PATH,
         None,
         "step times by workers per node: a job's speed then depends on its placement",
+        INPUTS,
+    ),
+    _opt(
+        "arrival_scale",
+        number(0, above=True),
+        "1",
+        "multiply every job's submission time by this (0.5: twice the arrival rate)",
         INPUTS,
     ),
     _opt("policy", POLICY_NAMES, "all", "the policies to compare"),
@@ -244,6 +251,13 @@ RUN: tuple[Option, ...] = (
         SIZER,
     ),
     _opt(
+        "arrival_reserve",
+        number(0),
+        f"{_SIZING.arrival_reserve:g}",
+        "share of the cluster's workers growth beyond requests leaves free for arrivals",
+        SIZER,
+    ),
+    _opt(
         "max_load_desired",
         SHARE,
         f"{_POLICY.max_load_desired:g}",
@@ -313,6 +327,7 @@ def settings_from(args: argparse.Namespace) -> tuple[SimSettings, PolicySettings
         rescale_margin=args.rescale_margin,
         hysteresis=args.hysteresis,
         rescale_budget_per_hour=args.rescale_budget,
+        arrival_reserve=args.arrival_reserve,
         prior=replace(adapter.prior, sigma=args.prior_sigma, kappa=args.prior_kappa),
     )
     policy = PolicySettings(
@@ -353,10 +368,16 @@ def compare(
     return results
 
 
-def _run(args: argparse.Namespace, out: TextIO) -> int:
+def load_from(args: argparse.Namespace) -> Workload:
+    """The workload the command line names (with its arrivals scaled)."""
     workload = load_workload(
         args.workload, args.curves, args.cluster, args.background, args.placements
     )
+    return scale_arrivals(workload, args.arrival_scale)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    workload = load_from(args)
     sim, policy = settings_from(args)
 
     def progress(message: str) -> None:

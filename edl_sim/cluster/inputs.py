@@ -31,7 +31,7 @@ import csv
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edl_sizing import GPU, ResourceError, Resources
@@ -478,3 +478,15 @@ def load_workload(
             )
     steps = read_background(background) if background is not None else ()
     return Workload(jobs, curve_map, nodes, steps)
+
+
+def scale_arrivals(workload: Workload, factor: float) -> Workload:
+    """The same jobs submitted at ``factor`` times their submission times.
+
+    0.5 is twice the arrival rate: the same work offered in half the time, a heavier load on
+    the same cluster. The background service keeps its own times.
+    """
+    if factor == 1.0:
+        return workload
+    jobs = tuple(replace(j, submit=j.submit * factor) for j in workload.jobs)
+    return replace(workload, jobs=jobs)

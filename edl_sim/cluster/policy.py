@@ -113,6 +113,8 @@ class PolicySettings:
     max_load_desired: float = 0.97
     """edl-2018: the requested share of the cluster above which jobs shrink (and up to which
     they grow)."""
+    baseline_interval: float = 60.0
+    """tiresias, optimus: seconds between their scheduling rounds (the Pollux artifact's)."""
 
 
 PolicyFactory = Callable[[PolicySettings], Policy]

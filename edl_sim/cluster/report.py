@@ -14,6 +14,10 @@ Definitions (docs/cluster-simulation.md has them for users):
   still in rescale pauses.
 * **protected pods pending**: seconds each background (higher-priority) pod waited to be
   bound; one still waiting at the end counts until then.
+* **per-job slowdown** against a baseline (:func:`slowdown`): each job's JCT over its JCT
+  under the baseline (``static``), over the jobs both finished: the worst ratio, the share of
+  jobs slower than under the baseline (ratio above 1) and the ratios' quantiles. A mean can
+  hide a job that a policy makes wait far longer than static sizing would.
 * **jobs unfinished**: the jobs a run stopped before (only with ``--max-time``: by default a
   run goes on until every job has finished). Policies that finished different jobs are not
   compared: their ratios are refused (``-`` in the table, null in the JSON), since a mean over
@@ -114,6 +118,54 @@ def utilisation(result: SimResult, window: float, resource: str) -> tuple[float,
     off = [(a, b, u) for a, b, u, c in spans if c == low]
     length = sum(b - a for a, b, _ in off)
     return mean, sum((b - a) * u for a, b, u in off) / length if length > 0 else None
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """Per-job JCT of one policy against a baseline's, over the jobs both finished."""
+
+    policy: str
+    baseline: str
+    jobs: int
+    """Jobs compared."""
+    worst: float
+    """The largest JCT ratio (1.3: that job took 30 % longer than under the baseline)."""
+    worst_job: str
+    slower: int
+    """Jobs whose JCT ratio is above 1."""
+    p50: float
+    p90: float
+    p99: float
+
+    @property
+    def slower_share(self) -> float:
+        """The share of the compared jobs that were slower than under the baseline."""
+        return self.slower / self.jobs if self.jobs else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object (ratios rounded to 4 places)."""
+        out: dict[str, Any] = {"slower_share": round(self.slower_share, 4)}
+        for key, value in asdict(self).items():
+            out[key] = round(value, 4) if isinstance(value, float) else value
+        return out
+
+
+def slowdown(result: SimResult, base: SimResult) -> Slowdown | None:
+    """Each job's JCT under ``result`` over its JCT under ``base`` (None: no job in common)."""
+    before = {j.name: j.jct for j in base.jobs if j.jct is not None and j.jct > 0}
+    ratios = sorted(
+        (j.jct / before[j.name], j.name)
+        for j in result.jobs
+        if j.jct is not None and j.name in before
+    )
+    if not ratios:
+        return None
+    values = [r for r, _ in ratios]
+    return Slowdown(
+        result.policy, base.policy, len(ratios), ratios[-1][0], ratios[-1][1],
+        sum(1 for r in values if r > 1.0),
+        quantile(values, 0.5) or 0.0, quantile(values, 0.9) or 0.0, quantile(values, 0.99) or 0.0,
+    )  # fmt: skip
 
 
 def figures(result: SimResult, window: float | None = None) -> Figures:

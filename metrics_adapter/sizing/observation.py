@@ -1,4 +1,6 @@
-"""What the agents' metrics say about each job: throughput at its world size, rescale pauses.
+"""What the agents' metrics say about each job: throughput, placement, pauses, progress.
+
+Its throughput at its world size and placement, its rescale pauses, its progress.
 
 Read from the adapter's scraped store (the sources keep these series for the sizer:
 :data:`SERIES`). A throughput observation at size n is taken only when every scraped pod of
@@ -10,7 +12,15 @@ appeared). A rate measured across a rescale would mix two sizes and the pause; o
 from the generation's change would count the new world's start-up (seconds idle, tens of
 seconds on a loaded node) as slow training, and a size measured so looks slower than it is:
 the sizer would then not grow back to it. The job's throughput is the sum over its pods of
-the rate of ``edl_trainer_samples_total``.
+the rate of ``edl_trainer_samples_total``; the nodes its world spans are those of the job's
+bound pods in the cluster snapshot (two workers on one node and two across two nodes are
+different measurements to the sizer).
+
+The job's progress is ``edl_job_progress_ratio`` (samples trained over its planned total,
+exported by agents whose script has a planned total; the largest of its pods' values), and
+while its throughput is measured, its planned samples are that throughput over the rate of
+progress in the same window. Both feed the sizer's finish-time fairness; a job whose agents
+do not export the gauge has neither.
 
 A pause observation is the largest new ``edl_trainer_rescale_pause_seconds`` (mean of the
 rescales a pod counted since the last look) among the job's pods: every member waits
@@ -32,7 +42,8 @@ WORLD_SIZE = "edl_trainer_world_size"
 GENERATION = "edl_trainer_generation"
 PAUSE_SUM = "edl_trainer_rescale_pause_seconds_sum"
 PAUSE_COUNT = "edl_trainer_rescale_pause_seconds_count"
-SERIES = frozenset({SAMPLES, WORLD_SIZE, GENERATION, PAUSE_SUM, PAUSE_COUNT})
+PROGRESS = "edl_job_progress_ratio"
+SERIES = frozenset({SAMPLES, WORLD_SIZE, GENERATION, PAUSE_SUM, PAUSE_COUNT, PROGRESS})
 """The series the sizer reads from the agents (docs/metrics-contract.md)."""
 
 
@@ -51,9 +62,11 @@ class ThroughputObserver:
     def collect(self, snapshot: ClusterSnapshot) -> list[Observation]:
         """This round's observations, one per job that has any."""
         members: dict[str, list[PodKey]] = {}
+        nodes: dict[str, set[str]] = {}
         for pod in snapshot.pods:
             if pod.job is not None and pod.node is not None:
                 members.setdefault(pod.job, []).append(PodKey(pod.namespace, pod.name))
+                nodes.setdefault(pod.job, set()).add(pod.node)
         classes = {j.key: job_class_key(j) for j in snapshot.jobs}
         out = []
         seen: set[PodKey] = set()
@@ -62,8 +75,15 @@ class ThroughputObserver:
             seen.update(keys)
             size, rate = self._throughput(keys)
             pause, rescales = self._pause(keys)
-            if rate is not None or pause is not None:
-                out.append(Observation(job, size, rate, pause, rescales, classes.get(job)))
+            progress, progress_rate = self._progress(keys)
+            planned = rate / progress_rate if rate is not None and progress_rate else None
+            if rate is not None or pause is not None or progress is not None:
+                out.append(
+                    Observation(
+                        job, size, rate, pause, rescales, classes.get(job),
+                        len(nodes[job]) if rate is not None else 0, progress, planned,
+                    )
+                )  # fmt: skip
         for gone in set(self._pauses) - seen:
             del self._pauses[gone]
         return out
@@ -90,6 +110,23 @@ class ThroughputObserver:
         if reporting != int(world_size):
             return None, None
         return int(world_size), total
+
+    def _progress(self, pods: Iterable[PodKey]) -> tuple[float | None, float | None]:
+        """The job's progress (the largest of its pods') and its rate per second.
+
+        The rate is over the window (None: not exported, or not moving).
+        """
+        progress: float | None = None
+        per_second: float | None = None
+        for key in pods:
+            window = _one(self._store.windows(key, PROGRESS))
+            if window is None or (latest := window.latest()) is None:
+                continue
+            if 0.0 <= latest.value <= 1.0 and (progress is None or latest.value > progress):
+                progress = latest.value
+                rate = window.rate(self._window)
+                per_second = rate.value if rate is not None and rate.value > 0 else None
+        return progress, per_second
 
     def _trained(self, gen_w: MetricWindow, samples_w: MetricWindow) -> float | None:
         """The generation if it trained over the whole window (None: changed, or not yet).

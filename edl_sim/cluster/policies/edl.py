@@ -10,8 +10,11 @@ window, the folding of measurements, the fallback plan):
   its newest worker as ``last_rescale``, the measured rescale pause and throughput per size
   from the shared :class:`~edl_sizing.SizeHistory`);
 * every ``history_interval`` the jobs' measurements are folded into that history, as the
-  adapter's observer does: a throughput at size n only over a world unchanged (and not
-  paused) for ``observe_window``; the new rescale pauses' mean from the agent's histogram;
+  adapter's observer does: a throughput at size n, with the nodes its workers span, only
+  over a world unchanged (and not paused) for ``observe_window``; the new rescale pauses'
+  mean from the agent's histogram; its progress (samples trained over its work, the agent's
+  ``edl_job_progress_ratio``) and, over a world unchanged since the last fold, its planned
+  samples as its throughput over its rate of progress;
   with ``class_history`` each job carries its curve's name as its class label
   (``edl.paddlepaddle.org/class``), so it is also recorded under its class and a new job of
   a class measured before starts from the class's sizes;
@@ -51,6 +54,7 @@ class EdlPolicy(HpaPolicy):
         self.plan: Plan | None = None
         self._nodes: list[Node] = []
         self._pauses_seen: dict[str, tuple[float, int]] = {}
+        self._progress_seen: dict[str, tuple[float, float]] = {}
         self._last_history = float("-inf")
 
     def start(self, sim: SimulationView) -> None:
@@ -69,6 +73,7 @@ class EdlPolicy(HpaPolicy):
     def finished(self, job: JobRun) -> None:
         """Its history stays (the adapter forgets it only after a horizon)."""
         self._pauses_seen.pop(job.key, None)
+        self._progress_seen.pop(job.key, None)
         super().finished(job)
 
     def metric_values(self, job: JobRun) -> MetricValues:
@@ -95,17 +100,27 @@ class EdlPolicy(HpaPolicy):
         """This round's measurements, as the adapter's observer makes them."""
         window = self.settings.observe_window
         for key, job in self.sim.active.items():
-            size = rate = pause = None
-            rescales = 0
-            if job.stable_for(now) >= window:
+            size = rate = pause = planned = None
+            rescales = nodes = 0
+            stable = job.stable_for(now)
+            if stable >= window:
                 size, rate = job.world, job.rate
+                nodes = len(job.running_placement())
+            progress = min(1.0, job.samples_at(now) / job.spec.work_samples)
+            seen = self._progress_seen.get(key)
+            if rate is not None and seen is not None and stable >= now - seen[0]:
+                if progress > seen[1]:
+                    planned = rate * (now - seen[0]) / (progress - seen[1])
+            self._progress_seen[key] = (now, progress)
             seen_sum, seen_count = self._pauses_seen.get(key, (0.0, 0))
             if job.pause_count > seen_count:
                 pause = (job.pause_sum - seen_sum) / (job.pause_count - seen_count)
                 rescales = job.pause_count - seen_count
                 self._pauses_seen[key] = (job.pause_sum, job.pause_count)
             klass = class_key(NAMESPACE, job.spec.curve) if self.settings.class_history else None
-            Observation(key, size, rate, pause, rescales, klass).apply(self.history, now)
+            Observation(key, size, rate, pause, rescales, klass, nodes, progress, planned).apply(
+                self.history, now
+            )
 
     def snapshot(self) -> ClusterSnapshot:
         """The simulated cluster as the adapter's capacity source would see it."""

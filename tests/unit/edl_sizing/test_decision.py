@@ -311,7 +311,8 @@ def test_a_worker_goes_where_it_speeds_its_job_up_by_the_larger_share() -> None:
     big = job("big", replicas=28, max_replicas=60, observed=CASE1)
     small = job("small", replicas=8, max_replicas=60, observed=CASE1)
     pods = workers(big, ["node-1"] * 28) + workers(small, ["node-1"] * 8)
-    plan = decide(nodes(1, cpu=36), pods, [big, small], now=100.0)
+    no_reserve = SizingPolicy(arrival_reserve=0)  # the room kept for arrivals: its own test
+    plan = decide(nodes(1, cpu=36), pods, [big, small], no_reserve, now=100.0)
     assert desired(plan) == {"big": 23, "small": 13}
     assert plan.jobs["ns/small"].message == (
         "grew to 13 (+5): the room of 5 workers of ns/big (marginal speed-up 0.50 there), "
@@ -320,7 +321,7 @@ def test_a_worker_goes_where_it_speeds_its_job_up_by_the_larger_share() -> None:
     assert plan.jobs["ns/big"].limited_by.value == "low_marginal_gain"
     big, small = replace(big, replicas=23), replace(small, replicas=13, last_rescale=100.0)
     pods = workers(big, ["node-1"] * 23) + workers(small, ["node-1"] * 13)
-    again = decide(nodes(1, cpu=36), pods, [big, small], now=200.0)
+    again = decide(nodes(1, cpu=36), pods, [big, small], no_reserve, now=200.0)
     assert desired(again) == {"big": 23, "small": 13}
 
 

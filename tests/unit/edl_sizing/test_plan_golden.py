@@ -43,5 +43,5 @@ def test_the_cases_reach_every_reason() -> None:
     seen = {d.limited_by.value for case in CASES.values() for d in case.plan().jobs.values()}
     assert seen == {
         "at_max", "no_capacity", "low_marginal_gain", "hold_off", "protected_demand",
-        "waiting", "fallback",
+        "waiting", "fallback", "fairness",
     }  # fmt: skip

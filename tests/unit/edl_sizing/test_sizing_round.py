@@ -150,7 +150,7 @@ def test_the_adapters_sizer_decides_every_simulated_round_as_edl_sim_did(
     assert edl_sim_main(["run", *args, "--policy", "edl", "--json", "--quiet"]) == 0
     capsys.readouterr()
     assert len(rounds) > 20
-    assert any(r.result.jobs and any(j.observed for j in r.result.jobs) for r in rounds)
+    assert any(r.result.jobs and any(j.placed for j in r.result.jobs) for r in rounds)
     for r in rounds:
         sizer = Sizer(
             StaticCapacitySource(r.snapshot),

@@ -51,7 +51,8 @@ def test_table_plot_and_progress(tmp_path: Path) -> None:
     plot = tmp_path / "out.png"
     out, err = _run([*inputs(tmp_path, JOBS), "--plot", str(plot)])
     header = out.splitlines()[0].split()
-    assert header == ["figure", "static", "hpa-throughput", "edl-2018", "edl"]
+    policies = ["static", "hpa-throughput", "edl-2018", "edl", "tiresias", "optimus"]
+    assert header == ["figure", *policies]
     assert "(x" in out  # ratios to static
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "edl-sim: edl: done at t=" in err

@@ -48,7 +48,9 @@ def test_every_scenario_runs_under_every_policy() -> None:
         out, err = io.StringIO(), io.StringIO()
         assert main(args, out, err) == 0, err.getvalue()
         result = json.loads(out.getvalue())
-        assert set(result["policies"]) == {"static", "hpa-throughput", "edl-2018", "edl"}
+        assert set(result["policies"]) == {
+            "static", "hpa-throughput", "edl-2018", "edl", "tiresias", "optimus"
+        }  # fmt: skip
         for policy, f in result["policies"].items():
             where = f"{name}/{policy}"
             assert f["jobs_finished"] == f["jobs"], where

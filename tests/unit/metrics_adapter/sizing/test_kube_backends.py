@@ -99,3 +99,24 @@ def test_unreadable_stored_history_starts_afresh() -> None:
     core.cm = {"history": "{not json"}
     core.version = 1
     assert store_with(core).load().jobs == {}
+
+
+def test_a_version_1_configmap_is_read_and_rewritten_as_version_2() -> None:
+    """An adapter upgraded over an old history keeps it: its sizes, of unknown placement."""
+    core = FakeCore()
+    core.cm = {
+        "history": '{"jobs":{"ns/job":{"pause":[0.5,2],"sizes":{"2":[100.0,3,1.0]},'
+        '"updated":1.0}},"version":1}'
+    }
+    core.version = 1
+    store = store_with(core)
+    assert store.load().placed("ns/job") == {(2, 0): 100.0}
+
+    def on_two_nodes(h: SizeHistory) -> bool:
+        h.observe("ns/job", 4, 150.0, 2.0, nodes=2)
+        return True
+
+    after = store.update(on_two_nodes)
+    assert after.placed("ns/job") == {(2, 0): 100.0, (4, 2): 150.0}
+    assert '"version":2' in core.cm["history"] and '"4@2"' in core.cm["history"]
+    assert store.load().pause("ns/job") == 0.5

@@ -205,6 +205,58 @@ def test_the_new_worlds_start_up_is_not_measured_as_slow_training() -> None:
     assert any(observed == pytest.approx(x) for x in only_300), observed
 
 
+def test_the_nodes_a_world_spans_are_observed_with_its_throughput() -> None:
+    """Two workers on two nodes are recorded as such, not as "size 2" (the snapshot's nodes)."""
+    clock = Clock()
+    store = MetricStore(64, 600.0, clock)
+    history = MemoryHistoryStore()
+    two_nodes = snapshot()
+    spread = tuple(replace(pod, node=f"n{i + 1}") for i, pod in enumerate(two_nodes.pods))
+    nodes = (*two_nodes.nodes, Node("n2", Resources(cpu=4, memory=64 * GI)))
+    source = StaticCapacitySource(replace(two_nodes, nodes=nodes, pods=spread))
+    sizer, _, _, _ = build(source, clock, store, history)
+    agents(store, clock, size=2, generation=3, rate=90.0, seconds=12)
+    sizer.run_once()
+    assert history.load().placed("ml/trainer") == {(2, 2): pytest.approx(90.0)}
+    assert sizer.last_round is not None
+    (job,) = sizer.last_round.jobs
+    assert job.placed == {(2, 2): pytest.approx(90.0)} and job.observed == {}
+
+
+def test_progress_and_planned_samples_reach_the_sizer() -> None:
+    """``edl_job_progress_ratio``: the job's share trained; with its throughput over the same
+    window, its planned samples (180 samples/s at 0.0009 of the job per second: 200,000)."""
+    clock, store, history, sizer, _ = observing()
+    for step in range(13):
+        for i in range(2):
+            store.ingest(
+                PodKey("ml", f"trainer-{i}"),
+                [
+                    Sample("edl_trainer_samples_total", {}, 1000 + 90.0 * step),
+                    Sample("edl_trainer_world_size", {}, 2),
+                    Sample("edl_trainer_generation", {}, 3),
+                    Sample("edl_job_progress_ratio", {}, 0.25 + 0.0009 * step),
+                ],
+            )
+        clock.t += 1.0
+    clock.t -= 1.0
+    sizer.run_once()
+    progress, planned = history.load().progress("ml/trainer")
+    assert progress == pytest.approx(0.25 + 0.0009 * 12)
+    assert planned == pytest.approx(200_000.0)
+    assert sizer.last_round is not None
+    (job,) = sizer.last_round.jobs
+    assert job.progress == pytest.approx(progress) and job.planned_samples == pytest.approx(planned)
+
+
+def test_a_job_without_the_progress_gauge_has_no_progress() -> None:
+    clock, store, history, sizer, _ = observing()
+    agents(store, clock, size=2, generation=3, rate=180.0)
+    sizer.run_once()
+    assert history.load().progress("ml/trainer") == (None, 0.0)
+    assert sizer.last_round is not None and sizer.last_round.jobs[0].progress is None
+
+
 def test_a_world_in_flux_is_not_observed() -> None:
     clock, store, history, sizer, _ = observing()
     agents(store, clock, size=2, generation=3, rate=180.0, seconds=6)
