@@ -41,7 +41,7 @@ def adapter_executable() -> str:
         return str(candidate)
     found = shutil.which("edl-adapter")
     if not found:
-        raise HarnessError("edl-adapter is not installed (pip install -e . in the venv)")
+        raise HarnessError("edl-adapter is not installed (pip install -e '.[adapter]' in the venv)")
     return found
 
 
