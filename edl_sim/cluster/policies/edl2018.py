@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edl_sim.cluster.inputs import JobSpec
 from edl_sim.cluster.jobs import JobRun
+from edl_sim.cluster.policies.periodic import PeriodicPolicy
 from edl_sim.cluster.policy import PolicySettings, SimulationView
 from edl_sim.cluster.sim_cluster import SimCluster
 from edl_sizing import Resources
@@ -78,46 +78,27 @@ class _ClusterResource:
             self.idle[node][1] -= worker.memory * count
 
 
-class Edl2018Policy:
+class Edl2018Policy(PeriodicPolicy):
     """The 2018 fulfillment rule, every 5 s."""
 
     name = "edl-2018"
 
     def __init__(self, settings: PolicySettings) -> None:
-        self._interval = settings.edl2018_interval
+        super().__init__(settings.edl2018_interval)
         self._max_load = settings.max_load_desired
-        self._sim: SimulationView | None = None
-
-    def bounds(self, spec: JobSpec) -> tuple[int, int]:
-        """The job's own min and max trainers."""
-        return spec.min_workers, spec.max_workers
-
-    def start(self, sim: SimulationView) -> None:
-        """Start the loop."""
-        self._sim = sim
-        sim.at(self._interval, self._loop)
 
     def submitted(self, job: JobRun) -> None:
         """The trainer Job is created at its requested parallelism."""
-        assert self._sim is not None
-        self._sim.scale(job, job.spec.requested)
+        self.sim.scale(job, job.spec.requested)
 
     def finished(self, job: JobRun) -> None:
         """Nothing to do."""
 
-    def settle(self) -> bool:
-        """Acts only in its loop."""
-        return False
-
-    def _loop(self) -> None:
-        sim = self._sim
-        assert sim is not None
-        if sim.active:
-            sim.decided()
-            for job, target in self.plan(sim.cluster, list(sim.active.values())).items():
-                if target != job.replicas:
-                    sim.scale(job, target)
-        sim.at(sim.now + self._interval, self._loop)
+    def round(self, sim: SimulationView) -> None:
+        """Scale every resizable job to the fulfillment rule's target."""
+        for job, target in self.plan(sim.cluster, list(sim.active.values())).items():
+            if target != job.replicas:
+                sim.scale(job, target)
 
     def plan(self, cluster: SimCluster[JobRun], active: list[JobRun]) -> dict[JobRun, int]:
         """The dry run: target parallelism per resizable job."""

@@ -26,29 +26,19 @@ from __future__ import annotations
 
 import heapq
 
-from edl_sim.cluster.inputs import JobSpec
 from edl_sim.cluster.jobs import JobRun
+from edl_sim.cluster.policies.periodic import PeriodicPolicy
 from edl_sim.cluster.policy import PolicySettings, SimulationView
 from edl_sizing import Resources
 
 
-class OptimusPolicy:
+class OptimusPolicy(PeriodicPolicy):
     """Marginal-gain greedy allocation with an oracle, every interval."""
 
     name = "optimus"
 
     def __init__(self, settings: PolicySettings) -> None:
-        self._interval = settings.baseline_interval
-        self._sim: SimulationView | None = None
-
-    def bounds(self, spec: JobSpec) -> tuple[int, int]:
-        """The job's own min and max workers."""
-        return spec.min_workers, spec.max_workers
-
-    def start(self, sim: SimulationView) -> None:
-        """Start the scheduling loop."""
-        self._sim = sim
-        sim.at(self._interval, self._loop)
+        super().__init__(settings.baseline_interval)
 
     def submitted(self, job: JobRun) -> None:
         """Nothing until the next round (its Deployment starts at 0)."""
@@ -56,25 +46,16 @@ class OptimusPolicy:
     def finished(self, job: JobRun) -> None:
         """Nothing to do (its room goes to the next round)."""
 
-    def settle(self) -> bool:
-        """Acts only in its loop."""
-        return False
-
-    def _loop(self) -> None:
-        sim = self._sim
-        assert sim is not None
-        if sim.active:
-            sim.decided()
-            targets = self.allocate(list(sim.active.values()))
-            for job, target in sorted(targets.items(), key=lambda t: t[1] - t[0].replicas):
-                if target != job.replicas:
-                    sim.scale(job, target)
-        sim.at(sim.now + self._interval, self._loop)
+    def round(self, sim: SimulationView) -> None:
+        """Scale every job to its greedy allocation, shrinking before growing."""
+        targets = self.allocate(list(sim.active.values()))
+        for job, target in sorted(targets.items(), key=lambda t: t[1] - t[0].replicas):
+            if target != job.replicas:
+                sim.scale(job, target)
 
     def allocate(self, jobs: list[JobRun]) -> dict[JobRun, int]:
         """Workers per job: minimums oldest first, then the greedy marginal gain."""
-        sim = self._sim
-        assert sim is not None
+        sim = self.sim
         cluster = sim.cluster
         room = cluster.allocatable - sum(
             (p.requests for p in cluster.pods.values() if p.job is None), Resources()

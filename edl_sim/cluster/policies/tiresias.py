@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from edl_sim.cluster.inputs import JobSpec
 from edl_sim.cluster.jobs import JobRun
+from edl_sim.cluster.policies.periodic import PeriodicPolicy
 from edl_sim.cluster.policy import PolicySettings, SimulationView
 from edl_sizing import Resources
 
@@ -36,14 +37,13 @@ QUEUE_THRESHOLD_WORKER_S = 16 * 3600.0
 """Attained service (worker-seconds) at which a job leaves the first queue."""
 
 
-class TiresiasPolicy:
+class TiresiasPolicy(PeriodicPolicy):
     """2D-LAS with two queues, non-elastic, preemptive."""
 
     name = "tiresias"
 
     def __init__(self, settings: PolicySettings) -> None:
-        self._interval = settings.baseline_interval
-        self._sim: SimulationView | None = None
+        super().__init__(settings.baseline_interval)
         self._queues: tuple[list[JobRun], list[JobRun]] = ([], [])
         self._attained: dict[str, float] = {}
         self._last = 0.0
@@ -52,11 +52,6 @@ class TiresiasPolicy:
     def bounds(self, spec: JobSpec) -> tuple[int, int]:
         """The requested size, fixed."""
         return spec.requested, spec.requested
-
-    def start(self, sim: SimulationView) -> None:
-        """Start the scheduling loop."""
-        self._sim = sim
-        sim.at(self._interval, self._loop)
 
     def submitted(self, job: JobRun) -> None:
         """A new job enters the first queue; the queues are walked at once."""
@@ -81,20 +76,15 @@ class TiresiasPolicy:
         self._changed = False
         return self._schedule()
 
-    def _loop(self) -> None:
-        sim = self._sim
-        assert sim is not None
-        if sim.active:
-            sim.decided()
-            self._account()
-            self._demote()
-            self._schedule()
-        sim.at(sim.now + self._interval, self._loop)
+    def round(self, sim: SimulationView) -> None:
+        """Account the service run, demote, and walk the queues."""
+        self._account()
+        self._demote()
+        self._schedule()
 
     def _account(self) -> None:
         """Add the worker-seconds run since the last look to each job's attained service."""
-        sim = self._sim
-        assert sim is not None
+        sim = self.sim
         elapsed = sim.now - self._last
         self._last = sim.now
         if elapsed <= 0:
@@ -113,8 +103,7 @@ class TiresiasPolicy:
 
     def _schedule(self) -> bool:
         """Preempt what should not run, admit what should; True if anything changed."""
-        sim = self._sim
-        assert sim is not None
+        sim = self.sim
         room = sim.cluster.allocatable - sum(
             (p.requests for p in sim.cluster.pods.values() if p.job is None), Resources()
         )
