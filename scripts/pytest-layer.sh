@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs pytest layer by layer. A layer that collects no test is a failure (exit 5 is not "ok").
+# Each layer prints its 30 slowest tests, so a CI log says where its time went.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rc=0
 for layer in "$@"; do
   echo "=== pytest layer: ${layer}"
-  .venv/bin/python -m pytest "tests/${layer}" -m "${layer}" -ra -q
+  .venv/bin/python -m pytest "tests/${layer}" -m "${layer}" -ra -q --durations=30
   code=$?
   if [[ $code -eq 5 ]]; then
     echo "layer ${layer}: no tests collected; that is a failure" >&2
