@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -184,12 +185,34 @@ def e2e_ns(
     try:
         yield E2ENamespace(name=name, runner=runner, load_dir=load_dir, api=kube_api)
     finally:
+        _delete_jobs(kube_api, name)
         try:
             core.delete_namespace(name, propagation_policy="Background")
         except client.ApiException as e:
             print(f"deleting namespace {name}: {e.status} {e.reason}")
         runner.stop()
         LOG_SOURCES.remove(runner)
+
+
+def _delete_jobs(api: client.ApiClient, namespace: str) -> None:
+    """Delete the namespace's Deployments and their pods, and wait (60 s at most) until gone.
+
+    The namespace's own deletion takes its time; until it reaches them, a test's jobs would
+    stay in every sizer's view and compete with the next test's jobs for room (a job whose
+    pods went with its node takes its request back from the others' extras).
+    """
+    apps = client.AppsV1Api(api)
+    try:
+        apps.delete_collection_namespaced_deployment(namespace, propagation_policy="Foreground")
+    except client.ApiException as e:
+        print(f"deleting the Deployments of {namespace}: {e.status} {e.reason}")
+        return
+    deadline = time.monotonic() + 60
+    while apps.list_namespaced_deployment(namespace).items:
+        if time.monotonic() > deadline:
+            print(f"the Deployments of {namespace} still exist after 60 s")
+            return
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

@@ -218,6 +218,14 @@ def sizing(
         metrics_adapter.wait_available(timeout_s=60)
 
 
+def _decision(sizing: SizingAdapters, job: str) -> dict[str, Any]:
+    """Adapter A's decision for `job` as its debug page shows it (with the page's other jobs)."""
+    page = sizing.debug_page(sizing.a)
+    (decision,) = [j for j in page["plan"]["jobs"] if j["job"] == job]
+    others = [f"{j['job']}: {j['current']}->{j['desired']}" for j in page["plan"]["jobs"]]
+    return {**decision, "allJobs": others}
+
+
 def _delete_history(api: client.ApiClient) -> None:
     try:
         client.CoreV1Api(api).delete_namespaced_config_map(HISTORY, ADAPTER_NS)
@@ -720,13 +728,13 @@ def test_the_plan_stops_at_the_namespaces_resource_quota(
         what="the sizer serving 3: what the quota admits beside the 2 workers",
         describe=lambda: f"served {sizing.both(ns, 'quota')}",
     )
-    page = sizing.debug_page(sizing.a)
-    (decision,) = [j for j in page["plan"]["jobs"] if j["job"] == f"{ns}/quota"]
+    decision = _decision(sizing, f"{ns}/quota")
     print(f"under a quota of 3 CPUs: {json.dumps(decision)}")
     assert decision["desired"] == 3 and decision["limitedBy"] == "no_capacity"
     for _ in range(5):  # it stays there: the 1 s rounds never plan past the quota
         time.sleep(1)
-        assert sizing.served(sizing.a, ns, "quota") == 3
+        served = sizing.served(sizing.a, ns, "quota")
+        assert served == 3, json.dumps(_decision(sizing, f"{ns}/quota"))
     core.patch_namespaced_resource_quota("compute", ns, {"spec": {"hard": {"requests.cpu": "5"}}})
     wait_for(
         lambda: sizing.served(sizing.a, ns, "quota") == 5,
