@@ -7,7 +7,8 @@ read (optimistic concurrency: a 409 means someone else wrote first). `Kubernetes
 seam: `ClientApi` talks to the cluster through the official client; tests inject a fake.
 
 The world ConfigMap also says, in its labels, what its record says: a finished job's carries
-``edl.paddlepaddle.org/state=finished`` and the step and time in annotations
+``edl.paddlepaddle.org/state=finished`` (``failed``: its trainer failures exceeded the budget,
+`agent.elastic.failures`) and the step and time in annotations
 (``kubectl get cm -L edl.paddlepaddle.org/state``), written in the same compare-and-swap as the
 finished record, so the two never disagree. It is the job's own object: the agents need no
 write access to their Deployment to say the job is done (`agent.elastic.finished_job`).
@@ -33,6 +34,10 @@ ANNOTATION_MEMBER = "edl.paddlepaddle.org/member"
 STATE_LABEL = "edl.paddlepaddle.org/state"
 """On the world ConfigMap: ``finished`` once the record is."""
 FINISHED = "finished"
+FAILED = "failed"
+"""The state of a job failed by its failure budget (`agent.elastic.failures`)."""
+LAST_FAILURE = "edl.paddlepaddle.org/last-failure"
+"""On the world ConfigMap: the newest trainer failure the record keeps, in one line."""
 FINISHED_STEP = "edl.paddlepaddle.org/finished-at-step"
 FINISHED_TIME = "edl.paddlepaddle.org/finished-at"
 WORLD_KEY = "world"
@@ -226,10 +231,12 @@ class KubernetesStore:
         except WorldRecordInvalid:
             return labels, annotations  # Membership writes only valid records
         if world.finished:
-            labels[STATE_LABEL] = FINISHED
+            labels[STATE_LABEL] = FAILED if world.failed else FINISHED
             annotations[FINISHED_TIME] = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
             if world.finished_at_step is not None:
                 annotations[FINISHED_STEP] = str(world.finished_at_step)
+        if world.failures:
+            annotations[LAST_FAILURE] = world.failures[-1].describe()
         return labels, annotations
 
 

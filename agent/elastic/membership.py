@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
+from agent.elastic.failures import FailurePolicy, TrainerFailure
 from agent.elastic.option_table import DEFAULTS
 from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch
 from agent.elastic.world import Member, World, next_members
@@ -301,7 +302,7 @@ class Membership:
             finished = base.finish(step)
             if broken or current is None:
                 after = max(base.generation, _generation_in(record.text))
-                finished = World(after + 1, base.members).finish(finished.finished_at_step)
+                finished = base.successor(after + 1, base.members).finish(step)
             try:
                 won = self._store.write_world(finished.to_json(writer=self._me.key), record.version)
             except StoreUnavailable as e:
@@ -316,6 +317,53 @@ class Membership:
                 self._known, self._pending = finished, None
                 return True
         return False
+
+    def record_failure(
+        self, failure: TrainerFailure, policy: FailurePolicy, attempts: int = 5
+    ) -> World | None:
+        """Appends `failure` to the world record (compare-and-swap) and applies the budget.
+
+        Every member's failures land in the one record, so the budget counts the job's, not a
+        pod's. When the failures within the window exceed the budget the record is marked
+        failed (and finished): no agent starts a trainer any more. Returns the world written
+        (None: the store could not be written, the record is broken, or the job is already
+        finished; the failure is then only logged).
+        """
+        for _ in range(attempts):
+            try:
+                record = self._store.read_world()
+            except StoreUnavailable as e:
+                self._note_unreachable(e)
+                return None
+            current, broken = self._parse(record.text)
+            if broken:
+                return None  # a member's next round repairs it; this failure is lost
+            self._adopt(current)
+            base = current if current is not None else World(0)
+            if base.finished:
+                return None
+            failures = policy.kept((*base.failures, failure), failure.at)
+            failed = policy.failed(failures, failure.at)
+            world = base.with_failures(failures, failed)
+            try:
+                won = self._store.write_world(world.to_json(writer=self._me.key), record.version)
+            except StoreUnavailable as e:
+                self._note_unreachable(e)
+                return None
+            if won:
+                recent = len(policy.recent(failures, failure.at))
+                budget = f"{recent} of budget {policy.budget}" if policy.enabled else "no budget"
+                log.log(
+                    logging.ERROR if failed else logging.WARNING,
+                    "recorded trainer failure (%s; %s within %g s)%s",
+                    failure.describe(),
+                    budget,
+                    policy.window,
+                    ": the job is failed" if failed else "",
+                )
+                self._known = world
+                return world
+        return None
 
     # -- heartbeats --------------------------------------------------------------------------
 
@@ -400,6 +448,11 @@ class Membership:
                 f"world record invalid (generation {world.generation} drops the finish of "
                 f"generation {self._known.generation})"
             )
+        if self._known is not None and self._known.failed and not world.failed:
+            return None, (
+                f"world record invalid (generation {world.generation} drops the failure of "
+                f"generation {self._known.generation})"
+            )
         return world, ""
 
     def _adopt(self, current: World | None) -> None:
@@ -410,8 +463,10 @@ class Membership:
         if known is not None:
             if current.generation < known.generation:
                 return
-            if current.generation == known.generation and (known.finished or not current.finished):
-                return
+            if current.generation == known.generation and (
+                (known.finished and not current.finished) or (known.failed and not current.failed)
+            ):
+                return  # same generation: only new failures or a new mark are news
             if current.generation > known.generation:
                 log.info(
                     "world generation %d -> %d: %d members",
@@ -420,7 +475,9 @@ class Membership:
                     current.size,
                 )
         self._changed_at = self._clock()
-        if current.finished and not (known is not None and known.finished):
+        if current.failed and not (known is not None and known.failed):
+            log.info("generation %d is failed: the job is over", current.generation)
+        elif current.finished and not (known is not None and known.finished):
             log.info(
                 "generation %d is finished (step %s): the job is done",
                 current.generation,
@@ -452,8 +509,8 @@ class Membership:
         known = self._known
         generation = max(known.generation if known else 0, after) + 1
         world = World(generation=generation, members=members)
-        if known is not None and known.finished:
-            world = World(generation, known.members).finish(known.finished_at_step)
+        if known is not None:  # its marks and failures carry on; a finished job keeps its members
+            world = known.successor(generation, known.members if known.finished else members)
         try:
             won = self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:

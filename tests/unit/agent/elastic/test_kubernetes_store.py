@@ -8,12 +8,15 @@ from typing import Any
 import pytest
 
 from agent.elastic.errors import StoreUnavailable
+from agent.elastic.failures import FailurePolicy, TrainerFailure
 from agent.elastic.kubernetes_store import (
     ANNOTATION_MEMBER,
+    FAILED,
     FINISHED,
     FINISHED_STEP,
     FINISHED_TIME,
     LABEL_JOB,
+    LAST_FAILURE,
     STATE_LABEL,
     ClientApi,
     KubernetesStore,
@@ -285,3 +288,22 @@ def test_the_world_config_map_says_finished_when_its_record_does() -> None:
     assert annotations == {FINISHED_STEP: "184", FINISHED_TIME: "2026-01-01T00:16:42Z"}
     world = World.from_json(api.config_maps["edl-digits-job-world"][0]["world"])
     assert world.finished and world.finished_at_step == 184
+
+
+def test_the_world_config_map_says_failed_and_names_the_last_failure() -> None:
+    """`kubectl get cm -L edl.paddlepaddle.org/state` shows ``failed`` once the failures of the
+    job's members exceed its budget, and the newest failure in an annotation before that."""
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "ab")
+    run(members, clock, 2)
+    policy = FailurePolicy(budget=1, window=600)
+    crash = TrainerFailure("a", 1, 100.0, ("ValueError: boom",))
+    assert members["a"].record_failure(crash, policy) is not None
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert STATE_LABEL not in labels
+    assert annotations == {LAST_FAILURE: "a status 1: ValueError: boom"}
+    killed = TrainerFailure("b", 137, 101.0, ("Killed",))
+    world = members["b"].record_failure(killed, policy)
+    assert world is not None and world.failed
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert labels[STATE_LABEL] == FAILED and annotations[LAST_FAILURE] == "b status 137: Killed"

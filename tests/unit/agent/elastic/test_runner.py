@@ -101,6 +101,7 @@ def test_on_finished_defaults_to_idle_and_takes_flag_then_environment() -> None:
 class _Done:
     def __init__(self, finished: bool, started: bool = True) -> None:
         self.job_finished = finished
+        self.job_failed = False
         self.finished_at_step = 184 if finished else None
         self.started = started
 
