@@ -13,8 +13,8 @@ from agent.collectors.progress import EtaEstimator, ProgressPoint
 from agent.trainer.recording import MAX_SCALARS, StepRecorder
 from agent.trainer.reports import read_report, report_path
 from agent.trainer.sampler import ElasticSampler
-from tests.unit.agent.test_trainer_collector import incarnation, registry_for
 from tests.unit.agent.helpers import scrape
+from tests.unit.agent.test_trainer_collector import incarnation, registry_for
 
 
 def test_scalars_keep_their_last_value_and_stay_bounded(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,7 +75,7 @@ def test_the_agent_exports_progress_eta_step_and_scalars_of_the_newest_trainer(
     assert first['edl_trainer_scalar{name="loss"}'] == 1.5
     assert "edl_job_eta_seconds" not in first  # one point
     # a restarted trainer: the newest incarnation's values win, once it has any
-    rec2, flusher2 = incarnation(tmp_path, 2)
+    _, flusher2 = incarnation(tmp_path, 2)
     path = report_path(tmp_path, 2)
     doc = json.loads(path.read_text())
     doc["counters"].update(progress=0.5, global_step=20, last_step_unix=doc["updated_unix"] + 25)
@@ -93,7 +93,7 @@ def test_the_agent_exports_progress_eta_step_and_scalars_of_the_newest_trainer(
 
 
 def test_an_older_report_without_the_new_fields_still_reads(tmp_path: Path) -> None:
-    rec, flusher = incarnation(tmp_path, 1)
+    _, flusher = incarnation(tmp_path, 1)
     flusher.close()
     path = report_path(tmp_path, 1)
     doc = json.loads(path.read_text())
