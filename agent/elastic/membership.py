@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
@@ -364,6 +364,14 @@ class Membership:
                 self._known = world
                 return world
         return None
+
+    def report_status(self, fields: Mapping[str, str]) -> bool:
+        """Writes the job's status summary beside the world record; False when it could not."""
+        try:
+            return self._store.write_status(fields)
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return False
 
     # -- heartbeats --------------------------------------------------------------------------
 

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from agent.collectors.progress import EtaEstimator, ProgressPoint
 from agent.elastic.failures import FailurePolicy, TrainerFailure, kept_tail
+from agent.elastic.job_status import JobStatus, StatusReporter, job_phase, rescale_text
 from agent.elastic.membership import Membership
 from agent.elastic.option_table import DEFAULTS
 from agent.elastic.pause import RescaleRecord, RescaleTracker
@@ -75,9 +77,12 @@ from agent.protocol.control import STANDBY_GENERATION, ControlChannel, NextWorld
 from agent.protocol.errors import ElasticError, RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
+from agent.trainer.reports import read_report
 
 log = logging.getLogger(__name__)
 
+PROGRESS_READ_SECONDS = 1.0
+"""How often rank 0 reads its trainer's progress for the status's ETA (the rate's points)."""
 WAKE_SLICE = 0.02
 """Seconds between looks at the trainer's exit while waiting on the store's watch."""
 ON_FINISHED = ("idle", "exit", "scale-to-zero")
@@ -193,6 +198,11 @@ class ElasticSupervisor:
         self._on_job_failed = on_job_failed
         """Called once, instead, with the last failures when the job is failed."""
         self._failures = settings.failures
+        self._status = StatusReporter(membership.report_status)
+        """Rank 0's agent keeps the job's status summary (`agent.elastic.job_status`)."""
+        self._eta = EtaEstimator()
+        self._last_rescale: tuple[str, str] = ("", "")
+        self._progress_read = float("-inf")
         self._finished_elsewhere = finished_elsewhere
         """The step at which another record (the newest durable checkpoint) says the job
         finished, or None: checked at start, when the world record does not say it."""
@@ -294,6 +304,7 @@ class ElasticSupervisor:
                 self._state = state
                 for action in actions:
                     self._execute(action)
+                self._report_status()
                 if state.phase is Phase.DONE:
                     assert state.status is not None
                     return state.status
@@ -473,6 +484,47 @@ class ElasticSupervisor:
         for record in records:
             self._rescales.record(record.pause, record.phases)
             log.info("%s", record.describe())
+            when = rescale_text(self._wall(), record.generation)
+            self._last_rescale = (when, "; ".join(record.reasons))
+
+    def _report_status(self) -> None:
+        """Rank 0 (or, at the end, whoever knows the job is over) writes the job's status."""
+        world = self._membership.world
+        if world is None:
+            return
+        if not world.finished and world.rank_of(self._key) != 0:
+            return
+        s = self._state
+        stepping = (
+            s.running is not None and s.initialised and s.running.generation == world.generation
+        )
+        phase = job_phase(world, s.phase.value, stepping)
+        now = time.monotonic()
+        due = self._status.due(phase, now)
+        if not due and now < self._progress_read + PROGRESS_READ_SECONDS:
+            return
+        self._progress_read = now
+        path = self._trainer.report_path
+        report = read_report(path) if path is not None else None
+        counters = report.counters if report is not None else None
+        if report is not None and report.counters.progress is not None:
+            at = report.counters.last_step_unix or report.updated_unix
+            self._eta.observe(ProgressPoint(at, report.counters.progress))
+        if not due:
+            return
+        wall = self._wall()
+        status = JobStatus(
+            phase,
+            world_size=world.size,
+            generation=world.generation,
+            global_step=counters.global_step if counters is not None else None,
+            progress=counters.progress if counters is not None else None,
+            eta_seconds=self._eta.eta() if counters is not None else None,
+            last_rescale=self._last_rescale[0],
+            last_rescale_reason=self._last_rescale[1],
+            failures=len(self._failures.recent(world.failures, wall)),
+        )
+        self._status.report(status, now, wall)
 
     def _hand_over(self, world: World | None, generation: int) -> None:
         """Writes the next world (None: leave) for the trainer, then asks it to drain."""

@@ -1,12 +1,16 @@
-"""Progress, ETA, the global step and the script's loss on a real agent's /metrics.
+"""Progress, ETA, the global step and the script's loss on a real agent's /metrics, and the
+job's one status beside its world record.
 
 One `edl-agent run --elastic` on a local store trains the elastic digits example (PyTorch,
 sample ids), which records its loss with ``et.recorder.scalar("loss", ...)``; the agent
-exports what a dashboard shows: how far along the job is, when it will be done, its loss.
+exports what a dashboard shows: how far along the job is, when it will be done, its loss; and
+as rank 0 it keeps the status summary (``status.json`` here, the world ConfigMap's
+annotations on Kubernetes) that says the same in words.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -18,6 +22,12 @@ from tests.support.waiting import wait_for
 
 EPOCHS = 4
 GLOBAL_BATCH = 64
+
+
+def status(job: Job) -> dict[str, str]:
+    path = job.store / "digits" / "status.json"
+    fields: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    return {k.removeprefix("edl.paddlepaddle.org/"): v for k, v in fields.items()}
 
 
 def series(job: Job) -> dict[str, float]:
@@ -35,14 +45,15 @@ def test_progress_eta_and_loss_are_exported_while_training_and_at_the_end(
     tmp_path: Path,
 ) -> None:
     args = ["--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--seed", "3"]
-    job = Job(tmp_path, args, step_sleep=0.2, script=SCRIPTS["torch"])
+    # held at its step gate midway: the job cannot end before the checks of a running job
+    job = Job(tmp_path, args, step_sleep=0.1, script=SCRIPTS["torch"], allowed_steps=40)
     try:
         job.start("a", on_finished="idle")
 
         def midway() -> dict[str, float] | None:
             seen = series(job)
             ratio = seen.get("edl_job_progress_ratio", 0.0)
-            return seen if 0.0 < ratio < 0.9 and "edl_job_eta_seconds" in seen else None
+            return seen if 0.0 < ratio and "edl_job_eta_seconds" in seen else None
 
         seen = wait_for(
             midway,
@@ -60,6 +71,16 @@ def test_progress_eta_and_loss_are_exported_while_training_and_at_the_end(
         loss = seen['edl_trainer_scalar{name="loss"}']
         assert math.isfinite(loss) and 0 < loss < 10
 
+        def running() -> dict[str, str] | None:
+            now = status(job)
+            ok = now.get("phase") == "Running" and now.get("eta", "-") != "-"
+            return now if ok else None
+
+        summary = wait_for(running, timeout_s=120, what="a Running status with an ETA")
+        assert summary["world-size"] == "1" and summary["failures"] == "0"
+        assert summary["progress"].endswith("%") and 0 < int(summary["global-step"]) <= 40
+        job.release()
+
         def finished() -> dict[str, float] | None:
             seen = series(job)
             return seen if seen.get("edl_trainer_job_finished") == 1 else None
@@ -73,6 +94,12 @@ def test_progress_eta_and_loss_are_exported_while_training_and_at_the_end(
         )
         assert done["edl_job_progress_ratio"] == 1.0 and done["edl_job_eta_seconds"] == 0.0
         assert done["edl_job_global_step"] == planned
+        final = wait_for(
+            lambda: (now := status(job)).get("phase") == "Succeeded" and now,
+            timeout_s=60,
+            what="the status to say Succeeded",
+        )
+        assert final["progress"] == "100.0%" and final["eta"] == "0s"
         assert math.isfinite(done['edl_trainer_scalar{name="loss"}'])
     finally:
         job.stop_all()
