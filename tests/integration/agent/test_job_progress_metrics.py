@@ -94,11 +94,12 @@ def test_progress_eta_and_loss_are_exported_while_training_and_at_the_end(
         )
         assert done["edl_job_progress_ratio"] == 1.0 and done["edl_job_eta_seconds"] == 0.0
         assert done["edl_job_global_step"] == planned
-        final = wait_for(
-            lambda: (now := status(job)).get("phase") == "Succeeded" and now,
-            timeout_s=60,
-            what="the status to say Succeeded",
-        )
+
+        def succeeded() -> dict[str, str] | None:
+            now = status(job)
+            return now if now.get("phase") == "Succeeded" else None
+
+        final = wait_for(succeeded, timeout_s=60, what="the status to say Succeeded")
         assert final["progress"] == "100.0%" and final["eta"] == "0s"
         assert math.isfinite(done['edl_trainer_scalar{name="loss"}'])
     finally:
