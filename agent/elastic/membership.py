@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
 from agent.elastic.failures import FailurePolicy, TrainerFailure
 from agent.elastic.option_table import DEFAULTS
-from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch
+from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch, VersionedRecord
 from agent.elastic.world import Member, World, next_members
 
 log = logging.getLogger(__name__)
@@ -287,12 +287,10 @@ class Membership:
         store could not be written (the caller may try again).
         """
         for _ in range(attempts):
-            try:
-                record = self._store.read_world()
-            except StoreUnavailable as e:
-                self._note_unreachable(e)
+            read = self._read_parsed()
+            if read is None:
                 return False
-            current, broken = self._parse(record.text)
+            record, current, broken = read
             self._adopt(current)
             if current is not None and current.finished:
                 return True
@@ -303,10 +301,8 @@ class Membership:
             if broken or current is None:
                 after = max(base.generation, _generation_in(record.text))
                 finished = base.successor(after + 1, base.members).finish(step)
-            try:
-                won = self._store.write_world(finished.to_json(writer=self._me.key), record.version)
-            except StoreUnavailable as e:
-                self._note_unreachable(e)
+            won = self._swap(finished, record.version)
+            if won is None:
                 return False
             if won:
                 log.info(
@@ -330,12 +326,10 @@ class Membership:
         finished; the failure is then only logged).
         """
         for _ in range(attempts):
-            try:
-                record = self._store.read_world()
-            except StoreUnavailable as e:
-                self._note_unreachable(e)
+            read = self._read_parsed()
+            if read is None:
                 return None
-            current, broken = self._parse(record.text)
+            record, current, broken = read
             if broken:
                 return None  # a member's next round repairs it; this failure is lost
             self._adopt(current)
@@ -345,10 +339,8 @@ class Membership:
             failures = policy.kept((*base.failures, failure), failure.at)
             failed = policy.failed(failures, failure.at)
             world = base.with_failures(failures, failed)
-            try:
-                won = self._store.write_world(world.to_json(writer=self._me.key), record.version)
-            except StoreUnavailable as e:
-                self._note_unreachable(e)
+            won = self._swap(world, record.version)
+            if won is None:
                 return None
             if won:
                 recent = len(policy.recent(failures, failure.at))
@@ -364,6 +356,24 @@ class Membership:
                 self._known = world
                 return world
         return None
+
+    def _read_parsed(self) -> tuple[VersionedRecord, World | None, str] | None:
+        """The record, its world and why it is broken ("": it is not); None: unreachable."""
+        try:
+            record = self._store.read_world()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return None
+        current, broken = self._parse(record.text)
+        return record, current, broken
+
+    def _swap(self, world: World, version: str) -> bool | None:
+        """Compare-and-swap `world` in; None when the store could not be reached."""
+        try:
+            return self._store.write_world(world.to_json(writer=self._me.key), version)
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return None
 
     def report_status(self, fields: Mapping[str, str]) -> bool:
         """Writes the job's status summary beside the world record; False when it could not."""
