@@ -47,11 +47,11 @@ class Phase(enum.Enum):
 
     STARTING    The trainer starts warm (generation 0) before we are a member: survivors never
                 wait for our process start and framework import. Its first report -> join ->
-                STANDBY. Exit -> DONE (its status). Not ready in `init_timeout` -> stop it,
+                STANDBY. Exit -> CRASHED. Not ready in `init_timeout` -> stop it,
                 DONE 1.
     STANDBY     A member; the warm trainer waits for a world that includes us. Such a world ->
                 hand it to the trainer (it moves there itself) -> RUNNING. A finished world ->
-                tell the trainer to go -> FINISHING. Exit -> leave, DONE (its status).
+                tell the trainer to go -> FINISHING. Exit -> leave, CRASHED.
     FORMING     A member with no trainer: waits for the members to agree on a world that has
                 us and is newer than the last one we started, then starts a trainer in it ->
                 RUNNING. A finished world -> FINISHED.
@@ -66,7 +66,7 @@ class Phase(enum.Enum):
                 `init_timeout` -> stop it. A finished world -> FINISHING. Exit: 0 -> FINISHED;
                 75/76 or stopped by us or asked for a newer world -> FORMING if it never
                 joined its current world, else REGROUPING unless a newer world is already
-                known (FORMING); any other status is a crash -> leave, DONE (its status), and
+                known (FORMING); any other status is a crash -> leave, CRASHED, and
                 so is a SIGKILL we did not send, even on the way to a newer world.
     DRAINING    Asked to stop at a step boundary: waits for the exit (handled as in RUNNING)
                 for `drain_timeout`, or less when the trainer cannot reach a boundary (stood

@@ -142,6 +142,15 @@ def test_a_finished_job_is_ready_and_exported(finished: bool) -> None:
     assert registry.get_sample_value("edl_trainer_job_finished") == (1.0 if finished else 0.0)
 
 
+def test_a_failed_job_says_so_on_readyz_and_idles_ready() -> None:
+    failed = _Done(True)
+    failed.job_failed = True
+    verdict = readiness_of(failed, _Trainer(), "digits")  # type: ignore[arg-type]
+    assert verdict == Readiness(
+        True, "job digits failed (trainer failures over its budget); idling"
+    )
+
+
 def test_a_finished_pod_is_not_ready_while_its_warm_trainer_is_on_its_way_out() -> None:
     # A late pod of a finished job sends its warm trainer away: ready (idle) only once it is
     # gone, so a ready finished pod runs no trainer.
