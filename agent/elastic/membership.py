@@ -344,13 +344,16 @@ class Membership:
                 return None
             if won:
                 recent = len(policy.recent(failures, failure.at))
-                budget = f"{recent} of budget {policy.budget}" if policy.enabled else "no budget"
+                budget = (
+                    f"{recent} of budget {policy.budget} within {policy.window:g} s"
+                    if policy.enabled
+                    else "no failure budget"
+                )
                 log.log(
                     logging.ERROR if failed else logging.WARNING,
-                    "recorded trainer failure (%s; %s within %g s)%s",
+                    "recorded trainer failure (%s; %s)%s",
                     failure.describe(),
                     budget,
-                    policy.window,
                     ": the job is failed" if failed else "",
                 )
                 self._known = world

@@ -31,8 +31,11 @@ SCRIPT = (
 class Member:
     """One member, restarted (a new agent process) each time it exits, like a container."""
 
-    def __init__(self, name: str, store: Path, logs: Path) -> None:
+    def __init__(
+        self, name: str, store: Path, logs: Path, trainer: list[str] | None = None
+    ) -> None:
         self.name, self.store, self.logs = name, store, logs
+        self.trainer = trainer or [sys.executable, "-c", SCRIPT]
         self.starts = 0
         self.statuses: list[int] = []
         self.proc: subprocess.Popen[bytes] | None = None
@@ -43,7 +46,7 @@ class Member:
             sys.executable, "-m", "agent", "run", "--host", "127.0.0.1", "--port", "0",
             "--elastic", "--job", "digits", "--membership", f"local:{self.store}",
             "--on-finished", "exit", "--failure-budget", str(BUDGET), "--failure-window", "10m",
-            "--", sys.executable, "-c", SCRIPT,
+            "--", *self.trainer,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "EDL_MEMBER_ID": self.name}
         with (self.logs / f"{self.name}-{self.starts}.log").open("wb") as out:
@@ -115,8 +118,62 @@ def test_a_script_that_always_fails_ends_failed_within_its_budget(tmp_path: Path
     for m in members:
         assert m.statuses and set(m.statuses) == {1}, m.statuses
     logs_text = "".join(m.log_text() for m in members)
-    assert f"{BUDGET + 1} of budget {BUDGET}" in logs_text
+    assert f"{BUDGET + 1} of budget {BUDGET} within 600 s" in logs_text
     assert "the job is failed" in logs_text
     # what a user sees in the pod's log is the trainer's own stderr, passed through
     assert logs_text.count(ERROR) >= BUDGET + 1
     assert sum(m.starts for m in members) <= 2 * (BUDGET + 1) + 2
+
+
+TRAINING_SCRIPT = """
+import torch
+from agent.trainer import ElasticSampler, ElasticTrainer
+
+with ElasticTrainer.start() as et:
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    et.register(model, optimizer, ElasticSampler(64, 8, 1))
+    for plan in et.steps():
+        if et.global_step >= 2:
+            raise FloatingPointError(f"loss is NaN at step {et.global_step}")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_trainer_that_crashes_while_training_fails_the_job_too(tmp_path: Path) -> None:
+    """The crash of a trainer that joined its world and stepped (RUNNING, not at import):
+    it leaves the world, its failure is counted, and over the budget the job is failed."""
+    store, logs = tmp_path / "store", tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(TRAINING_SCRIPT)
+    member = Member("a", store, logs, [sys.executable, str(script)])
+    member.start()
+    try:
+
+        def over() -> bool:
+            world = world_of(store)
+            failed = world is not None and world.failed
+            return member.restart_if_crashed(failed) and failed
+
+        wait_for(
+            over,
+            timeout_s=360,
+            what="the job failed",
+            interval_s=0.2,
+            describe=lambda: f"world {world_of(store)}\n" + member.log_text()[-3000:],
+        )
+    finally:
+        if member.proc is not None and member.proc.poll() is None:
+            member.proc.kill()
+            member.proc.wait()
+    world = world_of(store)
+    assert world is not None and world.failed
+    assert len(world.failures) == BUDGET + 1 and member.starts == BUDGET + 1
+    assert all(
+        f.tail[-1].endswith("FloatingPointError: loss is NaN at step 2") for f in world.failures
+    )
+    text = member.log_text()
+    assert text.count("a crash counts as a scale-down") == BUDGET + 1  # each after training
+    assert set(member.statuses) == {1}
