@@ -46,6 +46,10 @@ class JobPhase(enum.Enum):
     """Its trainer failures exceeded the budget (`agent.elastic.failures`)."""
 
 
+TERMINAL = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+"""The phases a job never leaves."""
+
+
 def job_phase(world: World | None, member_phase: str, stepping: bool) -> JobPhase:
     """The job's phase from the world record and one member's (rank 0's) own phase.
 
@@ -136,9 +140,14 @@ class StatusReporter:
         self._last: tuple[float, JobPhase] | None = None
 
     def due(self, phase: JobPhase, now: float) -> bool:
-        """The phase changed since the last write, or `interval` passed (`now` monotonic)."""
+        """The phase changed since the last write, or `interval` passed (`now` monotonic).
+
+        A job over (Succeeded, Failed) is written once: its idle pods rewrite nothing.
+        """
         last = self._last
-        return last is None or last[1] is not phase or now - last[0] >= self._interval
+        if last is None or last[1] is not phase:
+            return True
+        return phase not in TERMINAL and now - last[0] >= self._interval
 
     def report(self, status: JobStatus, now: float, wall: float) -> bool:
         """Writes `status` if due (`now` monotonic, `wall` Unix); True when written."""

@@ -488,11 +488,15 @@ class ElasticSupervisor:
             self._last_rescale = (when, "; ".join(record.reasons))
 
     def _report_status(self) -> None:
-        """Rank 0 (or, at the end, whoever knows the job is over) writes the job's status."""
+        """Rank 0 of the current world writes the job's status: one writer says one thing.
+
+        A job over with no member left has no rank 0: whoever learns it writes it.
+        """
         world = self._membership.world
         if world is None:
             return
-        if not world.finished and world.rank_of(self._key) != 0:
+        writer = world.rank_of(self._key) == 0 or (world.finished and not world.members)
+        if not writer:
             return
         s = self._state
         stepping = (

@@ -80,3 +80,17 @@ def test_the_status_is_written_on_a_phase_change_at_once_else_every_interval() -
     assert reporter.report(running, now=7.2, wall=7.2)
     assert reporter.report(running, now=17.2, wall=17.2)
     assert written == ["Running", "Rescaling", "Running", "Running", "Running"]
+
+
+def test_a_job_over_is_written_once() -> None:
+    written: list[object] = []
+
+    def write(fields: object) -> bool:
+        written.append(fields)
+        return True
+
+    reporter = StatusReporter(write, interval=10)
+    done = JobStatus(JobPhase.SUCCEEDED, 1, 3, progress=1.0)
+    assert reporter.report(done, now=0, wall=0)
+    assert not reporter.report(done, now=100, wall=100)  # idle pods rewrite nothing
+    assert len(written) == 1
