@@ -127,3 +127,18 @@ def test_a_failure_before_any_world_starts_the_record(tmp_path: Path) -> None:
     b.join()
     world = b.tick()
     assert world is not None and world.members == (B,) and world.failures == failed.failures
+
+
+def test_a_failed_job_emptied_by_hand_trains_afresh(tmp_path: Path) -> None:
+    """What docs/elastic.md says to do to run a failed job again: empty its record."""
+    store = LocalStore.create(tmp_path / "store")
+    over = member_of(store, A).record_failure(crash("a", 1.0), FailurePolicy(budget=0))
+    assert over is not None
+    failed = over.with_failures(over.failures, failed=True)
+    assert store.write_world(failed.to_json(), store.read_world().version)
+    (tmp_path / "store" / "world.json").write_text("")  # kubectl patch ... data.world ""
+    b = member_of(store, B)
+    b.join()
+    world = b.tick()
+    assert world is not None and not world.finished and not world.failures
+    assert world.members == (B,)
