@@ -62,10 +62,10 @@ class TrainerFailure:
             raise WorldRecordInvalid(f"bad failure {raw!r}")
         return cls(member, status, at, tuple(str(line) for line in tail))
 
-    def describe(self) -> str:
-        """One line: who, how, and the last line it wrote."""
-        line = self.tail[-1] if self.tail else "no output"
-        return f"{self.member} status {self.status}: {line}"
+    def describe(self, whole_tail: bool = False) -> str:
+        """One line: who, how, and the last line it wrote (`whole_tail`: its kept lines)."""
+        lines = self.tail if whole_tail else self.tail[-1:]
+        return f"{self.member} status {self.status}: {' | '.join(lines) or 'no output'}"
 
 
 def kept_tail(lines: Iterable[str]) -> tuple[str, ...]:
@@ -110,9 +110,15 @@ class FailurePolicy:
 
 
 def failed_message(job: str, failures: Sequence[TrainerFailure]) -> str:
-    """The ``JobFailed`` Event's message: how many failures, then the last ones, newest first."""
+    """The ``JobFailed`` Event's message: how many failures, then the last ones, newest first.
+
+    The newest with the lines of its log tail (where it failed, then why), the others with
+    their last line.
+    """
     head = f"job {job} failed after {len(failures)} trainer failures over its budget; last: "
-    message = head + "; ".join(f.describe() for f in reversed(failures))
+    newest_first = list(reversed(failures))
+    parts = [f.describe(whole_tail=i == 0) for i, f in enumerate(newest_first)]
+    message = head + "; ".join(parts)
     if len(message) <= EVENT_MESSAGE_CHARS:
         return message
     return message[: EVENT_MESSAGE_CHARS - 3] + "..."

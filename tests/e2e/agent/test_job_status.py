@@ -97,11 +97,14 @@ def test_a_script_that_always_fails_ends_failed_at_zero_replicas_with_the_event(
         ]  # fmt: skip
         assert len(events) == 1, [e.message for e in events]
         (event,) = events
+        message = event.message or ""
         assert event.type == "Warning"
-        assert event.message.startswith(
+        assert message.startswith(
             f"job digits failed after {BUDGET + 1} trainer failures over its budget; last: "
         )
-        assert event.message.count(f"status 1: {ERROR}") == BUDGET + 1, event.message
+        # every failure's error line; the newest with its whole tail (where, then why)
+        assert message.count(ERROR) == BUDGET + 1, message
+        assert "status 1: Traceback (most recent call last): | " in message
         shown = kubectl("-n", ns, "get", "events", "--field-selector", "reason=JobFailed")
         assert "JobFailed" in shown and "Warning" in shown, shown
 

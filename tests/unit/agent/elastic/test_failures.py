@@ -56,7 +56,8 @@ def test_the_tail_keeps_the_last_non_blank_lines_cut_short() -> None:
 def test_the_event_message_names_statuses_and_last_lines_newest_first_and_fits() -> None:
     message = failed_message("digits", [crash("a", 1, 1), crash("b", 2, 137, "Killed")])
     assert message.startswith("job digits failed after 2 trainer failures over its budget")
-    assert message.index("b status 137: Killed") < message.index("a status 1: E: boom")
+    newest = "b status 137: Traceback (most recent call last): | Killed"  # its whole tail
+    assert message.index(newest) < message.index("a status 1: E: boom")
     long = failed_message("digits", [crash("a", float(t), 1, "E" * 200) for t in range(20)])
     assert len(long) == EVENT_MESSAGE_CHARS and long.endswith("...")
 

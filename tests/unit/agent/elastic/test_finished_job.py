@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agent.elastic.failures import TrainerFailure
+from agent.elastic.failures import TrainerFailure, failed_message
 from agent.elastic.finished_job import (
     EVENT_REASON,
     FAILED_REASON,
@@ -107,4 +107,10 @@ def test_a_failed_job_scales_to_zero_with_a_warning_naming_its_last_failures() -
     assert message == (
         "job digits failed after 2 trainer failures over its budget; last: digits-1 status 137: "
         "no output; digits-0 status 1: ValueError: boom (scaled to 0 replicas)"
+    )
+    newest_tail = (TrainerFailure("digits-1", 1, 12.0, ("Traceback", "ValueError: bad")),)
+    assert DeploymentRetirement(FakeScale(), "d", "digits").fail(newest_tail)
+    assert failed_message("digits", failures + newest_tail).endswith(
+        "last: digits-1 status 1: Traceback | ValueError: bad; digits-1 status 137: no output; "
+        "digits-0 status 1: ValueError: boom"
     )
