@@ -17,9 +17,12 @@ import pytest
 from kubernetes import client
 
 from agent.trainer.step_gate import StepGate
-from tests.e2e.agent.test_finished_job import DEPLOYMENT, SHORT, _token, example_role_rules
-from tests.e2e.harness import trainer_policy
-from tests.e2e.harness.bodies import as_body
+from tests.e2e.agent.test_finished_job import (
+    DEPLOYMENT,
+    SHORT,
+    example_role_rules,
+    example_trainer_access,
+)
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.elastic_job import (
     SERVICE_ACCOUNT,
@@ -55,14 +58,7 @@ def test_a_script_that_always_fails_ends_failed_at_zero_replicas_with_the_event(
     e2e_ns: E2ENamespace, kubectl: Kubectl, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     ns = e2e_ns.name
-    kubeconfig = grant_agent_access(
-        ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig",
-        rules=example_role_rules(), sa_labels={"edl.paddlepaddle.org/job": "digits"},
-    )  # fmt: skip
-    with trainer_policy.installed(e2e_ns.api):
-        probe = client.CoreV1Api(trainer_policy.token_client(control_plane, _token(kubeconfig)))
-        trainer_policy.enforced(lambda: probe.create_namespaced_config_map(
-            ns, as_body({"metadata": {"name": "edl-policy-probe"}}), dry_run="All"))  # fmt: skip
+    with example_trainer_access(e2e_ns, kubectl, control_plane, tmp_path) as kubeconfig:
         container = elastic_container(tmp_path, kubeconfig, "auto", SCRIPTS["paddle"], SHORT)
         command = container["command"]
         policy = ["--on-finished", "scale-to-zero", "--failure-budget", str(BUDGET)]
