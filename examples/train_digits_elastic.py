@@ -55,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             et.all_reduce_gradients()
             optimizer.step()
             optimizer.clear_grad()
+            if weight:  # the mean loss of this rank's share: edl_trainer_scalar{name="loss"}
+                et.recorder.scalar("loss", float(loss) / len(idx))
             if args.step_sleep or args.sample_sleep:
                 time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
             if args.log_every and et.rank == 0 and weight and et.global_step % args.log_every == 0:

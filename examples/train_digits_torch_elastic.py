@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             et.all_reduce_gradients()
             optimizer.step()
             optimizer.zero_grad()
+            if weight:  # the mean loss of this rank's share: edl_trainer_scalar{name="loss"}
+                et.recorder.scalar("loss", loss.item() / len(idx))
             if args.step_sleep or args.sample_sleep:
                 time.sleep(args.step_sleep + args.sample_sleep * len(plan.indices))
         trained = time.perf_counter() - started

@@ -19,8 +19,9 @@ from prometheus_client.registry import Collector
 
 from agent.collectors.families import histogram
 from agent.collectors.health import CollectorHealth
-from agent.trainer.recording import STEP_DURATION_BUCKETS
-from agent.trainer.reports import read_reports
+from agent.collectors.progress import EtaEstimator, ProgressPoint
+from agent.trainer.recording import MAX_SCALARS, SCALAR_NAME, STEP_DURATION_BUCKETS
+from agent.trainer.reports import TrainerReport, read_reports
 
 
 class TrainerReportCollector(Collector):
@@ -38,10 +39,12 @@ class TrainerReportCollector(Collector):
         metrics_dir: Path,
         health: CollectorHealth,
         bounds: tuple[float, ...] = STEP_DURATION_BUCKETS,
+        eta: EtaEstimator | None = None,
     ) -> None:
         self._dir = metrics_dir
         self._health = health
         self._bounds = bounds
+        self._eta = eta or EtaEstimator()
 
     def collect(self) -> Iterable[Metric]:
         """Yields samples, steps, step-duration histogram, comm seconds/bytes, last step time."""
@@ -98,3 +101,43 @@ class TrainerReportCollector(Collector):
                 "Unix time at which the trainer last finished a step.",
                 value=last_step,
             )
+        yield from self._job_progress(scan.reports)
+
+    def _job_progress(self, reports: tuple[TrainerReport, ...]) -> Iterable[Metric]:
+        """The newest incarnation's progress, step and scalars (gauges: the latest values)."""
+        newest = [r for r in reports if r.counters.progress is not None]
+        if newest:
+            report = newest[-1]
+            ratio = min(1.0, max(0.0, report.counters.progress or 0.0))
+            at = report.counters.last_step_unix or report.updated_unix
+            self._eta.observe(ProgressPoint(at, ratio))
+            yield GaugeMetricFamily(
+                "edl_job_progress_ratio",
+                "The job's samples trained over its planned total, 0-1.",
+                value=ratio,
+            )
+            eta = self._eta.eta()
+            if eta is not None:
+                yield GaugeMetricFamily(
+                    "edl_job_eta_seconds",
+                    "Seconds until the job is done at its recent rate of progress.",
+                    value=eta,
+                )
+        stepped = [r for r in reports if r.counters.global_step is not None]
+        if stepped:
+            yield GaugeMetricFamily(
+                "edl_job_global_step",
+                "The job's global step (steps of the whole world) after the last step.",
+                value=stepped[-1].counters.global_step or 0,
+            )
+        with_scalars = [r for r in reports if r.counters.scalars]
+        if with_scalars:
+            family = GaugeMetricFamily(
+                "edl_trainer_scalar",
+                "The last value the script recorded of each scalar (recorder.scalar).",
+                labels=["name"],
+            )
+            for name, value in with_scalars[-1].counters.scalars[:MAX_SCALARS]:
+                if SCALAR_NAME.match(name):
+                    family.add_metric([name], value)
+            yield family

@@ -17,7 +17,9 @@ the job's own world ConfigMap (`agent.elastic.kubernetes_store`: the label
 
 What a user sees: ``kubectl get deploy`` (``0/0``), ``kubectl get cm -L
 edl.paddlepaddle.org/state`` (``edl-<job>-world ... finished``) and ``kubectl get events
---field-selector reason=JobFinished``.
+--field-selector reason=JobFinished``. A job failed by its failure budget
+(`agent.elastic.failures`) goes the same way, with ``state=failed`` and a Warning Event
+``JobFailed`` that names its last failures' exit statuses and log lines.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.elastic.failures import TrainerFailure, failed_message
 from agent.protocol.errors import ElasticError
 
 log = logging.getLogger(__name__)
 
 EVENT_REASON = "JobFinished"
+FAILED_REASON = "JobFailed"
+"""The Warning Event of a job whose trainer failures exceeded its budget (`fail`)."""
 
 
 class RetirementFailed(ElasticError):
@@ -49,8 +54,8 @@ class DeploymentApi(Protocol):
         """Sets the scale subresource's replicas to 0."""
         ...
 
-    def event(self, name: str, uid: str, reason: str, message: str) -> bool:
-        """Records a Normal Event on the Deployment, named by `event_name`.
+    def event(self, name: str, uid: str, reason: str, message: str, warning: bool = False) -> bool:
+        """Records a Normal (`warning`: Warning) Event on the Deployment, named by `event_name`.
 
         Returns False when that Event exists already (another agent recorded it first) or
         could not be recorded (logged: an Event is for people, its loss must not keep the pods).
@@ -78,23 +83,34 @@ class DeploymentRetirement:
         Raises:
             RetirementFailed: every attempt failed; the last error is the cause.
         """
+        at = "" if step is None else f" at step {step}"
+        message = f"job {self.job} finished{at}; scaled to 0 replicas to free its resources"
+        return self._scale_down(EVENT_REASON, message, "finished", warning=False)
+
+    def fail(self, failures: tuple[TrainerFailure, ...]) -> bool:
+        """As `retire`, for a failed job: a Warning ``JobFailed`` naming its last failures."""
+        message = failed_message(self.job, failures) + " (scaled to 0 replicas)"
+        return self._scale_down(FAILED_REASON, message, "failed", warning=True)
+
+    def _scale_down(self, reason: str, message: str, how: str, warning: bool) -> bool:
         last: Exception | None = None
         announced = False  # an attempt that failed after its Event counts as the first
         for _ in range(max(1, self.attempts)):
             try:
                 uid = self.api.read_uid(self.deployment)
-                at = "" if step is None else f" at step {step}"
-                message = f"job {self.job} finished{at}; scaled to 0 replicas to free its resources"
-                announced = self.api.event(self.deployment, uid, EVENT_REASON, message) or announced
+                announced = (
+                    self.api.event(self.deployment, uid, reason, message, warning=warning)
+                    or announced
+                )
                 self.api.scale_to_zero(self.deployment)
             except Exception as e:  # the client's ApiException, urllib3 errors
                 last = e
                 continue
             if announced:
-                log.info("job %s finished: Deployment %s scaled to 0", self.job, self.deployment)
+                log.info("job %s %s: Deployment %s scaled to 0", self.job, how, self.deployment)
             return announced
         raise RetirementFailed(
-            f"cannot scale Deployment {self.deployment} of finished job {self.job} to 0: {last}"
+            f"cannot scale Deployment {self.deployment} of {how} job {self.job} to 0: {last}"
         ) from last
 
 
@@ -130,7 +146,7 @@ class ClientDeploymentApi:
             name, self._ns, {"spec": {"replicas": 0}}, _request_timeout=self._timeout
         )
 
-    def event(self, name: str, uid: str, reason: str, message: str) -> bool:
+    def event(self, name: str, uid: str, reason: str, message: str, warning: bool = False) -> bool:
         """POST a core/v1 Event named by `event_name`; False on 409 or a failure (logged)."""
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
@@ -146,7 +162,7 @@ class ClientDeploymentApi:
             },
             "reason": reason,
             "message": message,
-            "type": "Normal",
+            "type": "Warning" if warning else "Normal",
             "source": {"component": "edl-agent"},
             "firstTimestamp": now,
             "lastTimestamp": now,

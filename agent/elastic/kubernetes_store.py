@@ -7,7 +7,8 @@ read (optimistic concurrency: a 409 means someone else wrote first). `Kubernetes
 seam: `ClientApi` talks to the cluster through the official client; tests inject a fake.
 
 The world ConfigMap also says, in its labels, what its record says: a finished job's carries
-``edl.paddlepaddle.org/state=finished`` and the step and time in annotations
+``edl.paddlepaddle.org/state=finished`` (``failed``: its trainer failures exceeded the budget,
+`agent.elastic.failures`) and the step and time in annotations
 (``kubectl get cm -L edl.paddlepaddle.org/state``), written in the same compare-and-swap as the
 finished record, so the two never disagree. It is the job's own object: the agents need no
 write access to their Deployment to say the job is done (`agent.elastic.finished_job`).
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.elastic.errors import StoreUnavailable, WatchForbidden, WorldRecordInvalid
+from agent.elastic.job_status import PHASE_KEY, STATUS_KEYS, JobPhase
 from agent.elastic.kubernetes_watch import KubernetesWatch
 from agent.elastic.store import Heartbeat, StoreWatch, VersionedRecord
 from agent.elastic.world import Member, World
@@ -33,6 +35,10 @@ ANNOTATION_MEMBER = "edl.paddlepaddle.org/member"
 STATE_LABEL = "edl.paddlepaddle.org/state"
 """On the world ConfigMap: ``finished`` once the record is."""
 FINISHED = "finished"
+FAILED = "failed"
+"""The state of a job failed by its failure budget (`agent.elastic.failures`)."""
+LAST_FAILURE = "edl.paddlepaddle.org/last-failure"
+"""On the world ConfigMap: the newest trainer failure the record keeps, in one line."""
 FINISHED_STEP = "edl.paddlepaddle.org/finished-at-step"
 FINISHED_TIME = "edl.paddlepaddle.org/finished-at"
 WORLD_KEY = "world"
@@ -42,8 +48,8 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 class KubernetesApi(Protocol):
     """The few API calls the store needs; every method raises `StoreUnavailable` on errors."""
 
-    def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
-        """(data, resourceVersion), or None when it does not exist."""
+    def get_config_map(self, name: str) -> tuple[dict[str, str], str, dict[str, str]] | None:
+        """(data, resourceVersion, annotations), or None when it does not exist."""
 
     def create_config_map(
         self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]
@@ -151,6 +157,8 @@ class KubernetesStore:
         self._job = job
         self._now = clock or (lambda: datetime.now(UTC))
         self._world_name = dns_name("edl", job, "world")
+        self._status: tuple[str, dict[str, str]] = ("", {})
+        """The status annotations of the version last read: a world write carries them."""
 
     @classmethod
     def from_environment(cls, job: str, env: Mapping[str, str]) -> KubernetesStore:
@@ -201,7 +209,8 @@ class KubernetesStore:
         found = self._api.get_config_map(self._world_name)
         if found is None:
             return VersionedRecord(None, "")
-        data, version = found
+        data, version, annotations = found
+        self._status = (version, {k: v for k, v in annotations.items() if k in STATUS_KEYS})
         # A ConfigMap without the key was emptied by hand: hand the parser "" so it repairs.
         return VersionedRecord(data.get(WORLD_KEY, ""), version)
 
@@ -212,6 +221,11 @@ class KubernetesStore:
         """
         data = {WORLD_KEY: text}
         labels, annotations = self._world_meta(text)
+        version, status = self._status
+        if expected_version and version == expected_version:  # the status stays as it was
+            annotations = {**status, **annotations}
+            if PHASE_KEY in status:
+                labels.setdefault(PHASE_KEY, status[PHASE_KEY])
         if not expected_version:
             return self._api.create_config_map(self._world_name, data, labels, annotations)
         return self._api.replace_config_map(
@@ -226,11 +240,34 @@ class KubernetesStore:
         except WorldRecordInvalid:
             return labels, annotations  # Membership writes only valid records
         if world.finished:
-            labels[STATE_LABEL] = FINISHED
+            labels[STATE_LABEL] = FAILED if world.failed else FINISHED
+            phase = JobPhase.FAILED if world.failed else JobPhase.SUCCEEDED
+            labels[PHASE_KEY] = annotations[PHASE_KEY] = phase.value
             annotations[FINISHED_TIME] = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
             if world.finished_at_step is not None:
                 annotations[FINISHED_STEP] = str(world.finished_at_step)
+        if world.failures:
+            annotations[LAST_FAILURE] = world.failures[-1].describe()
         return labels, annotations
+
+    def write_status(self, fields: Mapping[str, str]) -> bool:
+        """Replaces the status annotations and the phase label of the world ConfigMap.
+
+        The data and every other annotation stay (a replace with the resourceVersion read:
+        a world written meanwhile makes this one fail, and the next report tries again).
+        """
+        found = self._api.get_config_map(self._world_name)
+        if found is None:
+            return False
+        data, version, current = found
+        labels, _ = self._world_meta(data.get(WORLD_KEY, ""))
+        annotations = {**current, **fields}
+        if PHASE_KEY in fields:
+            labels.setdefault(PHASE_KEY, fields[PHASE_KEY])
+        written = self._api.replace_config_map(self._world_name, data, version, labels, annotations)
+        if written:
+            self._status = ("", {})  # the version moved on: the next read caches it again
+        return written
 
 
 class ClientApi:
@@ -271,14 +308,15 @@ class ClientApi:
         except Exception as e:  # urllib3 connection errors and the like
             raise StoreUnavailable(f"{what}: {e}") from e
 
-    def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
+    def get_config_map(self, name: str) -> tuple[dict[str, str], str, dict[str, str]] | None:
         """See `KubernetesApi`."""
         cm = self._call(
             "read configmap", self._core.read_namespaced_config_map, name, self._ns, ok=(404,)
         )
         if cm == 404:
             return None
-        return dict(cm.data or {}), str(cm.metadata.resource_version)
+        annotations = dict(getattr(cm.metadata, "annotations", None) or {})
+        return dict(cm.data or {}), str(cm.metadata.resource_version), annotations
 
     def create_config_map(
         self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]

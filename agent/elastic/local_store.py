@@ -2,7 +2,8 @@
 
 Layout: ``<root>/world.json`` (the world record; its version is the SHA-256 of its text, so a
 hand edit changes it too), ``<root>/world.lock`` (an `flock` serialising compare-and-swap),
-``<root>/members/<id>.json`` (one heartbeat per member). Every write goes to a temporary file
+``<root>/members/<id>.json`` (one heartbeat per member), ``<root>/status.json`` (the job's
+status summary, `agent.elastic.job_status`). Every write goes to a temporary file
 and is renamed into place, so a reader never sees half a record.
 
 `LocalWatch` tells an agent within milliseconds that a member came or went or the world
@@ -18,6 +19,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from inotify_simple import INotify
@@ -143,6 +145,16 @@ class LocalStore:
                 return True
         except OSError as e:
             raise StoreUnavailable(f"local store {self._root}: {e}") from e
+
+    def write_status(self, fields: Mapping[str, str]) -> bool:
+        """Replaces ``status.json`` (atomically; no compare-and-swap: one writer at a time)."""
+        if not (self._root / "world.json").exists():
+            return False
+        try:
+            _atomic_write(self._root / "status.json", json.dumps(dict(fields), sort_keys=True))
+        except OSError as e:
+            raise StoreUnavailable(f"local store {self._root}: {e}") from e
+        return True
 
 
 _WORLD = "world.json"

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
+from agent.elastic.failures import FailurePolicy, TrainerFailure
 from agent.elastic.option_table import DEFAULTS
-from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch
+from agent.elastic.store import Heartbeat, MembershipStore, StoreWatch, VersionedRecord
 from agent.elastic.world import Member, World, next_members
 
 log = logging.getLogger(__name__)
@@ -286,12 +287,10 @@ class Membership:
         store could not be written (the caller may try again).
         """
         for _ in range(attempts):
-            try:
-                record = self._store.read_world()
-            except StoreUnavailable as e:
-                self._note_unreachable(e)
+            read = self._read_parsed()
+            if read is None:
                 return False
-            current, broken = self._parse(record.text)
+            record, current, broken = read
             self._adopt(current)
             if current is not None and current.finished:
                 return True
@@ -301,11 +300,9 @@ class Membership:
             finished = base.finish(step)
             if broken or current is None:
                 after = max(base.generation, _generation_in(record.text))
-                finished = World(after + 1, base.members).finish(finished.finished_at_step)
-            try:
-                won = self._store.write_world(finished.to_json(writer=self._me.key), record.version)
-            except StoreUnavailable as e:
-                self._note_unreachable(e)
+                finished = base.successor(after + 1, base.members).finish(step)
+            won = self._swap(finished, record.version)
+            if won is None:
                 return False
             if won:
                 log.info(
@@ -316,6 +313,78 @@ class Membership:
                 self._known, self._pending = finished, None
                 return True
         return False
+
+    def record_failure(
+        self, failure: TrainerFailure, policy: FailurePolicy, attempts: int = 5
+    ) -> World | None:
+        """Appends `failure` to the world record (compare-and-swap) and applies the budget.
+
+        Every member's failures land in the one record, so the budget counts the job's, not a
+        pod's. When the failures within the window exceed the budget the record is marked
+        failed (and finished): no agent starts a trainer any more. Returns the world written
+        (None: the store could not be written, the record is broken, or the job is already
+        finished; the failure is then only logged).
+        """
+        for _ in range(attempts):
+            read = self._read_parsed()
+            if read is None:
+                return None
+            record, current, broken = read
+            if broken:
+                return None  # a member's next round repairs it; this failure is lost
+            self._adopt(current)
+            base = current if current is not None else World(0)
+            if base.finished:
+                return None
+            failures = policy.kept((*base.failures, failure), failure.at)
+            failed = policy.failed(failures, failure.at)
+            world = base.with_failures(failures, failed)
+            won = self._swap(world, record.version)
+            if won is None:
+                return None
+            if won:
+                recent = len(policy.recent(failures, failure.at))
+                budget = (
+                    f"{recent} of budget {policy.budget} within {policy.window:g} s"
+                    if policy.enabled
+                    else "no failure budget"
+                )
+                log.log(
+                    logging.ERROR if failed else logging.WARNING,
+                    "recorded trainer failure (%s; %s)%s",
+                    failure.describe(),
+                    budget,
+                    ": the job is failed" if failed else "",
+                )
+                self._known = world
+                return world
+        return None
+
+    def _read_parsed(self) -> tuple[VersionedRecord, World | None, str] | None:
+        """The record, its world and why it is broken ("": it is not); None: unreachable."""
+        try:
+            record = self._store.read_world()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return None
+        current, broken = self._parse(record.text)
+        return record, current, broken
+
+    def _swap(self, world: World, version: str) -> bool | None:
+        """Compare-and-swap `world` in; None when the store could not be reached."""
+        try:
+            return self._store.write_world(world.to_json(writer=self._me.key), version)
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return None
+
+    def report_status(self, fields: Mapping[str, str]) -> bool:
+        """Writes the job's status summary beside the world record; False when it could not."""
+        try:
+            return self._store.write_status(fields)
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return False
 
     # -- heartbeats --------------------------------------------------------------------------
 
@@ -400,6 +469,11 @@ class Membership:
                 f"world record invalid (generation {world.generation} drops the finish of "
                 f"generation {self._known.generation})"
             )
+        if self._known is not None and self._known.failed and not world.failed:
+            return None, (
+                f"world record invalid (generation {world.generation} drops the failure of "
+                f"generation {self._known.generation})"
+            )
         return world, ""
 
     def _adopt(self, current: World | None) -> None:
@@ -410,8 +484,10 @@ class Membership:
         if known is not None:
             if current.generation < known.generation:
                 return
-            if current.generation == known.generation and (known.finished or not current.finished):
-                return
+            if current.generation == known.generation and (
+                (known.finished and not current.finished) or (known.failed and not current.failed)
+            ):
+                return  # same generation: only new failures or a new mark are news
             if current.generation > known.generation:
                 log.info(
                     "world generation %d -> %d: %d members",
@@ -420,7 +496,9 @@ class Membership:
                     current.size,
                 )
         self._changed_at = self._clock()
-        if current.finished and not (known is not None and known.finished):
+        if current.failed and not (known is not None and known.failed):
+            log.info("generation %d is failed: the job is over", current.generation)
+        elif current.finished and not (known is not None and known.finished):
             log.info(
                 "generation %d is finished (step %s): the job is done",
                 current.generation,
@@ -452,8 +530,8 @@ class Membership:
         known = self._known
         generation = max(known.generation if known else 0, after) + 1
         world = World(generation=generation, members=members)
-        if known is not None and known.finished:
-            world = World(generation, known.members).finish(known.finished_at_step)
+        if known is not None:  # its marks and failures carry on; a finished job keeps its members
+            world = known.successor(generation, known.members if known.finished else members)
         try:
             won = self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:

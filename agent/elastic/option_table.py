@@ -61,6 +61,27 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         ELASTIC,
     ),
     Option(
+        "failure_budget",
+        "--failure-budget",
+        "EDL_FAILURE_BUDGET",
+        integer(0),
+        "0",
+        "trainer failures (exits other than 0 and a rescale's, across every member and "
+        "restart of the job) the job survives within --failure-window; one more and the job "
+        "is failed: no trainer starts any more, and with --on-finished scale-to-zero the "
+        "Deployment goes to 0 with a JobFailed Event; 0: no budget",
+        ELASTIC,
+    ),
+    Option(
+        "failure_window",
+        "--failure-window",
+        "EDL_FAILURE_WINDOW",
+        duration(),
+        "10m",
+        "how long a trainer failure counts against --failure-budget",
+        ELASTIC,
+    ),
+    Option(
         "deployment",
         "--deployment",
         "EDL_DEPLOYMENT",

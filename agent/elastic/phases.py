@@ -47,11 +47,11 @@ class Phase(enum.Enum):
 
     STARTING    The trainer starts warm (generation 0) before we are a member: survivors never
                 wait for our process start and framework import. Its first report -> join ->
-                STANDBY. Exit -> DONE (its status). Not ready in `init_timeout` -> stop it,
+                STANDBY. Exit -> CRASHED. Not ready in `init_timeout` -> stop it,
                 DONE 1.
     STANDBY     A member; the warm trainer waits for a world that includes us. Such a world ->
                 hand it to the trainer (it moves there itself) -> RUNNING. A finished world ->
-                tell the trainer to go -> FINISHING. Exit -> leave, DONE (its status).
+                tell the trainer to go -> FINISHING. Exit -> leave, CRASHED.
     FORMING     A member with no trainer: waits for the members to agree on a world that has
                 us and is newer than the last one we started, then starts a trainer in it ->
                 RUNNING. A finished world -> FINISHED.
@@ -66,7 +66,7 @@ class Phase(enum.Enum):
                 `init_timeout` -> stop it. A finished world -> FINISHING. Exit: 0 -> FINISHED;
                 75/76 or stopped by us or asked for a newer world -> FORMING if it never
                 joined its current world, else REGROUPING unless a newer world is already
-                known (FORMING); any other status is a crash -> leave, DONE (its status), and
+                known (FORMING); any other status is a crash -> leave, CRASHED, and
                 so is a SIGKILL we did not send, even on the way to a newer world.
     DRAINING    Asked to stop at a step boundary: waits for the exit (handled as in RUNNING)
                 for `drain_timeout`, or less when the trainer cannot reach a boundary (stood
@@ -85,6 +85,11 @@ class Phase(enum.Enum):
     LEAVING     We left; the trainer was told to leave at its next boundary (or was killed,
                 when it stood still). Exit -> DONE (0 unless a trainer that had joined its
                 world crashed). Not gone in `drain_timeout` -> stop it.
+    CRASHED     The trainer crashed (in RUNNING, DRAINING, STANDBY or STARTING) and its failure
+                was recorded against the job's budget (`agent.elastic.failures`). The world
+                the record now says is failed -> FINISHED (the job is over: no trainer, and
+                with scale-to-zero the Deployment goes to 0 with a ``JobFailed`` Event), else
+                DONE (the trainer's status: the container restarts, a new member).
     DONE        The loop ends with `State.status`.
     """
 
@@ -97,6 +102,7 @@ class Phase(enum.Enum):
     FINISHING = "finishing"
     FINISHED = "finished"
     LEAVING = "leaving"
+    CRASHED = "crashed"
     DONE = "done"
 
     @property
@@ -110,7 +116,7 @@ class Phase(enum.Enum):
 
         Not while STARTING (not a member yet), nor FINISHED (it reads through `Tick`).
         """
-        return self not in (Phase.STARTING, Phase.FINISHED, Phase.DONE)
+        return self not in (Phase.STARTING, Phase.FINISHED, Phase.CRASHED, Phase.DONE)
 
 
 _WITH_TRAINER = frozenset(
@@ -339,6 +345,13 @@ class RecordFinish:
 
 
 @dataclass(frozen=True)
+class RecordFailure:
+    """Append the trainer's failure (its status, its log tail) to the world record."""
+
+    status: int
+
+
+@dataclass(frozen=True)
 class TryFinish:
     """Try the finish mark again (the store was unreachable)."""
 
@@ -370,6 +383,7 @@ Action = (
     | RequestGeneration
     | Fail
     | RecordFinish
+    | RecordFailure
     | TryFinish
     | Log
 )
@@ -523,6 +537,17 @@ def _leave(s: State, o: Observation, rules: Rules, r: _Round, why: str) -> State
     return replace(leaving, decided=o.wall)
 
 
+def _crashed(s: State, o: Observation, r: _Round, recorded: int, status: int) -> State:
+    """The trainer crashed with `recorded`: count it against the job's budget, then decide.
+
+    Not in a finished job: a crash on the way out of one costs nothing.
+    """
+    if s.phase is Phase.FINISHING or (o.world is not None and o.world.finished):
+        return _done(s, status)
+    r.do(RecordFailure(recorded))
+    return replace(s, phase=Phase.CRASHED, status=status, running=None, stop=None)
+
+
 def _finish(s: State, now: float, rules: Rules, r: _Round, step: int | None, late: bool) -> State:
     r.do(RecordFinish(step, late))
     return replace(
@@ -657,7 +682,7 @@ def _on_exit(s: State, o: Observation, rules: Rules, r: _Round) -> State:
         )
     r.log(logging.ERROR, f"{ended.describe()}: leaving the job (a crash counts as a scale-down)")
     r.do(Leave())
-    return _done(s, ended.status)
+    return _crashed(s, o, r, ended.status, ended.status)
 
 
 def _starting(s: State, o: Observation, rules: Rules, r: _Round) -> State:
@@ -673,7 +698,7 @@ def _starting(s: State, o: Observation, rules: Rules, r: _Round) -> State:
         return replace(s, phase=Phase.STANDBY, deadline=float("inf"))
     if o.exit is not None:
         r.log(logging.ERROR, f"{o.exit.describe()} before joining the job")
-        return _done(s, o.exit.status or 1)
+        return _crashed(s, o, r, o.exit.status, o.exit.status or 1)
     if o.now >= s.deadline:
         r.log(logging.ERROR, f"the trainer was not ready within {rules.init_timeout:.0f} s")
         return _terminate(s, o, r)
@@ -687,7 +712,7 @@ def _standby(s: State, o: Observation, rules: Rules, r: _Round) -> State:
     if o.exit is not None:
         r.log(logging.ERROR, f"{o.exit.describe()} while waiting for a world: leaving the job")
         r.do(Leave())
-        return _done(s, o.exit.status or 1)
+        return _crashed(s, o, r, o.exit.status, o.exit.status or 1)
     world = o.world
     if world is not None and world.finished:
         r.do(HandOver(None, STANDBY_GENERATION + 1))  # the warm trainer never joined a world
@@ -869,7 +894,8 @@ def _finished(s: State, o: Observation, rules: Rules, r: _Round) -> State:
         if recorded or o.now >= s.deadline or o.signal is not None:
             if not recorded:
                 r.log(logging.WARNING, "could not mark the job finished in the membership store")
-            return _done(s, 0)
+            failed = o.world is not None and o.world.failed
+            return _done(s, 1 if failed else 0)  # a failed job is a failed Job
         r.do(TryFinish(s.finished_step))
         return s
     why = _leave_cause(s, o)
@@ -905,6 +931,13 @@ def _leaving(s: State, o: Observation, rules: Rules, r: _Round) -> State:
     return s
 
 
+def _crashed_out(s: State, o: Observation, rules: Rules, r: _Round) -> State:
+    if o.world is not None and o.world.failed:
+        r.log(logging.ERROR, "the job's failures exceeded its budget: the job is failed")
+        return _finish(s, o.now, rules, r, None, late=True)
+    return _done(s, 1 if s.status is None else s.status)
+
+
 def _over(s: State, o: Observation, rules: Rules, r: _Round) -> State:
     return s
 
@@ -919,5 +952,6 @@ _PHASES = {
     Phase.FINISHING: _finishing,
     Phase.FINISHED: _finished,
     Phase.LEAVING: _leaving,
+    Phase.CRASHED: _crashed_out,
     Phase.DONE: _over,
 }

@@ -13,6 +13,7 @@ import random
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any, TypeVar
 
 from agent.checkpoints import settings as checkpoint_settings
 from agent.checkpoints.settings import CheckpointSettings
+from agent.elastic.failures import FailurePolicy
+from agent.elastic.finished_job import DeploymentRetirement
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.option_table import ELASTIC_OPTIONS
 from agent.elastic.options import ElasticOptions
@@ -34,6 +37,7 @@ from agent.elastic.supervisor import (
 from agent.elastic.watchdog import StallWatchdog
 from agent.elastic.world import Member
 from agent.errors import ConfigError
+from agent.process.log_tail import StderrTail
 from agent.process.readiness import Readiness
 from agent.process.rescales import RescaleLog
 from agent.process.settings import AgentSettings
@@ -138,6 +142,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
             stall_timeout=values["stall_timeout"],
             backend=values["backend"] or "",
             on_finished=values["on_finished"],
+            failures=FailurePolicy(values["failure_budget"], values["failure_window"]),
         ),
     )
 
@@ -203,15 +208,15 @@ def elastic_options(
 
 def build_retirement(
     options: ElasticOptions, env: Mapping[str, str]
-) -> Callable[[int | None], object] | None:
+) -> DeploymentRetirement | None:
     """For ``--on-finished scale-to-zero``: what scales the job's Deployment to 0."""
     if options.on_finished != "scale-to-zero":
         return None
-    from agent.elastic.finished_job import ClientDeploymentApi, DeploymentRetirement
+    from agent.elastic.finished_job import ClientDeploymentApi
     from agent.elastic.kubernetes_store import job_namespace
 
     api = ClientDeploymentApi.connect(job_namespace(env))
-    return DeploymentRetirement(api, options.deployment, options.job).retire
+    return DeploymentRetirement(api, options.deployment, options.job)
 
 
 def build_store(options: ElasticOptions, env: Mapping[str, str]) -> MembershipStore:
@@ -235,6 +240,8 @@ def readiness_of(elastic: ElasticSupervisor, trainer: TrainerSupervisor, job: st
     if elastic.job_finished:
         step = elastic.finished_at_step
         done = f"job {job} finished at step {'?' if step is None else step}"
+        if elastic.job_failed:
+            done = f"job {job} failed (trainer failures over its budget)"
         pid = trainer.pid
         if pid is not None:
             return Readiness(False, f"{done}; the trainer (pid {pid}) is on its way out")
@@ -281,6 +288,7 @@ def run_elastic(
         flush_seconds=settings.trainer.flush_seconds,
         stop_grace_seconds=settings.trainer.stop_grace_seconds,
         framework=frameworks.get(settings.trainer.framework if explicit else "paddle"),
+        tail=StderrTail(sys.stderr.buffer),
     )
     start_warm(trainer, control_dir, backend_of(options.timeouts))
     try:
@@ -324,6 +332,7 @@ def _run_member(
         watchdog = StallWatchdog(elastic_settings.stall_timeout, settings.trainer.flush_seconds)
     except ValueError as e:
         raise ConfigError(f"EDL_STALL_TIMEOUT: {e}") from e
+    retirement = build_retirement(options, env)
     elastic = ElasticSupervisor(
         membership,
         trainer,
@@ -333,7 +342,8 @@ def _run_member(
         job=options.job,
         watchdog=watchdog,
         finished_elsewhere=(lambda: finished_at(checkpoints)) if checkpoints else None,
-        on_job_finished=build_retirement(options, env),
+        on_job_finished=retirement.retire if retirement else None,
+        on_job_failed=retirement.fail if retirement else None,
         warm_started=True,
     )
     nvml, nvml_note = open_nvml()

@@ -9,6 +9,7 @@ ranks, repair, fencing) lives in `Membership`, so every backend gives the same g
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,3 +83,10 @@ class MembershipStore(Protocol):
 
     def write_world(self, text: str, expected_version: str) -> bool:
         """Replace the record if its version is still `expected_version`; False if it is not."""
+
+    def write_status(self, fields: Mapping[str, str]) -> bool:
+        """Replace the job's status summary (`agent.elastic.job_status`) beside the record.
+
+        False when it could not be written now (no record yet, a concurrent write): the next
+        report tries again. The world record is left as it is.
+        """

@@ -27,10 +27,13 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from agent.collectors.progress import EtaEstimator, ProgressPoint
+from agent.elastic.failures import FailurePolicy, TrainerFailure, kept_tail
+from agent.elastic.job_status import JobStatus, StatusReporter, job_phase, rescale_text
 from agent.elastic.membership import Membership
 from agent.elastic.option_table import DEFAULTS
 from agent.elastic.pause import RescaleRecord, RescaleTracker
@@ -48,6 +51,7 @@ from agent.elastic.phases import (
     Observation,
     OpenRescale,
     Phase,
+    RecordFailure,
     RecordFinish,
     RequestGeneration,
     Rules,
@@ -73,9 +77,12 @@ from agent.protocol.control import STANDBY_GENERATION, ControlChannel, NextWorld
 from agent.protocol.errors import ElasticError, RendezvousTimeout
 from agent.protocol.trainer_world import TrainerWorld
 from agent.trainer import frameworks
+from agent.trainer.reports import read_report
 
 log = logging.getLogger(__name__)
 
+PROGRESS_READ_SECONDS = 1.0
+"""How often rank 0 reads its trainer's progress for the status's ETA (the rate's points)."""
 WAKE_SLICE = 0.02
 """Seconds between looks at the trainer's exit while waiting on the store's watch."""
 ON_FINISHED = ("idle", "exit", "scale-to-zero")
@@ -113,6 +120,9 @@ class ElasticSettings:
     on_finished: str = DEFAULTS["on_finished"]
     """EDL_ON_FINISHED (--on-finished): once the job is finished, `idle` until SIGTERM (a
     Deployment must not restart the container) or `exit` 0 at once (a Job, a local run)."""
+    failures: FailurePolicy = field(default_factory=FailurePolicy)
+    """EDL_FAILURE_BUDGET, EDL_FAILURE_WINDOW (--failure-budget, --failure-window): how many
+    trainer failures, across the job's members, within how long, before the job is failed."""
 
     def __post_init__(self) -> None:
         if self.on_finished not in ON_FINISHED:
@@ -177,6 +187,7 @@ class ElasticSupervisor:
         finished_elsewhere: Callable[[], int | None] | None = None,
         on_job_finished: Callable[[int | None], object] | None = None,
         warm_started: bool = False,
+        on_job_failed: Callable[[tuple[TrainerFailure, ...]], object] | None = None,
     ) -> None:
         self._membership = membership
         self._warm_started = warm_started
@@ -184,6 +195,14 @@ class ElasticSupervisor:
         self._on_job_finished = on_job_finished
         """Called once with the agreed step when this agent learns the job is finished
         (scale-to-zero); an error is logged, the agent idles on."""
+        self._on_job_failed = on_job_failed
+        """Called once, instead, with the last failures when the job is failed."""
+        self._failures = settings.failures
+        self._status = StatusReporter(membership.report_status)
+        """Rank 0's agent keeps the job's status summary (`agent.elastic.job_status`)."""
+        self._eta = EtaEstimator()
+        self._last_rescale: tuple[str, str] = ("", "")
+        self._progress_read = float("-inf")
         self._finished_elsewhere = finished_elsewhere
         """The step at which another record (the newest durable checkpoint) says the job
         finished, or None: checked at start, when the world record does not say it."""
@@ -211,6 +230,7 @@ class ElasticSupervisor:
         """Signals received (`request_stop`); `_observed_signals` of them reached a round."""
         self._observed_signals = 0
         self._job_finished = False
+        self._job_failed = False
         self._finished_at_step: int | None = None
         self._started = False
         """`run` has read the job's world (what it starts from is decided)."""
@@ -224,6 +244,17 @@ class ElasticSupervisor:
     def job_finished(self) -> bool:
         """True once this agent knows the job is done (it then never starts a trainer)."""
         return self._job_finished
+
+    @property
+    def job_failed(self) -> bool:
+        """True once this agent knows the job is over because of its failures."""
+        return self._job_failed
+
+    @property
+    def failures(self) -> tuple[TrainerFailure, ...]:
+        """The trainer failures the newest world record this agent read keeps."""
+        world = self._membership.world
+        return () if world is None else world.failures
 
     @property
     def finished_at_step(self) -> int | None:
@@ -266,12 +297,14 @@ class ElasticSupervisor:
         )
         if finished:  # known now, though a warm trainer may still be on its way out
             self._job_finished, self._finished_at_step = True, step
+            self._job_failed = world is not None and world.failed
         self._started = True
         try:
             while True:
                 self._state = state
                 for action in actions:
                     self._execute(action)
+                self._report_status()
                 if state.phase is Phase.DONE:
                     assert state.status is not None
                     return state.status
@@ -441,12 +474,61 @@ class ElasticSupervisor:
                 self._record_finish(step, late)
             case TryFinish(step):
                 self._membership.finish(step)
+            case RecordFailure(status):
+                tail = kept_tail(self._trainer.log_tail())
+                failure = TrainerFailure(self._membership.me.id, status, self._wall(), tail)
+                self._membership.record_failure(failure, self._failures)
 
     def _record(self, records: list[RescaleRecord]) -> None:
         """Counts and logs finished rescales."""
         for record in records:
             self._rescales.record(record.pause, record.phases)
             log.info("%s", record.describe())
+            when = rescale_text(self._wall(), record.generation)
+            self._last_rescale = (when, "; ".join(record.reasons))
+
+    def _report_status(self) -> None:
+        """Rank 0 of the current world writes the job's status: one writer says one thing.
+
+        A job over with no member left has no rank 0: whoever learns it writes it.
+        """
+        world = self._membership.world
+        if world is None:
+            return
+        writer = world.rank_of(self._key) == 0 or (world.finished and not world.members)
+        if not writer:
+            return
+        s = self._state
+        stepping = (
+            s.running is not None and s.initialised and s.running.generation == world.generation
+        )
+        phase = job_phase(world, s.phase.value, stepping)
+        now = time.monotonic()
+        due = self._status.due(phase, now)
+        if not due and now < self._progress_read + PROGRESS_READ_SECONDS:
+            return
+        self._progress_read = now
+        path = self._trainer.report_path
+        report = read_report(path) if path is not None else None
+        counters = report.counters if report is not None else None
+        if report is not None and report.counters.progress is not None:
+            at = report.counters.last_step_unix or report.updated_unix
+            self._eta.observe(ProgressPoint(at, report.counters.progress))
+        if not due:
+            return
+        wall = self._wall()
+        status = JobStatus(
+            phase,
+            world_size=world.size,
+            generation=world.generation,
+            global_step=counters.global_step if counters is not None else None,
+            progress=counters.progress if counters is not None else None,
+            eta_seconds=self._eta.eta() if counters is not None else None,
+            last_rescale=self._last_rescale[0],
+            last_rescale_reason=self._last_rescale[1],
+            failures=len(self._failures.recent(world.failures, wall)),
+        )
+        self._status.report(status, now, wall)
 
     def _hand_over(self, world: World | None, generation: int) -> None:
         """Writes the next world (None: leave) for the trainer, then asks it to drain."""
@@ -463,20 +545,27 @@ class ElasticSupervisor:
             step = known.finished_at_step  # the agreed step: the first writer's
         self._membership.leave()
         self._job_finished, self._finished_at_step = True, step
+        failed = known is not None and known.failed
+        self._job_failed = failed
         what = (
             f"job {self._job} {'already ' if late else ''}finished at step "
             f"{'?' if step is None else step}"
         )
+        if failed:
+            what = f"job {self._job} failed (its trainer failures exceeded the budget)"
         if self._rules.exit_when_finished:
             log.info("%s; exiting", what)
         else:
             log.info("%s; idling (no trainer; /metrics and /readyz stay up until SIGTERM)", what)
-        if self._on_job_finished is not None:
-            hook, self._on_job_finished = self._on_job_finished, None  # once
-            try:
-                hook(step)
-            except ElasticError as e:
-                log.error("%s", e)
+        finished, failed_hook = self._on_job_finished, self._on_job_failed
+        self._on_job_finished = self._on_job_failed = None  # once
+        try:
+            if failed and known is not None and failed_hook is not None:
+                failed_hook(known.failures)
+            elif not failed and finished is not None:
+                finished(step)
+        except ElasticError as e:
+            log.error("%s", e)
 
 
 def control_env(control_dir: Path, state_dir: Path, member: str) -> dict[str, str]:

@@ -55,6 +55,10 @@ class Trainer(Protocol):
         """Records a world the running trainer moved to in-process."""
         ...
 
+    def log_tail(self) -> tuple[str, ...]:
+        """The last lines the current (or last) incarnation wrote to stderr."""
+        ...
+
 
 def read_progress(trainer: Trainer) -> tuple[Progress | None, bool]:
     """The trainer's latest report as `Progress` (None: none yet), and if it is stopped.

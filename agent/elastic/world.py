@@ -5,18 +5,20 @@ live members into the next one: survivors keep their relative order (so rank 0, 
 holder and store host, moves as little as possible), joiners are appended in join order, and
 the size is clipped to ``[min_size, max_size]``. A world below `min_size` is *paused*: it has a
 generation but no members, which tells every trainer to stop. A *finished* world records that
-the job is done (a trainer of it exited 0): no agent starts a trainer in it, and no later record
-of the job may drop the mark.
+the job is done (a trainer of it exited 0, or, *failed*, its trainers failed more often than
+its budget allows: `agent.elastic.failures`): no agent starts a trainer in it, and no later
+record of the job may drop the mark. The record also carries the failures the budget counts.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.elastic.errors import WorldRecordInvalid
+from agent.elastic.failures import TrainerFailure
 
 RECORD_SCHEMA = 1
 
@@ -88,12 +90,27 @@ class World:
     """The job is done: nobody trains in this world or any later one."""
     finished_at_step: int | None = None
     """The global step the job finished at (None: the trainer did not say)."""
+    failures: tuple[TrainerFailure, ...] = ()
+    """The trainer failures the job's budget counts (`agent.elastic.failures`), oldest first;
+    every later world carries them on."""
+    failed: bool = False
+    """The job is finished because its failures exceeded the budget (then `finished` too)."""
 
     def finish(self, step: int | None) -> World:
         """This world marked done at `step` (a world already marked keeps its step)."""
         if self.finished:
             return self
-        return World(self.generation, self.members, finished=True, finished_at_step=step)
+        return replace(self, finished=True, finished_at_step=step)
+
+    def with_failures(self, failures: tuple[TrainerFailure, ...], failed: bool) -> World:
+        """This world with `failures` recorded; `failed` also marks it finished, as failed."""
+        if self.finished:
+            return replace(self, failures=failures)
+        return replace(self, failures=failures, finished=failed, failed=failed)
+
+    def successor(self, generation: int, members: tuple[Member, ...]) -> World:
+        """The next world: new members, the same marks and failures (a mark is never dropped)."""
+        return replace(self, generation=generation, members=members)
 
     @property
     def size(self) -> int:
@@ -140,6 +157,10 @@ class World:
         if self.finished:
             record["finished"] = True
             record["finished_at_step"] = self.finished_at_step
+        if self.failures:
+            record["failures"] = [f.to_dict() for f in self.failures]
+        if self.failed:
+            record["failed"] = True
         return json.dumps(record, sort_keys=True)
 
     @classmethod
@@ -174,7 +195,13 @@ class World:
             not finished or not isinstance(step, int) or isinstance(step, bool) or step < 0
         ):
             raise WorldRecordInvalid(f"bad finished_at_step {step!r}")
-        return cls(generation, members, finished=finished, finished_at_step=step)
+        failures_raw, failed = raw.get("failures", []), raw.get("failed", False)
+        if not isinstance(failures_raw, list) or not all(_is_mapping(f) for f in failures_raw):
+            raise WorldRecordInvalid(f"bad failures {failures_raw!r}")
+        if not isinstance(failed, bool) or (failed and not finished):
+            raise WorldRecordInvalid(f"bad failed {failed!r}")
+        failures = tuple(TrainerFailure.from_dict(f) for f in failures_raw)
+        return cls(generation, members, finished, step, failures, failed)
 
 
 def _is_mapping(value: object) -> bool:

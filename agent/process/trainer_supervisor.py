@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import TrainerStartError
+from agent.process.log_tail import StderrTail
 from agent.process.readiness import Readiness
 from agent.protocol import env as names
 from agent.protocol.trainer_world import TrainerWorld
@@ -44,6 +45,15 @@ def _popen(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[b
     lease = env.get(names.AGENT_LEASE_FD, "")
     fds = (int(lease),) if lease.isdigit() else ()
     return subprocess.Popen(list(command), env=dict(env), start_new_session=True, pass_fds=fds)
+
+
+def _popen_piped(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """As `_popen`, with stderr on a pipe for a `StderrTail`."""
+    lease = env.get(names.AGENT_LEASE_FD, "")
+    fds = (int(lease),) if lease.isdigit() else ()
+    return subprocess.Popen(
+        list(command), env=dict(env), start_new_session=True, pass_fds=fds, stderr=subprocess.PIPE
+    )
 
 
 class TrainerState(enum.Enum):
@@ -94,9 +104,10 @@ class TrainerSupervisor:
         base_env: Mapping[str, str],
         flush_seconds: float = 1.0,
         stop_grace_seconds: float = 25.0,
-        launcher: Launcher = _popen,
+        launcher: Launcher | None = None,
         clock: Callable[[], float] = time.monotonic,
         framework: Framework | None = None,
+        tail: StderrTail | None = None,
     ) -> None:
         if not command:
             raise TrainerStartError("no trainer command given")
@@ -106,7 +117,9 @@ class TrainerSupervisor:
         self._base_env = dict(base_env)
         self._flush_seconds = flush_seconds
         self._stop_grace = stop_grace_seconds
-        self._launcher = launcher
+        self._tail = tail
+        """Keeps each incarnation's last stderr lines (the trainer's stderr is then piped)."""
+        self._launcher = launcher or (_popen if tail is None else _popen_piped)
         self._clock = clock
         self._framework = framework or get_framework("paddle")
         self._lock = threading.RLock()
@@ -214,6 +227,8 @@ class TrainerSupervisor:
                 self._start_error = f"cannot execute {self._command[0]!r}: {e.strerror or e}"
                 raise TrainerStartError(self._start_error) from e
             self._proc = proc
+            if self._tail is not None and proc.stderr is not None:
+                self._tail.follow(proc.stderr)
             self._next_incarnation += 1
             self._incarnation = incarnation
             self._starts += 1
@@ -278,6 +293,10 @@ class TrainerSupervisor:
         """Records a world change the running trainer made in-process (no restart)."""
         with self._lock:
             self._world = world
+
+    def log_tail(self) -> tuple[str, ...]:
+        """The last stderr lines of the current (or last) incarnation (none without a tail)."""
+        return () if self._tail is None else self._tail.lines()
 
     def _reaped(self, proc: subprocess.Popen[bytes], returncode: int) -> TrainerExit:
         with self._lock:

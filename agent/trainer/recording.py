@@ -9,6 +9,8 @@ sees is monotonic, and a snapshot can be at most one step out of step between fi
 
 from __future__ import annotations
 
+import re
+import sys
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -34,6 +36,11 @@ STEP_DURATION_BUCKETS: tuple[float, ...] = (
 )
 """Upper bounds (seconds) of `edl_trainer_step_duration_seconds`; `+Inf` is implied."""
 
+MAX_SCALARS = 16
+"""Distinct scalar names one trainer may record (`edl_trainer_scalar{name}` stays bounded)."""
+SCALAR_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
+"""What a scalar's name may be: a Prometheus label value that reads as an identifier."""
+
 
 @dataclass(frozen=True)
 class RecorderSnapshot:
@@ -50,6 +57,13 @@ class RecorderSnapshot:
     comm_calls: int
     last_step_unix: float | None
     """Wall-clock time the last step ended, or None before the first step."""
+    progress: float | None = None
+    """The job's share trained, 0-1, as of the last step (None: the script has no planned
+    total: `StepRecorder.progress`)."""
+    global_step: int | None = None
+    """The job's global step after the last step (None: not an elastic trainer)."""
+    scalars: tuple[tuple[str, float], ...] = ()
+    """The last value of each user scalar (`StepRecorder.scalar`), by name."""
 
 
 class _StepTimer:
@@ -111,6 +125,8 @@ class StepRecorder:
         "_comm_timer",
         "_counts",
         "_last_step_mono",
+        "_refused",
+        "_scalars",
         "_step_started",
         "_step_timer",
         "_wall",
@@ -118,6 +134,8 @@ class StepRecorder:
         "comm_bytes",
         "comm_calls",
         "comm_seconds",
+        "global_step",
+        "progress",
         "samples",
         "step_seconds_sum",
         "steps",
@@ -145,6 +163,13 @@ class StepRecorder:
         self._last_step_mono: float | None = None
         self._step_timer = _StepTimer(self)
         self._comm_timer = _CommTimer(self)
+        self._scalars: dict[str, float] = {}
+        self._refused = False
+        self.progress: float | None = None
+        """The job's share trained, 0-1 (`ElasticTrainer.epochs` sets it after each step; a
+        script with its own planned total may set it): ``edl_job_progress_ratio``."""
+        self.global_step: int | None = None
+        """The job's global step (`ElasticTrainer` sets it after each step)."""
 
     def record_step(self, samples: int, seconds: float) -> None:
         """Counts one finished step of `samples` samples that took `seconds` of wall time."""
@@ -187,6 +212,29 @@ class StepRecorder:
         timer.nbytes = nbytes
         return timer
 
+    def scalar(self, name: str, value: float) -> None:
+        """Records the latest `value` of a scalar of the script's (``"loss"``, ``"accuracy"``).
+
+        The agent exports it as ``edl_trainer_scalar{name="loss"}``. At most `MAX_SCALARS`
+        names: later new names are ignored (one warning), so the series stay few.
+
+        Raises:
+            ValueError: `name` is not an identifier of at most 64 characters.
+        """
+        scalars = self._scalars
+        if name not in scalars:
+            if not SCALAR_NAME.match(name):
+                raise ValueError(f"scalar name {name!r}: expected an identifier of <= 64 chars")
+            if len(scalars) >= MAX_SCALARS:
+                if not self._refused:
+                    print(
+                        f"edl: scalar {name!r} ignored: at most {MAX_SCALARS} scalar names",
+                        file=sys.stderr,
+                    )
+                    self._refused = True
+                return
+        scalars[name] = float(value)
+
     def snapshot(self) -> RecorderSnapshot:
         """Copies the counters; safe to call from another thread while training runs."""
         counts = tuple(self._counts)  # one C-level copy: consistent within the histogram
@@ -202,4 +250,7 @@ class StepRecorder:
             comm_bytes=self.comm_bytes,
             comm_calls=self.comm_calls,
             last_step_unix=last_unix,
+            progress=self.progress,
+            global_step=self.global_step,
+            scalars=tuple(self._scalars.copy().items()),
         )

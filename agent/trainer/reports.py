@@ -69,6 +69,9 @@ def _parse(doc: Any) -> TrainerReport:
         comm_bytes=int(c["comm_bytes"]),
         comm_calls=int(c["comm_calls"]),
         last_step_unix=None if c["last_step_unix"] is None else float(c["last_step_unix"]),
+        progress=None if c.get("progress") is None else float(c["progress"]),
+        global_step=None if c.get("global_step") is None else int(c["global_step"]),
+        scalars=tuple((str(k), float(v)) for k, v in c.get("scalars", ())),
     )
     if len(counters.step_bucket_counts) != len(counters.step_bucket_bounds) + 1:
         raise ValueError("bucket counts do not match bucket bounds")

@@ -83,6 +83,17 @@ class ElasticSampler:
         return self.num_samples
 
     @property
+    def progress(self) -> float | None:
+        """The share of every planned epoch's samples trained, 0-1 (None: no end planned).
+
+        ``edl_job_progress_ratio``: samples trained over the planned total.
+        """
+        if self.epochs is None or self.epoch_samples <= 0:
+            return None
+        done = self.epoch * self.epoch_samples + self.consumed
+        return min(1.0, done / (self.epochs * self.epoch_samples))
+
+    @property
     def steps_per_epoch(self) -> int:
         """Global batches in one epoch."""
         return -(-self.epoch_samples // self.global_batch)

@@ -123,6 +123,7 @@ class StepLoop:
             self.current = None
             sampler.advance(plan)
             handoff.global_step += 1
+            recorder.progress, recorder.global_step = sampler.progress, handoff.global_step
             self.last_step_end = time.time()
             if not self._first_step_reported:
                 world.mark("first_step")

@@ -13,6 +13,8 @@ does not act on a target at 0 (ScalingActive False, ScalingDisabled) and leaves 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,16 @@ def hpa(namespace: str) -> dict[str, Any]:
 def test_a_finished_job_scales_its_deployment_to_zero_and_the_hpa_lets_it_be(
     e2e_ns: E2ENamespace, kubectl: Kubectl, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
+    with example_trainer_access(e2e_ns, kubectl, control_plane, tmp_path) as kubeconfig:
+        _finish_and_retire(e2e_ns, kubectl, tmp_path, kubeconfig)
+
+
+@contextlib.contextmanager
+def example_trainer_access(
+    e2e_ns: E2ENamespace, kubectl: Kubectl, control_plane: ControlPlane, tmp_path: Path
+) -> Iterator[Path]:
+    """The agents' kubeconfig: the example's Role, a ServiceAccount labelled with its job,
+    under the trainers' ValidatingAdmissionPolicy (installed, and seen enforced)."""
     ns = e2e_ns.name
     kubeconfig = grant_agent_access(
         ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig",
@@ -83,7 +95,7 @@ def test_a_finished_job_scales_its_deployment_to_zero_and_the_hpa_lets_it_be(
         probe = client.CoreV1Api(trainer_policy.token_client(control_plane, _token(kubeconfig)))
         trainer_policy.enforced(lambda: probe.create_namespaced_config_map(
             ns, as_body({"metadata": {"name": "edl-policy-probe"}}), dry_run="All"))  # fmt: skip
-        _finish_and_retire(e2e_ns, kubectl, tmp_path, kubeconfig)
+        yield kubeconfig
 
 
 def _token(kubeconfig: Path) -> str:

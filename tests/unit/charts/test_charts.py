@@ -205,6 +205,9 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
     )  # fmt: skip
     assert options is not None and options.membership == "kubernetes"
     assert options.on_finished == "scale-to-zero" and options.deployment == name
+    policy = v.get("failurePolicy", {})
+    assert options.timeouts.failures.budget == policy.get("budget", 5)
+    assert options.timeouts.failures.window == {"10m": 600.0}.get(policy.get("window", "10m"))
     assert options.checkpoints.enabled is v.get("checkpoints", {}).get("enabled", False)
     assert len(kinds(docs, "PersistentVolumeClaim")) == int(options.checkpoints.enabled)
     role = one(docs, "Role")
@@ -244,6 +247,8 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
         (("job=Digits_1",), "at '/job': 'Digits_1' does not match pattern"),
         (("workers.min=5", "workers.max=2"), "workers.min 5 is above workers.max 2"),
         (("onFinished=delete",), "at '/onFinished': value must be one of 'scaleToZero', 'idle'"),
+        (("failurePolicy.budget=-1",), "at '/failurePolicy/budget': minimum"),
+        (("failurePolicy.window=soon",), "at '/failurePolicy/window': 'soon' does not match"),
     ],
 )
 def test_bad_trainer_values_are_one_clear_error(sets: tuple[str, ...], message: str) -> None:

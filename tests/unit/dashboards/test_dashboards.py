@@ -151,3 +151,16 @@ def test_series_folding_catches_an_unknown_name() -> None:
     assert series_in("edl_trainer_step_duration_seconds_bucket") == {
         "edl_trainer_step_duration_seconds"
     }
+
+
+def test_the_training_dashboard_shows_progress_eta_and_loss_the_agent_exports() -> None:
+    job = [q for q in queries() if q.dashboard == "edl-training-job.json"]
+    by_panel = {q.panel: q.expr for q in job}
+    assert "edl_job_progress_ratio" in series_in(by_panel["Progress"])
+    assert "edl_job_eta_seconds" in series_in(by_panel["ETA"])
+    assert series_in(by_panel["Loss"]) == {"edl_trainer_scalar"}
+    assert 'name="loss"' in by_panel["Loss"]
+    # the series are the agent's, in its table of the contract
+    assert {"edl_job_progress_ratio", "edl_job_eta_seconds", "edl_trainer_scalar"} <= (
+        contract_series()
+    )

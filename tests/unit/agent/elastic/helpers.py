@@ -42,6 +42,9 @@ class FakeTrainer:
     def update_world(self, world: TrainerWorld) -> None:
         self.worlds.append(world)
 
+    def log_tail(self) -> tuple[str, ...]:
+        return ("Traceback (most recent call last):", "RuntimeError: fake trainer crash")
+
     def _mark(self, timings: Timings) -> None:
         self.channel.report(self.generation, timings)
 

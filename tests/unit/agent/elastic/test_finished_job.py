@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from agent.elastic.failures import TrainerFailure, failed_message
 from agent.elastic.finished_job import (
     EVENT_REASON,
+    FAILED_REASON,
     DeploymentRetirement,
     RetirementFailed,
     event_name,
@@ -24,6 +26,7 @@ class FakeScale:
     uid: str = "u-1"
     replicas: int = 3
     events: dict[str, tuple[str, str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     failures: list[Exception] = field(default_factory=list)
     scale_failures: list[Exception] = field(default_factory=list)
 
@@ -37,11 +40,13 @@ class FakeScale:
             raise self.scale_failures.pop(0)
         self.replicas = 0
 
-    def event(self, name: str, uid: str, reason: str, message: str) -> bool:
+    def event(self, name: str, uid: str, reason: str, message: str, warning: bool = False) -> bool:
         key = event_name(name, uid, reason)
         if key in self.events:
             return False  # 409: the first agent's is there
         self.events[key] = (reason, message)
+        if warning:
+            self.warnings.append(reason)
         return True
 
 
@@ -87,3 +92,25 @@ def test_scale_to_zero_needs_kubernetes_membership_and_a_deployment() -> None:
     assert options is not None and options.deployment == "digits-trainer"
     with pytest.raises(ConfigError, match="--membership kubernetes"):
         options_from({**flags, "membership": "local:/tmp/x"}, {"EDL_DEPLOYMENT": "d"})
+
+
+def test_a_failed_job_scales_to_zero_with_a_warning_naming_its_last_failures() -> None:
+    api = FakeScale()
+    failures = (
+        TrainerFailure("digits-0", 1, 10.0, ("Traceback", "ValueError: boom")),
+        TrainerFailure("digits-1", 137, 11.0, ()),
+    )
+    assert DeploymentRetirement(api, "d", "digits").fail(failures) is True
+    assert api.replicas == 0 and api.warnings == [FAILED_REASON]
+    ((reason, message),) = api.events.values()
+    assert reason == "JobFailed"
+    assert message == (
+        "job digits failed after 2 trainer failures over its budget; last: digits-1 status 137: "
+        "no output; digits-0 status 1: ValueError: boom (scaled to 0 replicas)"
+    )
+    newest_tail = (TrainerFailure("digits-1", 1, 12.0, ("Traceback", "ValueError: bad")),)
+    assert DeploymentRetirement(FakeScale(), "d", "digits").fail(newest_tail)
+    assert failed_message("digits", failures + newest_tail).endswith(
+        "last: digits-1 status 1: Traceback | ValueError: bad; digits-1 status 137: no output; "
+        "digits-0 status 1: ValueError: boom"
+    )

@@ -8,12 +8,16 @@ from typing import Any
 import pytest
 
 from agent.elastic.errors import StoreUnavailable
+from agent.elastic.failures import FailurePolicy, TrainerFailure
+from agent.elastic.job_status import PHASE_KEY, PREFIX, JobPhase, JobStatus
 from agent.elastic.kubernetes_store import (
     ANNOTATION_MEMBER,
+    FAILED,
     FINISHED,
     FINISHED_STEP,
     FINISHED_TIME,
     LABEL_JOB,
+    LAST_FAILURE,
     STATE_LABEL,
     ClientApi,
     KubernetesStore,
@@ -45,10 +49,10 @@ class FakeApi:
         self.version += 1
         return str(self.version)
 
-    def get_config_map(self, name: str) -> tuple[dict[str, str], str] | None:
+    def get_config_map(self, name: str) -> tuple[dict[str, str], str, dict[str, str]] | None:
         self._check()
         found = self.config_maps.get(name)
-        return (dict(found[0]), found[1]) if found else None
+        return (dict(found[0]), found[1], dict(self.meta[name][1])) if found else None
 
     def create_config_map(
         self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]
@@ -247,7 +251,7 @@ class FakeCoordination:
 def test_client_api_maps_statuses() -> None:
     coord = FakeCoordination()
     ok = ClientApi(FakeCore(None), coord, "ns", ApiException)
-    assert ok.get_config_map("w") == ({"world": "{}"}, "7")
+    assert ok.get_config_map("w") == ({"world": "{}"}, "7", {})
     assert ok.replace_config_map("w", {}, "7", {}, {}) is True
     assert ClientApi(FakeCore(404), coord, "ns", ApiException).get_config_map("w") is None
     conflict = ClientApi(FakeCore(409), coord, "ns", ApiException)
@@ -281,7 +285,56 @@ def test_the_world_config_map_says_finished_when_its_record_does() -> None:
     assert labels == {LABEL_JOB: "digits-job"} and annotations == {}
     assert members["a"].finish(184)
     labels, annotations = api.meta["edl-digits-job-world"]
-    assert labels == {LABEL_JOB: "digits-job", STATE_LABEL: FINISHED}
-    assert annotations == {FINISHED_STEP: "184", FINISHED_TIME: "2026-01-01T00:16:42Z"}
+    assert labels == {LABEL_JOB: "digits-job", STATE_LABEL: FINISHED, PHASE_KEY: "Succeeded"}
+    assert annotations == {
+        FINISHED_STEP: "184",
+        FINISHED_TIME: "2026-01-01T00:16:42Z",
+        PHASE_KEY: "Succeeded",
+    }
     world = World.from_json(api.config_maps["edl-digits-job-world"][0]["world"])
     assert world.finished and world.finished_at_step == 184
+
+
+def test_the_world_config_map_says_failed_and_names_the_last_failure() -> None:
+    """`kubectl get cm -L edl.paddlepaddle.org/state` shows ``failed`` once the failures of the
+    job's members exceed its budget, and the newest failure in an annotation before that."""
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "ab")
+    run(members, clock, 2)
+    policy = FailurePolicy(budget=1, window=600)
+    crash = TrainerFailure("a", 1, 100.0, ("ValueError: boom",))
+    assert members["a"].record_failure(crash, policy) is not None
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert STATE_LABEL not in labels
+    assert annotations == {LAST_FAILURE: "a status 1: ValueError: boom"}
+    killed = TrainerFailure("b", 137, 101.0, ("Killed",))
+    world = members["b"].record_failure(killed, policy)
+    assert world is not None and world.failed
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert labels[STATE_LABEL] == FAILED and annotations[LAST_FAILURE] == "b status 137: Killed"
+
+
+def test_the_status_lives_on_the_world_config_map_and_survives_world_writes() -> None:
+    """`kubectl get cm -L edl.paddlepaddle.org/phase` and the status annotations: written by
+    rank 0 beside the record (nothing else changes), kept when the next world is written."""
+    api, clock = FakeApi(), Clock()
+    members = agents(api, clock, "ab")
+    run(members, clock, 2)
+    before = api.config_maps["edl-digits-job-world"][0]
+    status = JobStatus(JobPhase.RUNNING, 2, 1, global_step=40, progress=0.25, eta_seconds=90)
+    assert members["a"].report_status(status.fields(0.0))
+    data, _ = api.config_maps["edl-digits-job-world"]
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert data == before and labels[PHASE_KEY] == "Running"
+    assert annotations[PREFIX + "progress"] == "25.0%" and annotations[PREFIX + "eta"] == "1m30s"
+    members.pop("b").leave()  # a new world: the status is carried over, not lost
+    run(members, clock, 2)
+    assert World.from_json(api.config_maps["edl-digits-job-world"][0]["world"]).size == 1
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert labels[PHASE_KEY] == "Running" and annotations[PREFIX + "global-step"] == "40"
+    assert members["a"].finish(80)  # the end says so, whatever the last report said
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert labels[PHASE_KEY] == annotations[PHASE_KEY] == "Succeeded"
+    assert annotations[PREFIX + "progress"] == "25.0%"  # until rank 0's last report
+    api.down = True
+    assert not members["a"].report_status(status.fields(0.0))  # unreachable: False, no raise

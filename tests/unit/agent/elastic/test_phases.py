@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from agent.elastic.failures import TrainerFailure
 from agent.elastic.phases import (
     Action,
     Fail,
@@ -21,6 +22,7 @@ from agent.elastic.phases import (
     Observation,
     OpenRescale,
     Phase,
+    RecordFailure,
     RecordFinish,
     RequestGeneration,
     Rules,
@@ -47,6 +49,8 @@ G3 = World(3, (ME,))
 RULES = Rules(key=ME.key, drain_timeout=30, init_timeout=120, regroup_timeout=20, max_resets=2)
 T0 = 1000.0
 """Monotonic and wall clock of the round (the same number: the table reads easier)."""
+FAILURE = TrainerFailure("b", 1, T0 - 5, ("ValueError: boom",))
+FAILED = World(2, (PEER,)).with_failures((FAILURE, FAILURE), failed=True)
 STEPPING = Timings(started=1.0, imported=1.0, master=1.0, initialised=1.0, first_step=2.0)
 
 
@@ -94,11 +98,11 @@ CASES = [
         (Join,),
     ),
     Case(
-        "warm trainer crashed before joining",
+        "warm trainer crashed before joining: its failure is counted",
         State(Phase.STARTING, deadline=T0 + 1),
         seen(exit=ended(3)),
-        Phase.DONE,
-        (),
+        Phase.CRASHED,
+        (RecordFailure,),
         check={"status": 3},
     ),
     Case(
@@ -149,11 +153,11 @@ CASES = [
         check={"finished_step": 184},
     ),
     Case(
-        "stand-by's trainer crashed: leave with its status",
+        "stand-by's trainer crashed: leave, its failure is counted",
         State(Phase.STANDBY),
         seen(exit=ended(2)),
-        Phase.DONE,
-        (Leave,),
+        Phase.CRASHED,
+        (Leave, RecordFailure),
         check={"status": 2},
     ),
     # -- running -----------------------------------------------------------------------------
@@ -256,12 +260,35 @@ CASES = [
         check={"stop": Stop(T0, 5.0, killed=True)},
     ),
     Case(
-        "a crash is a scale-down: leave with its status",
+        "a crash is a scale-down: leave, its failure is counted",
         running(),
         seen(world=G1, exit=ended(137)),
+        Phase.CRASHED,
+        (Leave, RecordFailure),
+        check={"status": 137, "running": None},
+    ),
+    Case(
+        "a crash within the budget: end with the trainer's status (the container restarts)",
+        State(Phase.CRASHED, status=137),
+        seen(world=World(2, (PEER,), failures=(FAILURE,))),
+        Phase.DONE,
+        (),
+        check={"status": 137},
+    ),
+    Case(
+        "a crash over the budget: the job is failed, idle as a finished job",
+        State(Phase.CRASHED, status=1),
+        seen(world=FAILED),
+        Phase.FINISHED,
+        (RecordFinish,),
+    ),
+    Case(
+        "a crash on the way out of a finished job costs nothing",
+        running(),
+        seen(world=G1.finish(9), exit=ended(1)),
         Phase.DONE,
         (Leave,),
-        check={"status": 137},
+        check={"status": 1},
     ),
     Case(
         "the collective broke (76) and no newer world: regroup",
@@ -300,8 +327,8 @@ CASES = [
         "killed (SIGKILL, not ours) on the way to a newer world: a crash, it leaves",
         running(G1, phase=Phase.DRAINING, decided=T0 - 1, deadline=T0 + 29),
         seen(world=G2, exit=ended(137), timings=STEPPING, rescale_target=2),
-        Phase.DONE,
-        (MarkDrained, Stepped, Leave),
+        Phase.CRASHED,
+        (MarkDrained, Stepped, Leave, RecordFailure),
         check={"status": 137},
     ),
     Case(
@@ -421,6 +448,15 @@ CASES = [
         (),
         rules=replace(RULES, exit_when_finished=True),
         check={"status": 0},
+    ),
+    Case(
+        "failed (exit): a failed job ends its agents with status 1 (a failed Job)",
+        State(Phase.FINISHED, deadline=T0 + 10),
+        seen(world=FAILED),
+        Phase.DONE,
+        (),
+        rules=replace(RULES, exit_when_finished=True),
+        check={"status": 1},
     ),
     Case(
         "finished (exit): the store refused the mark, retried",

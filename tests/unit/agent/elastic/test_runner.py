@@ -101,6 +101,7 @@ def test_on_finished_defaults_to_idle_and_takes_flag_then_environment() -> None:
 class _Done:
     def __init__(self, finished: bool, started: bool = True) -> None:
         self.job_finished = finished
+        self.job_failed = False
         self.finished_at_step = 184 if finished else None
         self.started = started
 
@@ -139,6 +140,15 @@ def test_a_finished_job_is_ready_and_exported(finished: bool) -> None:
     registry = CollectorRegistry()
     registry.register(JobFinishedCollector(done))
     assert registry.get_sample_value("edl_trainer_job_finished") == (1.0 if finished else 0.0)
+
+
+def test_a_failed_job_says_so_on_readyz_and_idles_ready() -> None:
+    failed = _Done(True)
+    failed.job_failed = True
+    verdict = readiness_of(failed, _Trainer(), "digits")  # type: ignore[arg-type]
+    assert verdict == Readiness(
+        True, "job digits failed (trainer failures over its budget); idling"
+    )
 
 
 def test_a_finished_pod_is_not_ready_while_its_warm_trainer_is_on_its_way_out() -> None:

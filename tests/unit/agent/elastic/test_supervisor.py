@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.elastic.failures import FailurePolicy, TrainerFailure
 from agent.elastic.finished_job import RetirementFailed
 from agent.elastic.local_store import LocalStore
 from agent.elastic.membership import Membership, MembershipSettings
@@ -35,6 +36,8 @@ def agent(
     warm_started: bool = False,
     poll_interval: float = 0.02,
     fake_type: type[FakeTrainer] = FakeTrainer,
+    failures: FailurePolicy | None = None,
+    on_job_failed: Callable[[tuple[TrainerFailure, ...]], object] | None = None,
 ) -> tuple[ElasticSupervisor, FakeTrainer, Path]:
     store = LocalStore.create(tmp_path / "store")
     me = Member(joined=1.0, id="a", incarnation="x", host="127.0.0.1", ports=(7000, 7001))
@@ -51,10 +54,16 @@ def agent(
         fake,
         control,
         RescaleLog(),
-        ElasticSettings(backend="gloo", init_timeout=10, on_finished=on_finished),
+        ElasticSettings(
+            backend="gloo",
+            init_timeout=10,
+            on_finished=on_finished,
+            failures=failures or FailurePolicy(),
+        ),
         job="digits",
         on_job_finished=on_job_finished,
         warm_started=warm_started,
+        on_job_failed=on_job_failed,
     )
     return sup, fake, tmp_path / "store" / "members" / "a.json"
 
@@ -255,3 +264,47 @@ def test_trainer_world_maps_ranks_and_endpoints() -> None:
     assert tw.master == "10.0.0.1:36544" and tw.current_endpoint == "10.0.0.2:36544"
     with pytest.raises(ValueError):
         trainer_world(World(3, (a,)), b.key, "gloo")
+
+
+@pytest.mark.slow
+def test_a_crash_within_the_budget_is_recorded_with_its_tail_and_ends_the_agent(
+    tmp_path: Path,
+) -> None:
+    sup, _, _ = agent(tmp_path, exit_status=3, failures=FailurePolicy(budget=1, window=60))
+    assert sup.run(max_seconds=20) == 3  # the container restarts as a new member
+    world = World.from_json((tmp_path / "store" / "world.json").read_text())
+    assert not world.finished and len(world.failures) == 1
+    failure = world.failures[0]
+    assert (failure.member, failure.status) == ("a", 3)
+    assert failure.tail[-1] == "RuntimeError: fake trainer crash"  # the trainer's stderr
+    assert not sup.job_finished
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_finished", ["scale-to-zero", "exit"])
+def test_the_crash_over_the_budget_fails_the_job_and_hands_the_failures_to_its_hook(
+    tmp_path: Path, on_finished: str
+) -> None:
+    earlier = TrainerFailure("z", 137, time.time() - 5, ("Killed",))
+    store = LocalStore.create(tmp_path / "store")
+    assert store.write_world(World(0).with_failures((earlier,), failed=False).to_json(), "")
+    failed: list[tuple[TrainerFailure, ...]] = []
+    finished: list[int | None] = []
+    sup, fake, _ = agent(
+        tmp_path,
+        exit_status=1,
+        on_finished=on_finished,
+        failures=FailurePolicy(budget=1, window=60),
+        on_job_failed=failed.append,
+        on_job_finished=finished.append,
+    )
+    if on_finished == "scale-to-zero":
+        stop_after(sup, 2.0)
+    status = sup.run(max_seconds=20)
+    assert status == (1 if on_finished == "exit" else 0)  # exit: a failed Job; idle: SIGTERM
+    assert sup.job_finished and sup.job_failed and not finished
+    world = World.from_json((tmp_path / "store" / "world.json").read_text())
+    assert world.failed and [f.status for f in world.failures] == [137, 1]
+    if on_finished == "scale-to-zero":
+        assert failed == [world.failures]
+    assert len(fake.worlds) == 2  # no trainer after the failure: warm + the one that crashed

@@ -78,6 +78,9 @@ class ScriptedTrainer:
     def update_world(self, world: TrainerWorld) -> None:
         self.handed.append(world.generation)
 
+    def log_tail(self) -> tuple[str, ...]:
+        return ("Traceback (most recent call last):", "RuntimeError: fake trainer crash")
+
     def _report(self, timings: Timings) -> None:
         self.channel.report(self.generation, timings)
 
