@@ -77,9 +77,7 @@ def parse_url(url: str) -> Location:
         raise ConfigError(f"s3 URL {url!r}: no query or fragment (settings come from AWS_*)")
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET.match(bucket) or ".." in bucket:
-        raise ConfigError(
-            f"s3 URL {url!r}: {bucket!r} is not a bucket name (3-63 of a-z 0-9 . -)"
-        )
+        raise ConfigError(f"s3 URL {url!r}: {bucket!r} is not a bucket name (3-63 of a-z 0-9 . -)")
     parts = [p for p in prefix.split("/") if p]
     if any(p in (".", "..") for p in parts):
         raise ConfigError(f"s3 URL {url!r}: '.' and '..' are not key prefixes")
@@ -93,9 +91,7 @@ def client_settings(env: Mapping[str, str]) -> dict[str, Any]:
     path-style for a custom endpoint (an S3-compatible server seldom has wildcard DNS).
     """
     custom = bool(env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"))
-    style = env.get(names.S3_ADDRESSING_STYLE, "").strip().lower() or (
-        "path" if custom else "auto"
-    )
+    style = env.get(names.S3_ADDRESSING_STYLE, "").strip().lower() or ("path" if custom else "auto")
     if style not in ADDRESSING_STYLES:
         raise ConfigError(
             f"{names.S3_ADDRESSING_STYLE}={style!r}: one of {', '.join(ADDRESSING_STYLES)}"
@@ -206,17 +202,17 @@ class S3Prefix:
         """The object's bytes."""
         key = self.location.key(name)
         with self._errors(f"cannot read s3://{self.location.bucket}/{key}"):
-            body: bytes = (
-                self._s3().get_object(Bucket=self.location.bucket, Key=key)["Body"].read()
-            )
+            body: bytes = self._s3().get_object(Bucket=self.location.bucket, Key=key)["Body"].read()
             return body
 
     def names(self) -> list[str]:
         """Objects directly under the prefix, dot-objects left out."""
         found = []
         with self._errors(f"cannot list {self.url}"):
-            pages = self._s3().get_paginator("list_objects_v2").paginate(
-                Bucket=self.location.bucket, Prefix=self.location.prefix, Delimiter="/"
+            pages = (
+                self._s3()
+                .get_paginator("list_objects_v2")
+                .paginate(Bucket=self.location.bucket, Prefix=self.location.prefix, Delimiter="/")
             )
             for page in pages:
                 for obj in page.get("Contents", []):
@@ -235,16 +231,20 @@ class S3Prefix:
         """Multipart uploads under the prefix that were neither completed nor aborted."""
         uploads: list[dict[str, Any]] = []
         with self._errors(f"cannot list the uploads under {self.url}"):
-            pages = self._s3().get_paginator("list_multipart_uploads").paginate(
-                Bucket=self.location.bucket, Prefix=self.location.prefix
+            pages = (
+                self._s3()
+                .get_paginator("list_multipart_uploads")
+                .paginate(Bucket=self.location.bucket, Prefix=self.location.prefix)
             )
             for page in pages:
                 uploads.extend(page.get("Uploads", []))
         return uploads
 
     def sweep(self) -> list[str]:
-        """Aborts incomplete uploads older than `stale_seconds`; returns their keys (best effort:
-        a store error is left for the next write)."""
+        """Aborts incomplete uploads older than `stale_seconds`; returns their keys.
+
+        Best effort: a store error is left for the next write.
+        """
         cutoff = self._wall() - self.stale_seconds
         aborted = []
         try:

@@ -71,11 +71,50 @@ class S3Gateway:
             config=Config(s3={"addressing_style": "path"}),
         )
 
+    def stop(self) -> None:
+        """Terminates the server (killed if it lingers)."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+
     def bucket(self) -> str:
         """A new empty bucket."""
         name = f"edl-{secrets.token_hex(6)}"
         self.client().create_bucket(Bucket=name)
         return name
+
+
+def _start(binary: Path, data: Path, log: Path) -> S3Gateway | None:
+    """A versitygw answering on a free port; None when another suite took the port first."""
+    port, secret = free_port(), secrets.token_hex(16)
+    command = [binary, "--port", f"127.0.0.1:{port}", "--region", REGION, "posix", data]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(c) for c in command],
+            env={**os.environ, "ROOT_ACCESS_KEY_ID": ACCESS_KEY, "ROOT_SECRET_ACCESS_KEY": secret},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    gateway = S3Gateway(proc, f"http://127.0.0.1:{port}", log, secret)
+    try:
+        # Answered with our credentials: our server, not another suite's on that port.
+        wait_for(
+            lambda: gateway.client().list_buckets(),
+            timeout_s=60,
+            what=f"versitygw on 127.0.0.1:{port}",
+            interval_s=0.1,
+            give_up=lambda: proc.poll() is not None,
+            describe=lambda: log.read_text(errors="replace")[-2000:],
+        )
+    except Exception:
+        gateway.stop()
+        if "address already in use" in log.read_text(errors="replace"):
+            return None
+        raise
+    return gateway
 
 
 @contextmanager
@@ -85,42 +124,12 @@ def running_gateway(workdir: Path) -> Iterator[S3Gateway]:
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
     for attempt in range(TRIES):
-        port = free_port()
-        log = workdir / f"versitygw-{attempt}.log"
-        secret = secrets.token_hex(16)
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [str(binary), "--port", f"127.0.0.1:{port}", "--region", REGION, "posix",
-                 str(data)],  # fmt: skip
-                env={**os.environ, "ROOT_ACCESS_KEY_ID": ACCESS_KEY, "ROOT_SECRET_ACCESS_KEY": secret},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        gateway = S3Gateway(proc, f"http://127.0.0.1:{port}", log, secret)
-        try:
-            # Answered with our credentials: our server, not another suite's on that port.
-            wait_for(
-                lambda g=gateway: g.client().list_buckets(),  # type: ignore[misc]
-                timeout_s=60,
-                what=f"versitygw on 127.0.0.1:{port}",
-                interval_s=0.1,
-                give_up=lambda: proc.poll() is not None,
-                describe=lambda: log.read_text(errors="replace")[-2000:],
-            )
-        except Exception:
-            proc.kill()
-            proc.wait(30)
-            text = log.read_text(errors="replace")
-            if "address already in use" in text and attempt + 1 < TRIES:
-                continue  # another suite took the port first: another one
-            raise
+        gateway = _start(binary, data, workdir / f"versitygw-{attempt}.log")
+        if gateway is None:
+            continue
         try:
             yield gateway
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+            gateway.stop()
         return
+    raise RuntimeError(f"versitygw: every one of {TRIES} ports was taken before it bound it")

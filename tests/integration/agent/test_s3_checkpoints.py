@@ -26,7 +26,6 @@ from agent.checkpoints.errors import CheckpointMissing, CheckpointStoreError
 from agent.checkpoints.s3 import S3Prefix, open_url
 from agent.checkpoints.settings import CheckpointSettings
 from tests.support.s3_gateway import ROOT, S3Gateway, running_gateway
-from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -147,12 +146,10 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous(
 
 
 WRITER = """
-import sys, threading
+import os, sys, threading
 from agent.checkpoints.catalogue import Checkpoints
-from agent.checkpoints.s3 import S3Prefix, open_url
-location = open_url(sys.argv[1]).location
-store = S3Prefix(location, open_url(sys.argv[1])._make_client, multipart_bytes=5 << 20)
-s3 = store._s3()
+from agent.checkpoints.s3 import S3Prefix, default_client, parse_url
+s3 = default_client(os.environ)
 parts = []
 def after_part(**kwargs):
     parts.append(1)
@@ -160,6 +157,7 @@ def after_part(**kwargs):
         print("uploading", flush=True)
         threading.Event().wait()
 s3.meta.events.register("after-call.s3.UploadPart", after_part)
+store = S3Prefix(parse_url(sys.argv[1]), lambda: s3, multipart_bytes=5 << 20)
 Checkpoints(store).write(
     bytes(40 << 20), step=20, generation=2, epoch=0, consumed=0, framework="paddle"
 )

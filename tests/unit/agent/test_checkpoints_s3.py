@@ -95,7 +95,7 @@ def test_the_settings_take_an_s3_url_without_reaching_the_server(
     store = settings.store("digits")
     assert isinstance(store, s3.S3Prefix) and store.url == "s3://ckpt/jobs/digits"
     assert open_store("s3://ckpt").url == "s3://ckpt"
-    with pytest.raises(ConfigError, match="--checkpoint-url.*not a bucket name"):
+    with pytest.raises(ConfigError, match=r"--checkpoint-url.*not a bucket name"):
         CheckpointSettings.from_env({"EDL_CHECKPOINT_URL": "s3://B/jobs"})
 
 
