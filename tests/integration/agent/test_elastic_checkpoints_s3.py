@@ -10,7 +10,6 @@ the restore point, the job ends at its last step, and the finished checkpoint is
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 
 from agent.checkpoints.catalogue import Checkpoints
 from agent.checkpoints.s3 import open_url
-from agent.trainer.ledger import verify
 from tests.integration.agent.test_elastic_checkpoints import (
     EPOCHS,
     EVERY,
@@ -28,11 +26,12 @@ from tests.integration.agent.test_elastic_checkpoints import (
     intents,
     kill_everything,
     metric,
+    resume_to_the_end,
     started_steps,
+    train_past,
 )
-from tests.support.digits_job import NUM_TRAIN, SCRIPTS, Job, exit_codes
+from tests.support.digits_job import NUM_TRAIN, SCRIPTS, Job
 from tests.support.s3_gateway import S3Gateway, running_gateway
-from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -61,22 +60,7 @@ def test_a_job_killed_whole_resumes_from_the_bucket(
     )
     checkpoints = Checkpoints(open_url(f"s3://{bucket}/jobs/digits"))
     try:
-        job.start("a")
-        job.start("b")
-
-        def past_kill_at() -> bool:
-            if job.world()[1] != 2:
-                return False
-            job.allow(kill_at + 10)
-            return job.steps_done() >= kill_at
-
-        wait_for(
-            past_kill_at,
-            timeout_s=240,
-            what=f"a world of 2 past step {kill_at}",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
+        train_past(job, kill_at)
         kill_everything(job)
         last_started = started_steps(intents(job.ledger))
         manifests = checkpoints.manifests()
@@ -88,29 +72,7 @@ def test_a_job_killed_whole_resumes_from_the_bucket(
         s3.put_object(Bucket=bucket, Key=key, Body=bytes(blob))
         expected = manifests[1]
 
-        job.procs.clear()
-        job.release()
-        job.start("c", on_finished="idle")
-        job.start("d", on_finished="idle")
-        wait_for(
-            job.result.exists,
-            timeout_s=300,
-            what="the resumed job to finish",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
-        wait_for(
-            lambda: all("finished at step" in job.readyz(n)[1] for n in job.procs),
-            timeout_s=60,
-            what="every agent idling on the finished job",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
-        rank0 = job.metrics("c") if metric(job.metrics("c"), "edl_trainer_rank") == 0 else ""
-        rank0 = rank0 or job.metrics("d")
-        logs = "".join((tmp_path / f"{n}.log").read_text(errors="replace") for n in "cd")
-        final = json.loads(job.result.read_text())
-        report = verify(job.ledger)
+        rank0, logs, final, report = resume_to_the_end(job)
         restored_from = {report.restores[g]: name for g, name in report.checkpoints.items()}
 
         assert report.problems(NUM_TRAIN, EPOCHS) == [], report.problems(NUM_TRAIN, EPOCHS)

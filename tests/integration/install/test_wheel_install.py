@@ -83,7 +83,7 @@ def test_s3_checkpoints_without_their_extra_name_the_extra_in_one_line(
     venv: Path, tmp_path: Path
 ) -> None:
     assert run([venv / "bin/python", "-c", "import boto3"]).returncode == 1
-    agent = [venv / "bin/edl-agent", "run", "--elastic", "--job", "j"]
+    agent: list[str | Path] = [venv / "bin/edl-agent", "run", "--elastic", "--job", "j"]
     url = ["--checkpoint-url", "s3://ckpt/jobs"]
     done = run([*agent, "--membership", f"local:{tmp_path}", *url, "--", "true"])
     assert done.returncode == 2

@@ -6,6 +6,7 @@ The store against a real S3-compatible server: tests/integration/agent/test_s3_c
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_only_uploads_begun_before_the_cutoff_are_stale() -> None:
     def at(hour: int) -> datetime:
         return datetime(2026, 1, 1, hour, tzinfo=UTC)
 
-    uploads = [
+    uploads: list[dict[str, Any]] = [
         {"Key": "p/old.state", "UploadId": "u1", "Initiated": at(1)},
         {"Key": "p/new.state", "UploadId": "u2", "Initiated": at(5)},
         {"Key": "p/odd.state", "UploadId": "u3"},  # no time: never aborted on a guess
