@@ -22,7 +22,7 @@ if [[ -x "$bin" ]]; then
   exit 0
 fi
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
-echo "versitygw: building ${VERSION} from the Go module proxy (cold: about 3 min on 2 cores)" >&2
+echo "versitygw: building ${VERSION} from the Go module proxy (cold: 3-6 min on 2 shared cores)" >&2
 start=$(date +%s)
 (cd "$here" && nice -n 19 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" \
   github.com/versity/versitygw/cmd/versitygw) \
