@@ -8,14 +8,14 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images dist lint unit integration e2e bench bench-scale kwok clean
+.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images dist lint unit integration e2e bench bench-scale kwok s3gateway clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@bash scripts/install-torch.sh $(VENV)
-	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,dev]'
+	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,s3,dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages the tests need: prometheus (server + promtool).
@@ -37,6 +37,10 @@ images:
 # for the chart tests (charts/).
 helm:
 	@bash scripts/build-helm.sh >/dev/null
+
+# versitygw, the S3-compatible server of the object-storage checkpoint tests (cached by version).
+s3gateway:
+	@bash tests/integration/s3gateway/build.sh >/dev/null
 
 # prometheus-operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs and cert-manager's
 # Certificate/Issuer CRDs from their Go modules (cached), for the e2e schema checks of
@@ -64,13 +68,13 @@ lint: venv
 unit: venv system-deps helm openapi-schemas
 	@bash scripts/pytest-layer.sh unit
 
-integration: venv system-deps
+integration: venv system-deps s3gateway
 	@bash scripts/pytest-layer.sh integration
 
 e2e: venv system-deps controlplane helm monitoring-crds
 	@bash scripts/pytest-layer.sh e2e
 
-test: venv system-deps controlplane helm monitoring-crds openapi-schemas lint
+test: venv system-deps controlplane helm monitoring-crds openapi-schemas s3gateway lint
 	@bash scripts/pytest-layer.sh unit integration e2e
 
 # The whole loop on this machine, no cluster (about 3 minutes warm, 6 cold on 2 shared cores;

@@ -147,7 +147,7 @@ for image in $IMAGES; do
       --build-arg "PADDLE_REQUIREMENT=$GPU_PADDLE" --build-arg "PADDLE_INDEX_URL=$GPU_INDEX" ;;
     trainer-torch) build trainer-torch trainer-torch "$REPO/edl-trainer-torch:$VERSION" ;;
     trainer-torch-gpu) build trainer-torch-gpu trainer-torch "$REPO/edl-trainer-torch:$VERSION-gpu" \
-      --build-arg "TORCH_EXTRAS=torch gpu" ;;
+      --build-arg "TORCH_EXTRAS=torch gpu s3" ;;
     *) echo "images: unknown image '$image' (adapter, trainer, trainer-gpu, trainer-torch, trainer-torch-gpu)" >&2
       exit 2 ;;
   esac

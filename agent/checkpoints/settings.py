@@ -23,10 +23,11 @@ OPTIONS: tuple[Option, ...] = (
         names.CHECKPOINT_URL,
         TEXT,
         None,
-        "a directory every pod mounts (a ReadWriteMany volume) or file:///dir; the job's "
-        "checkpoints go to <url>/<job> (default: none, no durable checkpoints)",
+        "a directory every pod mounts (a ReadWriteMany volume), file:///dir, or "
+        "s3://bucket/prefix (the s3 extra; AWS_* variables); the job's checkpoints go to "
+        "<url>/<job> (default: none, no durable checkpoints)",
         GROUP,
-        bad="s3://bucket",
+        bad="gs://bucket",
     ),
     Option(
         "checkpoint_every_steps",
@@ -68,8 +69,9 @@ class CheckpointSettings:
     """Durable checkpoints of a job; off without a URL."""
 
     url: str = ""
-    """--checkpoint-url / EDL_CHECKPOINT_URL: a directory (a ReadWriteMany volume) or
-    ``file:///dir``; the job's checkpoints go to ``<url>/<job>``. Empty: no checkpoints."""
+    """--checkpoint-url / EDL_CHECKPOINT_URL: a directory (a ReadWriteMany volume),
+    ``file:///dir`` or ``s3://bucket/prefix``; the job's checkpoints go to ``<url>/<job>``.
+    Empty: no checkpoints."""
     every_steps: int = _DEFAULTS["checkpoint_every_steps"]
     """--checkpoint-every-steps / EDL_CHECKPOINT_EVERY_STEPS: checkpoint after this many steps
     (0: not by steps)."""

@@ -4,9 +4,9 @@ A `CheckpointStore` holds one job's objects by name and guarantees one thing, wh
 the catalogue needs: a `put` is atomic (a reader sees the old object or the whole new one,
 never part of it). Object storage gives that for every upload; a directory gives it with a
 temporary name and a rename (`agent.checkpoints.local`). Checkpoints are addressed by URL,
-fsspec style: ``/path`` or ``file:///path`` is the local backend; another scheme is one
-module with an ``open_url(url) -> CheckpointStore`` function plus one line in `STORES`
-(docs/elastic.md, "Durable checkpoints", sketches an ``s3://`` one).
+fsspec style: ``/path`` or ``file:///path`` is the local backend, ``s3://bucket/prefix``
+S3 or an S3-compatible server (`agent.checkpoints.s3`); another scheme is one module with an
+``open_url(url) -> CheckpointStore`` function plus one line in `STORES`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class CheckpointStore(Protocol):
 
 STORES: dict[str, str] = {
     "file": "agent.checkpoints.local",
+    "s3": "agent.checkpoints.s3",
 }
 """Registry: URL scheme -> module exposing ``open_url(url) -> CheckpointStore``."""
 

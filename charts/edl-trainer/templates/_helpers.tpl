@@ -16,6 +16,11 @@ edl.paddlepaddle.org/job: {{ .Values.job }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* "true" when checkpoints go to the chart's volume (on, and no object-storage url). */}}
+{{- define "trainer.checkpointVolume" -}}
+{{- if and .Values.checkpoints.enabled (not .Values.checkpoints.url) -}}true{{- end -}}
+{{- end -}}
+
 {{- define "trainer.validate" -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .Values.job)) -}}
 {{- fail (printf "job %q: must be a DNS label (lower case letters, digits, '-')" (toString .Values.job)) -}}

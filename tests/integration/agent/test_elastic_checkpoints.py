@@ -28,7 +28,7 @@ import pytest
 
 from agent.checkpoints.catalogue import Checkpoints, Manifest
 from agent.checkpoints.local import LocalDirectory
-from agent.trainer.ledger import verify
+from agent.trainer.ledger import LedgerReport, verify
 from agent.trainer.sampler import ElasticSampler
 from tests.support.digits_job import (
     NUM_TRAIN,
@@ -98,6 +98,56 @@ def metric(text: str, name: str) -> float:
     return float(line.split()[1])
 
 
+def train_past(job: Job, kill_at: int) -> None:
+    """Agents a and b form a world of 2 and train past step `kill_at` (10 steps more allowed:
+    the kill lands while the job trains, and the job cannot end before it)."""
+    job.start("a")
+    job.start("b")
+
+    def past_kill_at() -> bool:
+        if job.world()[1] != 2:
+            return False
+        job.allow(kill_at + 10)
+        return job.steps_done() >= kill_at
+
+    wait_for(
+        past_kill_at,
+        timeout_s=240,
+        what=f"a world of 2 past step {kill_at}",
+        interval_s=0.2,
+        describe=exit_codes(job.procs),
+    )
+
+
+def resume_to_the_end(job: Job) -> tuple[str, str, dict[str, Any], LedgerReport]:
+    """After the kill: new agents c and d train the job to its end and idle on it.
+
+    Returns rank 0's metrics, both agents' logs, the job's result and the ledger's report.
+    """
+    job.procs.clear()
+    job.release()  # the kill is done: the resumed job trains to its end
+    job.start("c", on_finished="idle")
+    job.start("d", on_finished="idle")
+    wait_for(
+        job.result.exists,
+        timeout_s=300,
+        what="the resumed job to finish",
+        interval_s=0.2,
+        describe=exit_codes(job.procs),
+    )
+    wait_for(
+        lambda: all("finished at step" in job.readyz(n)[1] for n in job.procs),
+        timeout_s=60,
+        what="every agent idling on the finished job",
+        interval_s=0.2,
+        describe=exit_codes(job.procs),
+    )
+    rank0 = job.metrics("c") if metric(job.metrics("c"), "edl_trainer_rank") == 0 else ""
+    rank0 = rank0 or job.metrics("d")
+    logs = "".join((job.tmp / f"{n}.log").read_text(errors="replace") for n in "cd")
+    return rank0, logs, json.loads(job.result.read_text()), verify(job.ledger)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize(
@@ -120,22 +170,7 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
     )
     checkpoints = Checkpoints(LocalDirectory(volume / "digits"))
     try:
-        job.start("a")
-        job.start("b")
-
-        def past_kill_at() -> bool:
-            if job.world()[1] != 2:
-                return False
-            job.allow(kill_at + 10)
-            return job.steps_done() >= kill_at
-
-        wait_for(
-            past_kill_at,
-            timeout_s=240,
-            what=f"a world of 2 past step {kill_at}",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
+        train_past(job, kill_at)
         kill_everything(job)
         before_the_kill = intents(job.ledger)
         last_started = started_steps(before_the_kill)
@@ -150,29 +185,7 @@ def test_a_job_killed_whole_resumes_from_its_last_checkpoint(
             payload.write_bytes(bytes(blob))
             expected = manifests[1]
 
-        job.procs.clear()
-        job.release()  # the kill is done: the resumed job trains to its end
-        job.start("c", on_finished="idle")
-        job.start("d", on_finished="idle")
-        wait_for(
-            job.result.exists,
-            timeout_s=300,
-            what="the resumed job to finish",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
-        wait_for(
-            lambda: all("finished at step" in job.readyz(n)[1] for n in job.procs),
-            timeout_s=60,
-            what="every agent idling on the finished job",
-            interval_s=0.2,
-            describe=exit_codes(job.procs),
-        )
-        rank0 = job.metrics("c") if metric(job.metrics("c"), "edl_trainer_rank") == 0 else ""
-        rank0 = rank0 or job.metrics("d")
-        logs = "".join((tmp_path / f"{n}.log").read_text(errors="replace") for n in "cd")
-        final = json.loads(job.result.read_text())
-        report = verify(job.ledger)
+        rank0, logs, final, report = resume_to_the_end(job)
         restored_from = {report.restores[g]: name for g, name in report.checkpoints.items()}
 
         assert report.problems(NUM_TRAIN, EPOCHS) == [], report.problems(NUM_TRAIN, EPOCHS)

@@ -208,8 +208,19 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
     policy = v.get("failurePolicy", {})
     assert options.timeouts.failures.budget == policy.get("budget", 5)
     assert options.timeouts.failures.window == {"10m": 600.0}.get(policy.get("window", "10m"))
-    assert options.checkpoints.enabled is v.get("checkpoints", {}).get("enabled", False)
-    assert len(kinds(docs, "PersistentVolumeClaim")) == int(options.checkpoints.enabled)
+    wanted = v.get("checkpoints", {})
+    assert options.checkpoints.enabled is wanted.get("enabled", False)
+    on_volume = options.checkpoints.enabled and not wanted.get("url")
+    assert len(kinds(docs, "PersistentVolumeClaim")) == int(on_volume)
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert ("/var/lib/edl/checkpoints" in mounts) is on_volume
+    if wanted.get("url"):  # object storage: the URL, and the SDK's variables from the values
+        assert options.checkpoints.url == wanted["url"]
+        s3 = wanted.get("s3", {})
+        assert literal.get("AWS_ENDPOINT_URL") == s3.get("endpoint")
+        assert literal.get("AWS_REGION") == s3.get("region")
+        secret = s3.get("credentialsSecret")
+        assert container.get("envFrom", []) == ([{"secretRef": {"name": secret}}] if secret else [])
     role = one(docs, "Role")
     world = one(docs, "ConfigMap")
     assert world["metadata"]["name"] == f"edl-{options.job}-world" and "data" not in world
@@ -249,6 +260,9 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
         (("onFinished=delete",), "at '/onFinished': value must be one of 'scaleToZero', 'idle'"),
         (("failurePolicy.budget=-1",), "at '/failurePolicy/budget': minimum"),
         (("failurePolicy.window=soon",), "at '/failurePolicy/window': 'soon' does not match"),
+        (("checkpoints.url=gs://b/x",), "at '/checkpoints/url': 'gs://b/x' does not match"),
+        (("checkpoints.s3.endpoint=rgw:8080",), "at '/checkpoints/s3/endpoint': 'rgw:8080' does"),
+        (("checkpoints.s3.secret=x",), "additional properties 'secret' not allowed"),
     ],
 )
 def test_bad_trainer_values_are_one_clear_error(sets: tuple[str, ...], message: str) -> None:

@@ -64,11 +64,11 @@ def test_the_pytorch_gpu_image_is_the_torch_target_with_the_gpu_extra() -> None:
     script = (ROOT / "scripts" / "build-images.sh").read_text()
     line = next(x for x in script.splitlines() if x.strip().startswith("trainer-torch-gpu)"))
     assert "build trainer-torch-gpu trainer-torch" in line and ":$VERSION-gpu" in line
-    assert '"TORCH_EXTRAS=torch gpu"' in script
+    assert '"TORCH_EXTRAS=torch gpu s3"' in script  # s3: checkpoints on object storage
     assert "images/torch-site.py --gpu" in script
     containerfile = (ROOT / "images" / "Containerfile").read_text()
     stage = containerfile.split("FROM deps AS torch-deps", 1)[1].split("\nFROM ", 1)[0]
-    assert "ARG TORCH_EXTRAS=torch" in stage and "${TORCH_EXTRAS}" in stage
+    assert 'ARG TORCH_EXTRAS="torch s3"' in stage and "${TORCH_EXTRAS}" in stage
 
 
 @pytest.mark.slow
