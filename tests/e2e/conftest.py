@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.processes import HarnessError
 from tests.e2e.harness.session import LOG_SOURCES, E2ENamespace, Kubectl, work_root
+from tests.support.waiting import WaitTimeout, wait_for
 
 _E2E_DIR = Path(__file__).resolve().parent
 
@@ -207,12 +207,15 @@ def _delete_jobs(api: client.ApiClient, namespace: str) -> None:
     except client.ApiException as e:
         print(f"deleting the Deployments of {namespace}: {e.status} {e.reason}")
         return
-    deadline = time.monotonic() + 60
-    while apps.list_namespaced_deployment(namespace).items:
-        if time.monotonic() > deadline:
-            print(f"the Deployments of {namespace} still exist after 60 s")
-            return
-        time.sleep(0.2)
+    try:
+        wait_for(
+            lambda: not apps.list_namespaced_deployment(namespace).items,
+            timeout_s=60,
+            interval_s=0.2,
+            what=f"the Deployments of {namespace} gone",
+        )
+    except WaitTimeout as e:
+        print(e)
 
 
 @pytest.fixture(scope="session")
