@@ -12,9 +12,13 @@
    - with another adapter's `v1beta1.external.metrics.k8s.io` in place, `helm install`
      refuses, naming its Service, and creates nothing; `edl-adapter preflight` (the
      kustomize users' check) refuses the same install;
-   - `helm install` of both charts ends with the trainer Deployment scaled to 2 by its HPA on
-     per-pod throughput (this cluster has no Nodes for the sizer: tests/e2e/metrics_adapter/
-     test_sizing.py has them), both pods training in one world;
+   - `helm install` of both charts, from the `.tgz` files `helm package` makes (as
+     `make dist` ships them), with a UID, GID and fsGroup of their own (as OpenShift assigns
+     them from a namespace's range, not the images' 65532), pod labels, JSON logs, and for the
+     trainer a dataset volume and a memory-backed /dev/shm, ends with the trainer Deployment
+     scaled to 2 by its HPA on per-pod throughput (this cluster has no Nodes for the sizer:
+     tests/e2e/metrics_adapter/test_sizing.py has them), both pods training in one world and
+     running as that UID;
    - `helm uninstall` of both leaves none of their objects behind (Helm keeps the namespaces
      it was told to create; Events expire on their own).
 The harness's additions (listen on the pod IP, the Service through the kube-proxy stand-in)
@@ -29,6 +33,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -267,14 +272,43 @@ def test_helm_refuses_to_take_over_another_adapters_apiservice(
         cluster.kubectl("delete", "apiservice", EXTERNAL, "--ignore-not-found")
 
 
+# Not the images' 65532: a UID from the range OpenShift gives a namespace.
+UID = 1000650000
+POD_SECURITY = {
+    "runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}  # fmt: skip
+
+
+def _packaged(run: Helm, into: Path) -> dict[str, Path]:
+    """Both charts as `helm package` makes them (scripts/build-dist.sh ships these)."""
+    into.mkdir(parents=True, exist_ok=True)
+    run("package", str(CHARTS / "edl"), str(CHARTS / "edl-trainer"), "--destination", str(into))
+    return {path.name.rsplit("-", 1)[0]: path for path in into.glob("*.tgz")}
+
+
+def _pods(cluster: Cluster, ns: str, selector: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json")
+    pods: list[dict[str, Any]] = json.loads(out)["items"]
+    return pods
+
+
 def test_helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     before = _ours(cluster)
     run = Helm(cluster, tmp_path / "helm")
+    charts = _packaged(run, tmp_path / "dist")
+    assert sorted(charts) == ["edl", "edl-trainer"], charts
     post = ["--post-renderer", str(run.post_renderer)]
-    run("install", "edl", str(CHARTS / "edl"), "-n", ADAPTER_NS, "--create-namespace",
-        *_image_sets(cluster.images["adapter"]), *post, "--wait", "--timeout", "5m")  # fmt: skip
+    adapter_values = tmp_path / "adapter.yaml"
+    adapter_values.write_text(yaml.safe_dump({
+        "podSecurityContext": POD_SECURITY, "podLabels": {"team": "ml-platform"},
+        "logFormat": "json",
+    }))  # fmt: skip
+    run("install", "edl", str(charts["edl"]), "-n", ADAPTER_NS, "--create-namespace",
+        "-f", str(adapter_values), *_image_sets(cluster.images["adapter"]), *post,
+        "--wait", "--timeout", "5m")  # fmt: skip
     wait_for(
         lambda: all(cluster.available(n) for n in (
             "v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io", EXTERNAL)),
@@ -290,8 +324,12 @@ def test_helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
         "workers": {"min": 1, "max": 2, "initial": 1},
         "autoscaling": {"mode": "throughput", "throughputTarget": "400"},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "podSecurityContext": POD_SECURITY, "podLabels": {"team": "vision"},
+        "logFormat": "json",
+        "dataset": {"enabled": True, "mountPath": "/data", "volume": {"emptyDir": {}}},
+        "shm": {"enabled": True, "sizeLimit": "256Mi"},
     }))  # fmt: skip
-    run("install", "digits", str(CHARTS / "edl-trainer"), "-n", TRAINER_NS, "--create-namespace",
+    run("install", "digits", str(charts["edl-trainer"]), "-n", TRAINER_NS, "--create-namespace",
         "-f", str(trainer_values), *_image_sets(cluster.images["trainer"]))  # fmt: skip
     wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
     apps = client.AppsV1Api(cluster.api)
@@ -310,6 +348,17 @@ def test_helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
 
     wait_for(world_of_two, timeout_s=300, what="both trainer pods in a world of 2",
              describe=lambda: cluster.kubectl("get", "pods", "-n", TRAINER_NS))  # fmt: skip
+    # What a platform engineer checks with `kubectl get pod -o yaml`: the values reached the
+    # running pods (the harness runs each container as its securityContext's user).
+    trainers = _pods(cluster, TRAINER_NS, "app.kubernetes.io/instance=digits,team=vision")
+    adapters = _pods(cluster, ADAPTER_NS, "app.kubernetes.io/instance=edl,team=ml-platform")
+    running = [pod for pod in trainers if pod["status"]["phase"] == "Running"]
+    assert adapters and len(running) == 2, [pod["metadata"]["name"] for pod in trainers]
+    for pod in trainers + adapters:
+        assert pod["spec"]["securityContext"]["runAsUser"] == UID, pod["metadata"]["name"]
+    for pod in trainers:
+        mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert {"/data", "/dev/shm"} <= mounts, mounts
     assert _ours(cluster) - before  # the releases' objects are there
 
     run("uninstall", "digits", "-n", TRAINER_NS, "--wait", "--timeout", "3m")
