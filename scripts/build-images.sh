@@ -82,7 +82,7 @@ torch_gpu_site() {  # the whole install: CUDA libraries, NCCL, triton (the drive
 
 stages_of() {  # the build stages below image target $1 (tagged as the next build's cache)
   case "$1" in
-    adapter) echo "deps app adapter-rootfs" ;;
+    adapter) echo "deps adapter-deps app adapter-rootfs" ;;
     trainer) echo "deps trainer-deps app runtime" ;;
     trainer-torch) echo "deps torch-deps app runtime" ;;
   esac

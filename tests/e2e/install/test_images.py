@@ -134,6 +134,23 @@ def test_the_images_carry_no_console_script_of_the_offline_tools(
     assert no_sim.returncode == 1 and "ModuleNotFoundError" in no_sim.stderr, no_sim
 
 
+def test_the_trainer_images_carry_the_agent_without_the_adapters_libraries(
+    edl_images: dict[str, str], podman_env: dict[str, str]
+) -> None:
+    """A trainer image has what `pip install edl-k8s` installs (the agent, the trainer library)
+    and its framework, not the adapter's server libraries; the adapter image has them."""
+    libraries = ("flask", "cryptography", "cachetools", "msgspec")
+    found = "import importlib.util as u; print(*[m for m in {!r} if u.find_spec(m)])"
+    agent = "import agent.trainer, agent.process.cli; "
+    for name in ("trainer", "trainer-torch", "adapter"):
+        code = found.format(libraries) if name == "adapter" else agent + found.format(libraries)
+        done = podman(podman_env, "run", "--rm", "--pull", "never", "--entrypoint",
+                      "/opt/edl/bin/python", edl_images[name], "-c", code)  # fmt: skip
+        assert done.returncode == 0, (name, done.stderr)
+        expected = list(libraries) if name == "adapter" else []
+        assert done.stdout.split() == expected, (name, done.stdout)
+
+
 def test_without_a_writable_tmp_the_adapter_says_what_it_needs_and_runs_with_it(
     edl_images: dict[str, str], podman_env: dict[str, str], tmp_path: Path
 ) -> None:
