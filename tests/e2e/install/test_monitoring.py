@@ -1,7 +1,8 @@
 """manifests/monitoring against the real kube-apiserver: prometheus-operator's CRDs (as its Go
 module v0.89.0 ships them) accept every object under strict validation and reject a misspelt
-field; Prometheus' own ServiceAccount token (no token Secret) reads the real adapter's
-SAR-protected /metrics exactly when the shipped ClusterRoleBinding exists; kube-apiserver
+field; the scraper ServiceAccount's token (the one its Secret holds and the ServiceMonitor
+sends) reads the real adapter's SAR-protected /metrics exactly when the shipped
+ClusterRoleBinding exists; kube-apiserver
 exports the series the APIService alert reads, for EDL's three APIServices."""
 
 from __future__ import annotations
@@ -96,20 +97,20 @@ def test_the_schema_check_rejects_what_the_operator_would_not_read(
         _dry_run(kubectl, [bad_for], tmp_path)
 
 
-def test_prometheus_own_token_reads_the_adapter_metrics_once_bound(
+def test_the_scraper_token_reads_the_adapter_metrics_once_bound(
     operator_crds: None, kubectl: Kubectl, metrics_adapter: MetricsAdapter, tmp_path: Path
 ) -> None:
     docs = render("manifests/monitoring")
     rbac = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = next(d for d in rbac if d["kind"] == "ClusterRoleBinding")
-    (subject,) = binding["subjects"]  # Prometheus' own ServiceAccount
+    (subject,) = binding["subjects"]  # the scraper ServiceAccount
     name, ns = subject["name"], subject["namespace"]
     account = {"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": name, "namespace": ns}}  # fmt: skip
     path = tmp_path / "account.yaml"
     path.write_text(yaml.safe_dump(account))
     kubectl("apply", "-f", str(path))
-    # What the kubelet projects into the Prometheus pod: a bound, expiring token.
+    # A token of that ServiceAccount (the identity the token controller puts in its Secret).
     token = kubectl("create", "token", name, "-n", ns, "--duration=10m").strip()
     url = f"{metrics_adapter.url}/metrics"
     ca = str(metrics_adapter.pki.ca.cert)

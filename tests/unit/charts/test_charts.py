@@ -18,6 +18,7 @@ from agent.elastic.runner import elastic_options
 from agent.process.cli import build_parser as agent_parser
 from metrics_adapter.cli import build_parser, settings_from_args
 from metrics_adapter.settings import AdapterSettings
+from tests.support.crd_schemas import prometheus_operator_schema
 from tests.support.helm import CHARTS, HelmFailed, examples, helm, template
 from tests.support.kustomize import ROOT, render
 
@@ -92,7 +93,12 @@ def test_each_adapter_example_serves_what_its_values_say(values: Path) -> None:
     for key, kind in (("podMonitor", "PodMonitor"), ("serviceMonitor", "ServiceMonitor"),
                       ("prometheusRule", "PrometheusRule")):  # fmt: skip
         assert len(kinds(docs, kind)) == int(monitoring.get(key, {}).get("enabled", False))
-    assert not [d for d in docs if d["kind"] == "Secret" and d.get("type", "").endswith("token")]
+    tokens = [d for d in docs if d["kind"] == "Secret" and d.get("type", "").endswith("token")]
+    assert len(tokens) == int(monitoring.get("serviceMonitor", {}).get("enabled", False))
+    schema = prometheus_operator_schema()
+    for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert schema.errors(doc) == []
 
 
 @pytest.mark.slow
@@ -127,6 +133,46 @@ def test_generate_refuses_to_render_without_a_cluster() -> None:
         "tls.mode=auto, certManager, or existingSecret (with tls.existingSecret.name and "
         "tls.existingSecret.caBundle)"
     )
+
+
+@pytest.mark.slow
+def test_the_service_monitor_sends_a_token_from_a_secret_not_a_file() -> None:
+    """`authorization` (bearerTokenFile is deprecated in prometheus-operator): by default the
+    token of a ServiceAccount of the chart's, bound to GET /metrics only; or a Secret of yours."""
+    schema = prometheus_operator_schema()
+    on = ("monitoring.serviceMonitor.enabled=true",)
+    docs = template("edl", sets=on)
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "edl-metrics-adapter-metrics-scraper-token", "key": "token"},
+    }
+    secret = one(docs, "Secret")
+    assert (secret["metadata"]["name"], secret["metadata"]["namespace"], secret["type"]) == (
+        "edl-metrics-adapter-metrics-scraper-token", "edl-system",
+        "kubernetes.io/service-account-token")  # fmt: skip
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert account in {d["metadata"]["name"] for d in kinds(docs, "ServiceAccount")}
+    bindings = kinds(docs, "ClusterRoleBinding")
+    binding = next(d for d in bindings if "scraper" in d["roleRef"]["name"])
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "edl-system"}]  # fmt: skip
+    role = next(d for d in kinds(docs, "ClusterRole") if "scraper" in d["metadata"]["name"])
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert schema.errors(one(docs, "ServiceMonitor")) == []
+
+    yours = template("edl", sets=(*on, "monitoring.serviceMonitor.tokenSecret.create=false",
+                                  "monitoring.serviceMonitor.tokenSecret.name=prom-token",
+                                  "monitoring.serviceMonitor.tokenSecret.key=jwt"))  # fmt: skip
+    (endpoint,) = one(yours, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"]["credentials"] == {"name": "prom-token", "key": "jwt"}
+    assert not kinds(yours, "Secret")
+    assert not [d for d in kinds(yours, "ClusterRoleBinding") if "scraper" in d["roleRef"]["name"]]
+    assert schema.errors(one(yours, "ServiceMonitor")) == []
+    missing = re.escape("monitoring.serviceMonitor.tokenSecret.name is required")
+    with pytest.raises(HelmFailed, match=missing):
+        template("edl", sets=(*on, "monitoring.serviceMonitor.tokenSecret.create=false"))
 
 
 @pytest.mark.slow
