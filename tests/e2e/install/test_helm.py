@@ -73,7 +73,7 @@ def _crds(kubectl: Kubectl) -> None:
 def crds_and_namespaces(kubectl: Kubectl) -> None:
     _crds(kubectl)
     existing = kubectl("get", "namespaces", "-o", "name").split()
-    for ns in ("edl-system", "ml"):
+    for ns in ("edl-system", "ml", "monitoring"):  # monitoring: production.yaml's dashboards
         if f"namespace/{ns}" not in existing:
             kubectl("create", "namespace", ns)
 

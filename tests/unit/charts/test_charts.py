@@ -178,7 +178,8 @@ def test_the_service_monitor_sends_a_token_from_a_secret_not_a_file() -> None:
 @pytest.mark.slow
 def test_the_chart_installs_the_catalogue_alerts_rbac_and_trainer_policy_of_the_manifests() -> None:
     docs = template("edl", CHARTS / "edl/examples/production.yaml")
-    (catalogue_map,) = [d for d in kinds(docs, "ConfigMap") if "data" in d]
+    configmaps = kinds(docs, "ConfigMap")
+    (catalogue_map,) = [d for d in configmaps if "catalogue.yaml" in d.get("data", {})]
     catalogue = catalogue_map["data"]["catalogue.yaml"]
     assert catalogue == (ROOT / "manifests/base/catalogue.yaml").read_text()
     rule = one(render("manifests/monitoring"), "PrometheusRule")
