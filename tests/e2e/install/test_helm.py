@@ -286,7 +286,7 @@ def test_helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
     trainer_values.write_text(yaml.safe_dump({
         "command": ["python", "-m", "examples.train_digits_elastic", "--epochs", "400",
                     "--step-sleep", "0.05"],
-        "env": [{"name": "EDL_AGENT_HOST", "value": "$(POD_IP)"}],
+        "extraEnv": [{"name": "EDL_AGENT_HOST", "value": "$(POD_IP)"}],
         "workers": {"min": 1, "max": 2, "initial": 1},
         "autoscaling": {"mode": "throughput", "throughputTarget": "400"},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
