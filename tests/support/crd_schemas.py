@@ -10,28 +10,12 @@ wrong type or a missing required field is refused, as kube-apiserver's strict va
 from __future__ import annotations
 
 import functools
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.openapi_schemas import ApiSchema, SchemaUnavailable
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _crd_folder() -> Path:
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-prometheus-operator-crds.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SchemaUnavailable(f"fetch-prometheus-operator-crds.sh: {done.stderr[-2000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+from tests.support.cached_scripts import cached_path
+from tests.support.openapi_schemas import ApiSchema
 
 
 @functools.cache
@@ -39,10 +23,10 @@ def prometheus_operator_schema() -> ApiSchema:
     """PodMonitor, ServiceMonitor and PrometheusRule as the pinned CRDs define them.
 
     Raises:
-        SchemaUnavailable: the CRDs could not be fetched.
+        ScriptFailed: the CRDs could not be fetched.
     """
     definitions: dict[str, Any] = {}
-    for path in sorted(_crd_folder().glob("*.yaml")):
+    for path in sorted(cached_path("fetch-prometheus-operator-crds.sh").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ import yaml
 
 from tests.e2e.harness.adapter import MetricsAdapter
 from tests.e2e.harness.session import Kubectl
-from tests.support.kustomize import ROOT, render
+from tests.support.cached_scripts import cached_path
+from tests.support.kustomize import render
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -30,15 +30,7 @@ NAMESPACES = ("edl-system", "monitoring", "grafana")
 
 
 def _crd_folder() -> Path:
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-prometheus-operator-crds.sh")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return Path(done.stdout.strip())
+    return cached_path("fetch-prometheus-operator-crds.sh", timeout_s=300)
 
 
 @pytest.fixture(scope="module")
