@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.cached_scripts import ScriptFailed, cached_path
+
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
 KUBE_VERSION = "1.35.4"
@@ -23,16 +25,10 @@ class HelmFailed(AssertionError):
 @functools.cache
 def helm_binary() -> Path:
     """The cached helm (builds it on first use: minutes on a cold machine)."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise HelmFailed(f"scripts/build-helm.sh failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    try:
+        return cached_path("build-helm.sh", timeout_s=1800)
+    except ScriptFailed as e:
+        raise HelmFailed(str(e)) from e
 
 
 def helm(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120) -> str:

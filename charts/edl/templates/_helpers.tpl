@@ -33,6 +33,31 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- toJson $all -}}
 {{- end -}}
 
+{{- /*
+Whether Helm reaches a cluster: `lookup` finds the core group's APIService ("v1.", which every
+kube-apiserver registers) on install, upgrade and --dry-run=server; under `helm template`,
+`helm lint`, a client dry-run or Argo CD's rendering it finds nothing.
+*/ -}}
+{{- define "edl.clusterReachable" -}}
+{{- if lookup "apiregistration.k8s.io/v1" "APIService" "" "v1." -}}true{{- end -}}
+{{- end -}}
+
+{{- /*
+The TLS mode in effect. auto: generate where Helm reaches the cluster (the CA is looked up and
+kept across upgrades), certManager where it does not, so a GitOps render never mints a new CA.
+generate without a cluster refuses: every render would make a different CA.
+*/ -}}
+{{- define "edl.tlsMode" -}}
+{{- $mode := .Values.tls.mode -}}
+{{- $reachable := eq (include "edl.clusterReachable" .) "true" -}}
+{{- if eq $mode "auto" -}}
+{{- $mode = ternary "generate" "certManager" $reachable -}}
+{{- else if and (eq $mode "generate") (not $reachable) -}}
+{{- fail "tls.mode=generate needs the cluster (helm install/upgrade) to keep its CA; rendered without one (helm template, Argo CD, lint) it would mint a new CA each time: set tls.mode=auto, certManager, or existingSecret (with tls.existingSecret.name and tls.existingSecret.caBundle)" -}}
+{{- end -}}
+{{- $mode -}}
+{{- end -}}
+
 {{- define "edl.tlsSecretName" -}}
 {{- if eq .Values.tls.mode "existingSecret" -}}
 {{- required "tls.existingSecret.name is required with tls.mode=existingSecret" .Values.tls.existingSecret.name -}}
@@ -42,7 +67,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "edl.validate" -}}
-{{- $modes := list "generate" "certManager" "existingSecret" "selfSigned" -}}
+{{- $modes := list "auto" "generate" "certManager" "existingSecret" "selfSigned" -}}
 {{- if not (has .Values.tls.mode $modes) -}}
 {{- fail (printf "tls.mode %q: expected one of %s" .Values.tls.mode (join ", " $modes)) -}}
 {{- end -}}

@@ -78,7 +78,7 @@ def _crds(kubectl: Kubectl) -> None:
 def crds_and_namespaces(kubectl: Kubectl) -> None:
     _crds(kubectl)
     existing = kubectl("get", "namespaces", "-o", "name").split()
-    for ns in ("edl-system", "ml"):
+    for ns in ("edl-system", "ml", "monitoring"):  # monitoring: production.yaml's dashboards
         if f"namespace/{ns}" not in existing:
             kubectl("create", "namespace", ns)
 
@@ -320,7 +320,7 @@ def test_helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
     trainer_values.write_text(yaml.safe_dump({
         "command": ["python", "-m", "examples.train_digits_elastic", "--epochs", "400",
                     "--step-sleep", "0.05"],
-        "env": [{"name": "EDL_AGENT_HOST", "value": "$(POD_IP)"}],
+        "extraEnv": [{"name": "EDL_AGENT_HOST", "value": "$(POD_IP)"}],
         "workers": {"min": 1, "max": 2, "initial": 1},
         "autoscaling": {"mode": "throughput", "throughputTarget": "400"},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},

@@ -1,14 +1,14 @@
 """manifests/monitoring against the real kube-apiserver: prometheus-operator's CRDs (as its Go
 module v0.89.0 ships them) accept every object under strict validation and reject a misspelt
-field; Prometheus' own ServiceAccount token (no token Secret) reads the real adapter's
-SAR-protected /metrics exactly when the shipped ClusterRoleBinding exists; kube-apiserver
+field; the scraper ServiceAccount's token (the one its Secret holds and the ServiceMonitor
+sends) reads the real adapter's SAR-protected /metrics exactly when the shipped
+ClusterRoleBinding exists; kube-apiserver
 exports the series the APIService alert reads, for EDL's three APIServices."""
 
 from __future__ import annotations
 
 import copy
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ import yaml
 
 from tests.e2e.harness.adapter import MetricsAdapter
 from tests.e2e.harness.session import Kubectl
-from tests.support.kustomize import ROOT, render
+from tests.support.cached_scripts import cached_path
+from tests.support.kustomize import render
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,15 +30,7 @@ NAMESPACES = ("edl-system", "monitoring", "grafana")
 
 
 def _crd_folder() -> Path:
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-prometheus-operator-crds.sh")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return Path(done.stdout.strip())
+    return cached_path("fetch-prometheus-operator-crds.sh", timeout_s=300)
 
 
 @pytest.fixture(scope="module")
@@ -96,20 +89,20 @@ def test_the_schema_check_rejects_what_the_operator_would_not_read(
         _dry_run(kubectl, [bad_for], tmp_path)
 
 
-def test_prometheus_own_token_reads_the_adapter_metrics_once_bound(
+def test_the_scraper_token_reads_the_adapter_metrics_once_bound(
     operator_crds: None, kubectl: Kubectl, metrics_adapter: MetricsAdapter, tmp_path: Path
 ) -> None:
     docs = render("manifests/monitoring")
     rbac = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = next(d for d in rbac if d["kind"] == "ClusterRoleBinding")
-    (subject,) = binding["subjects"]  # Prometheus' own ServiceAccount
+    (subject,) = binding["subjects"]  # the scraper ServiceAccount
     name, ns = subject["name"], subject["namespace"]
     account = {"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": name, "namespace": ns}}  # fmt: skip
     path = tmp_path / "account.yaml"
     path.write_text(yaml.safe_dump(account))
     kubectl("apply", "-f", str(path))
-    # What the kubelet projects into the Prometheus pod: a bound, expiring token.
+    # A token of that ServiceAccount (the identity the token controller puts in its Secret).
     token = kubectl("create", "token", name, "-n", ns, "--duration=10m").strip()
     url = f"{metrics_adapter.url}/metrics"
     ca = str(metrics_adapter.pki.ca.cert)

@@ -99,6 +99,22 @@ def test_host_network_takes_the_cluster_dns_along_unless_told_otherwise(chart: s
     assert spec["dnsPolicy"] == "Default"
 
 
+@pytest.mark.parametrize("chart", ["edl", "edl-trainer"])
+def test_extra_env_is_the_name_and_env_stays_an_alias(chart: str) -> None:
+    """extraEnv, as prometheus-adapter's and KEDA's charts name it; `env` (the old name) is
+    still read, its entries first, so a values file written for either keeps working."""
+    (container,) = pod_spec(render(chart, "extraEnv[0].name=A", "extraEnv[0].value=x",
+                                   "env[0].name=B", "env[0].value=y"))["containers"]  # fmt: skip
+    names = [e["name"] for e in container["env"]]
+    assert names[-2:] == ["B", "A"]
+    (container,) = pod_spec(render(chart, "extraEnv[0].name=A", "extraEnv[0].value=x"))[
+        "containers"
+    ]
+    assert container["env"][-1] == {"name": "A", "value": "x"}
+    with pytest.raises(HelmFailed, match="at '/extraEnv/0': got string, want object"):
+        render(chart, "extraEnv[0]=A=1")
+
+
 def test_the_adapter_example_carries_every_pod_convention_into_the_pod() -> None:
     docs = render("edl", values=CHARTS / "edl/examples/openshift.yaml")
     deploy = pod_template(docs)

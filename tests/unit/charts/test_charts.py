@@ -1,26 +1,24 @@
 """charts/edl and charts/edl-trainer: lint, and what `helm template` renders for each example.
 
 The adapter's arguments are parsed by the adapter's own parser, the trainer's by the agent's;
-the generated serving certificate is checked against the CA in the APIServices' caBundle;
+the default TLS mode renders the same objects every time without a cluster (GitOps);
 the catalogue, the alert rules and the RBAC match what manifests/ installs.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
 
 from agent.elastic.runner import elastic_options
 from agent.process.cli import build_parser as agent_parser
 from metrics_adapter.cli import build_parser, settings_from_args
 from metrics_adapter.settings import AdapterSettings
+from tests.support.crd_schemas import prometheus_operator_schema
 from tests.support.helm import CHARTS, HelmFailed, examples, helm, template
 from tests.support.kustomize import ROOT, render
 
@@ -83,8 +81,8 @@ def test_each_adapter_example_serves_what_its_values_say(values: Path) -> None:
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod.get("priorityClassName", "") == v.get("priorityClassName", "system-cluster-critical")
     assert pod["securityContext"]["runAsNonRoot"] is True
-    mode = v.get("tls", {}).get("mode", "generate")
-    if mode == "certManager":
+    mode = v.get("tls", {}).get("mode", "auto")
+    if mode in ("auto", "certManager"):  # auto without a cluster: certManager
         assert one(docs, "Certificate")["spec"]["secretName"] == "edl-metrics-adapter-tls"
         for api in kinds(docs, "APIService"):
             assert api["metadata"]["annotations"] == {
@@ -95,31 +93,93 @@ def test_each_adapter_example_serves_what_its_values_say(values: Path) -> None:
     for key, kind in (("podMonitor", "PodMonitor"), ("serviceMonitor", "ServiceMonitor"),
                       ("prometheusRule", "PrometheusRule")):  # fmt: skip
         assert len(kinds(docs, kind)) == int(monitoring.get(key, {}).get("enabled", False))
-    assert not [d for d in docs if d["kind"] == "Secret" and d.get("type", "").endswith("token")]
+    tokens = [d for d in docs if d["kind"] == "Secret" and d.get("type", "").endswith("token")]
+    assert len(tokens) == int(monitoring.get("serviceMonitor", {}).get("enabled", False))
+    schema = prometheus_operator_schema()
+    for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert schema.errors(doc) == []
 
 
 @pytest.mark.slow
-def test_the_generated_ca_signs_the_serving_certificate_the_apiservices_trust() -> None:
-    docs = template("edl")
+def test_a_render_without_a_cluster_is_stable_and_leaves_the_ca_to_cert_manager() -> None:
+    """Argo CD renders with `helm template` on every sync: the default (tls.mode=auto) must
+    render the same objects each time, and no key or CA of Helm's making."""
+    first, second = template("edl"), template("edl")
+    assert first == second
+    assert not [d for d in first if d["kind"] == "Secret"]
+    certificate = one(first, "Certificate")
+    assert certificate["spec"]["secretName"] == "edl-metrics-adapter-tls"
+    assert certificate["spec"]["issuerRef"] == {"name": "edl-metrics-adapter-selfsigned",
+                                                "kind": "Issuer"}  # fmt: skip
+    for api in kinds(first, "APIService"):
+        assert api["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": "edl-system/edl-metrics-adapter"}  # fmt: skip
+        assert "caBundle" not in api["spec"] and "insecureSkipTLSVerify" not in api["spec"]
+    volume = one(first, "Deployment")["spec"]["template"]["spec"]["volumes"][1]
+    assert volume == {"name": "serving-cert", "secret": {"secretName": "edl-metrics-adapter-tls"}}
+
+
+@pytest.mark.slow
+def test_generate_refuses_to_render_without_a_cluster() -> None:
+    """tls.mode=generate keeps its CA by looking up its Secret; without a cluster each render
+    would mint a new one, so it names the modes that work there instead."""
+    with pytest.raises(HelmFailed) as refused:
+        template("edl", sets=("tls.mode=generate",))
+    (line,) = [x for x in str(refused.value).splitlines() if "tls.mode=generate" in x]
+    assert line.endswith(
+        "tls.mode=generate needs the cluster (helm install/upgrade) to keep its CA; rendered "
+        "without one (helm template, Argo CD, lint) it would mint a new CA each time: set "
+        "tls.mode=auto, certManager, or existingSecret (with tls.existingSecret.name and "
+        "tls.existingSecret.caBundle)"
+    )
+
+
+@pytest.mark.slow
+def test_the_service_monitor_sends_a_token_from_a_secret_not_a_file() -> None:
+    """`authorization` (bearerTokenFile is deprecated in prometheus-operator): by default the
+    token of a ServiceAccount of the chart's, bound to GET /metrics only; or a Secret of yours."""
+    schema = prometheus_operator_schema()
+    on = ("monitoring.serviceMonitor.enabled=true",)
+    docs = template("edl", sets=on)
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "edl-metrics-adapter-metrics-scraper-token", "key": "token"},
+    }
     secret = one(docs, "Secret")
-    assert secret["type"] == "kubernetes.io/tls"
-    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
-    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
-    cert.verify_directly_issued_by(ca)
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert "edl-metrics-adapter.edl-system.svc" in names.get_values_for_type(x509.DNSName)
-    assert cert.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
-    for api in kinds(docs, "APIService"):
-        assert api["spec"]["caBundle"] == secret["data"]["ca.crt"]
-        assert "insecureSkipTLSVerify" not in api["spec"]
-    volume = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"][1]
-    assert volume == {"name": "serving-cert", "secret": {"secretName": secret["metadata"]["name"]}}
+    assert (secret["metadata"]["name"], secret["metadata"]["namespace"], secret["type"]) == (
+        "edl-metrics-adapter-metrics-scraper-token", "edl-system",
+        "kubernetes.io/service-account-token")  # fmt: skip
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert account in {d["metadata"]["name"] for d in kinds(docs, "ServiceAccount")}
+    bindings = kinds(docs, "ClusterRoleBinding")
+    binding = next(d for d in bindings if "scraper" in d["roleRef"]["name"])
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "edl-system"}]  # fmt: skip
+    role = next(d for d in kinds(docs, "ClusterRole") if "scraper" in d["metadata"]["name"])
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert schema.errors(one(docs, "ServiceMonitor")) == []
+
+    yours = template("edl", sets=(*on, "monitoring.serviceMonitor.tokenSecret.create=false",
+                                  "monitoring.serviceMonitor.tokenSecret.name=prom-token",
+                                  "monitoring.serviceMonitor.tokenSecret.key=jwt"))  # fmt: skip
+    (endpoint,) = one(yours, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"]["credentials"] == {"name": "prom-token", "key": "jwt"}
+    assert not kinds(yours, "Secret")
+    assert not [d for d in kinds(yours, "ClusterRoleBinding") if "scraper" in d["roleRef"]["name"]]
+    assert schema.errors(one(yours, "ServiceMonitor")) == []
+    missing = re.escape("monitoring.serviceMonitor.tokenSecret.name is required")
+    with pytest.raises(HelmFailed, match=missing):
+        template("edl", sets=(*on, "monitoring.serviceMonitor.tokenSecret.create=false"))
 
 
 @pytest.mark.slow
 def test_the_chart_installs_the_catalogue_alerts_rbac_and_trainer_policy_of_the_manifests() -> None:
     docs = template("edl", CHARTS / "edl/examples/production.yaml")
-    (catalogue_map,) = [d for d in kinds(docs, "ConfigMap") if "data" in d]
+    configmaps = kinds(docs, "ConfigMap")
+    (catalogue_map,) = [d for d in configmaps if "catalogue.yaml" in d.get("data", {})]
     catalogue = catalogue_map["data"]["catalogue.yaml"]
     assert catalogue == (ROOT / "manifests/base/catalogue.yaml").read_text()
     rule = one(render("manifests/monitoring"), "PrometheusRule")
@@ -175,7 +235,7 @@ def test_watching_one_namespace_the_adapter_reads_it_through_a_role() -> None:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (("tls.mode=vault",), "at '/tls/mode': value must be one of 'generate', 'certManager'"),
+        (("tls.mode=vault",), "at '/tls/mode': value must be one of 'auto', 'generate'"),
         (("tls.mode=existingSecret",), "tls.existingSecret.caBundle is required"),
         (
             ("tls.mode=existingSecret", "tls.existingSecret.caBundle=Zm9v"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,48 @@ def test_custom_only_is_the_base_without_the_external_apiservice() -> None:
     assert names(custom) <= names(base)
     groups = {d["spec"]["group"] for d in custom if d["kind"] == "APIService"}
     assert groups == {"custom.metrics.k8s.io"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("under", ["manifests/base", "manifests/overlays/custom-only"])
+def test_the_verified_tls_component_makes_every_apiservice_verify_the_adapter(
+    tmp_path: Path, under: str
+) -> None:
+    """The base alone skips verification (a dev cluster's); the component, on any
+    kustomization built on it, trusts cert-manager's CA instead (docs/install.md)."""
+    assert all(
+        d["spec"]["insecureSkipTLSVerify"] is True
+        for d in render(under)
+        if d["kind"] == "APIService"
+    )
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({
+            "resources": [os.path.relpath(ROOT / under, tmp_path)],  # kustomize: relative
+            "components": [os.path.relpath(ROOT / "manifests/components/verified-tls", tmp_path)],
+        })
+    )  # fmt: skip
+    docs = render(str(tmp_path))
+    apis = [d for d in docs if d["kind"] == "APIService"]
+    assert {a["metadata"]["name"] for a in apis} == {
+        a["metadata"]["name"] for a in render(under) if a["kind"] == "APIService"
+    }
+    for api in apis:
+        assert "insecureSkipTLSVerify" not in api["spec"]
+        assert api["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": "edl-system/edl-metrics-adapter"
+        }
+    (certificate,) = [d for d in docs if d["kind"] == "Certificate"]
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert host in certificate["spec"]["dnsNames"]
+    settings = adapter_settings(docs)
+    assert settings is not None and settings.tls_cert_file == Path("/var/run/serving-cert/tls.crt")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["serving-cert"] == {
+        "name": "serving-cert",
+        "secret": {"secretName": certificate["spec"]["secretName"]},
+    }
 
 
 @pytest.mark.slow

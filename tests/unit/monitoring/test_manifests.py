@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.crd_schemas import prometheus_operator_schema
 from tests.support.dashboards import MONITORING_DOC, ROOT
 from tests.support.kustomize import render
 
@@ -27,6 +28,8 @@ def test_the_monitoring_kustomization_has_every_piece() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         [
+            "ServiceAccount",
+            "Secret",
             "ClusterRole",
             "ClusterRoleBinding",
             "PodMonitor",
@@ -45,7 +48,7 @@ def test_the_monitoring_kustomization_has_every_piece() -> None:
 
 
 @pytest.mark.slow
-def test_the_service_monitor_scrapes_the_adapter_with_prometheus_own_token() -> None:
+def test_the_service_monitor_scrapes_the_adapter_with_the_scraper_token() -> None:
     docs = render("manifests/monitoring")
     base = render("manifests/base")
     monitor = one(docs, "ServiceMonitor")
@@ -61,18 +64,41 @@ def test_the_service_monitor_scrapes_the_adapter_with_prometheus_own_token() -> 
         "/metrics",
         True,
     )
-    # Prometheus' own projected token (no long-lived token Secret is installed)...
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    assert "authorization" not in endpoint
-    assert not [d for d in docs if d["kind"] in ("Secret", "ServiceAccount")]
+    # `authorization` from a token Secret of the ServiceMonitor's namespace (the deprecated
+    # bearerTokenFile is refused where arbitraryFSAccessThroughSMs.deny is set)...
+    assert "bearerTokenFile" not in endpoint and "bearerTokenSecret" not in endpoint
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    secret, account = one(docs, "Secret"), one(docs, "ServiceAccount")
+    assert (credentials["name"], credentials["key"]) == (secret["metadata"]["name"], "token")
+    assert secret["metadata"]["namespace"] == account["metadata"]["namespace"] == ns
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": account["metadata"]["name"]
+    }
     # ...whose ServiceAccount may get /metrics and nothing else.
     role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "kube-prometheus-stack-prometheus",
-         "namespace": "monitoring"}
-    ]  # fmt: skip
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": ns}
+    ]
+
+
+@pytest.mark.slow
+def test_the_operator_objects_are_valid_for_the_pinned_crds() -> None:
+    """What prometheus-operator v0.89's CRDs accept (strict: an unknown field is refused)."""
+    schema = prometheus_operator_schema()
+    docs = [d for d in render("manifests/monitoring") if d["apiVersion"].startswith("monitoring.")]
+    assert {d["kind"] for d in docs} == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    for doc in docs:
+        assert schema.errors(doc) == []
+    monitor = one(docs, "ServiceMonitor")
+    monitor["spec"]["endpoints"][0]["authorization"]["credential"] = {"name": "x", "key": "t"}
+    assert schema.errors(monitor) == [
+        "ServiceMonitor edl-metrics-adapter.spec.endpoints[0].authorization: "
+        "unknown field 'credential'"
+    ]
 
 
 @pytest.mark.slow
