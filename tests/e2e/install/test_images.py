@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import uuid
 from pathlib import Path
@@ -24,6 +23,7 @@ import requests
 
 from tests.e2e.harness.containers import containers_conf
 from tests.e2e.harness.install import images_lock
+from tests.support.net import free_port
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -57,12 +57,6 @@ def run_once(
         return podman(env, *READ_ONLY, "--name", name, *args, timeout_s=timeout_s)
     finally:
         podman(env, "rm", "--force", "--time", "0", "--ignore", name)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def shared_folder(path: Path) -> Path:
