@@ -80,10 +80,14 @@ def test_each_recorded_pause_is_the_pause_the_sample_ledger_shows(
         print(
             f"{r.member} g{r.from_generation}->g{r.generation}: recorded {r.pause:.2f} s, "
             f"ledger {measured.gap:.2f} s (one step {measured.step:.2f} s)"
+            + ("" if measured.bounded else "; its world's only step before: not compared")
         )
-    # two scale-downs and a scale-up, each lived through by two or three survivors
-    assert len({r.generation for r in records}) >= 3 and len(records) >= 6
-    wrong = [(r, m) for r, m in compared if not m.agrees_with(r.pause)]
+    # two scale-downs and a scale-up, each lived through by two or three survivors, each after
+    # a settled world (many steps), so each comparable; the joins while the first world forms
+    # may leave a world after one step, whose length no ledger line shows (pause_monitor)
+    comparable = [(r, m) for r, m in compared if m.bounded]
+    assert len({r.generation for r, _ in comparable}) >= 3 and len(comparable) >= 6, compared
+    wrong = [(r, m) for r, m in comparable if not m.agrees_with(r.pause)]
     assert wrong == [], "recorded pauses that differ from the ledger's by more than one step"
 
     # No lost step: every world restored from the step the previous one stopped at.
