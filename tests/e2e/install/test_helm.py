@@ -43,6 +43,7 @@ from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.image_cluster import ADAPTER, ADAPTER_NS, Cluster, image_cluster
 from tests.e2e.harness.install import wait_rollout
 from tests.e2e.harness.session import Kubectl
+from tests.support.cached_scripts import cached_path
 from tests.support.helm import CHARTS, HelmFailed, examples, helm, template
 from tests.support.kustomize import ROOT
 from tests.support.waiting import wait_for
@@ -60,13 +61,7 @@ CRD_SCRIPTS = {
 
 def _crds(kubectl: Kubectl) -> None:
     for script, plurals in CRD_SCRIPTS.items():
-        done = subprocess.run(
-            ["bash", str(ROOT / "scripts" / script)],
-            capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        folder = Path(done.stdout.strip())
-        for path in sorted(folder.glob("*.yaml")):
+        for path in sorted(cached_path(script).glob("*.yaml")):
             kubectl("apply", "--server-side", "-f", str(path), timeout_s=60)
         for plural in plurals:
             group = "monitoring.coreos.com" if "prometheus" in script else "cert-manager.io"
