@@ -122,6 +122,30 @@ STATUS_KEYS = frozenset(JobStatus(JobPhase.PENDING, 0, 0).fields(0.0))
 """Every annotation the status writes (the store keeps them across world writes)."""
 
 
+def ended_status(kept: Mapping[str, str], phase: JobPhase, step: int | None) -> dict[str, str]:
+    """The status annotations a world write that ends the job (`phase`, terminal) carries.
+
+    The kept status is the running job's last report. Its ETA and, for a job that finished,
+    its progress and step are no longer true, and the writer that reports the end may come a
+    moment later (or, its pod gone, not at all): say what the end makes known (``0s``, the
+    finished step) and ``-`` for what only that report knows, never an old figure beside
+    ``Succeeded``. A status already terminal is that last report: it stays.
+    """
+    if not kept:  # nothing was reported: nothing to correct
+        return {}
+    if kept.get(PHASE_KEY) in {p.value for p in TERMINAL}:
+        return {**kept, PHASE_KEY: phase.value}
+    if phase is JobPhase.FAILED:  # how far it got stays true; it will not finish
+        return {**kept, PHASE_KEY: phase.value, PREFIX + "eta": "-"}
+    return {
+        **kept,
+        PHASE_KEY: phase.value,
+        PREFIX + "eta": duration_text(0),
+        PREFIX + "progress": "-",
+        PREFIX + "global-step": "-" if step is None else str(step),
+    }
+
+
 def rescale_text(at: float, generation: int) -> str:
     """`JobStatus.last_rescale` of a rescale that ended at `at` in `generation`."""
     return f"{_utc(at)} generation {generation}"

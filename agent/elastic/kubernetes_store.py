@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.elastic.errors import StoreUnavailable, WatchForbidden, WorldRecordInvalid
-from agent.elastic.job_status import PHASE_KEY, STATUS_KEYS, JobPhase
+from agent.elastic.job_status import PHASE_KEY, STATUS_KEYS, JobPhase, ended_status
 from agent.elastic.kubernetes_watch import KubernetesWatch
 from agent.elastic.store import Heartbeat, StoreWatch, VersionedRecord
 from agent.elastic.world import Member, World
@@ -223,6 +223,10 @@ class KubernetesStore:
         labels, annotations = self._world_meta(text)
         version, status = self._status
         if expected_version and version == expected_version:  # the status stays as it was
+            if PHASE_KEY in annotations:  # the record ends the job: no running figures stay
+                step = annotations.get(FINISHED_STEP)
+                phase = JobPhase(annotations[PHASE_KEY])
+                status = ended_status(status, phase, None if step is None else int(step))
             annotations = {**status, **annotations}
             if PHASE_KEY in status:
                 labels.setdefault(PHASE_KEY, status[PHASE_KEY])

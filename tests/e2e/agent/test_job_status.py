@@ -146,13 +146,23 @@ def test_kubectl_get_shows_the_phase_progress_and_eta_of_a_running_job(
         assert 0 < int(running["STEP"]) <= 30
         assert running["ETA"][-1] == "s"  # a Kubernetes duration: 45s, 2m3s
         gate.allow_all()
+        ended: list[dict[str, str]] = []
+
+        def reported_end() -> dict[str, str] | None:
+            row = in_phase("Succeeded")
+            if row is not None:
+                ended.append(row)
+            return row if row is not None and row["PROGRESS"] != "-" else None
+
         done = wait_for(
-            lambda: in_phase("Succeeded"),
+            reported_end,
             timeout_s=240,
-            what="kubectl get showing the job Succeeded",
+            what="kubectl get showing the job Succeeded, with its last report",
             describe=e2e_ns.runner.log_tails,
         )
         assert done["PROGRESS"] == "100.0%" and done["ETA"] == "0s"
+        # before the last report lands: never a running figure beside Succeeded
+        assert all(r["PROGRESS"] in ("-", "100.0%") and r["ETA"] == "0s" for r in ended), ended
         shown = kubectl("-n", ns, "get", "cm", "-l", "edl.paddlepaddle.org/job",
                         "-L", "edl.paddlepaddle.org/phase")  # fmt: skip
         assert "Succeeded" in shown, shown

@@ -12,6 +12,7 @@ from agent.elastic.job_status import (
     JobStatus,
     StatusReporter,
     duration_text,
+    ended_status,
     job_phase,
 )
 from agent.elastic.world import Member, World
@@ -94,3 +95,19 @@ def test_a_job_over_is_written_once() -> None:
     assert reporter.report(done, now=0, wall=0)
     assert not reporter.report(done, now=100, wall=100)  # idle pods rewrite nothing
     assert len(written) == 1
+
+
+def test_the_end_of_a_job_replaces_the_running_figures_it_makes_untrue() -> None:
+    running = JobStatus(JobPhase.RUNNING, 2, 3, global_step=40, progress=0.437, eta_seconds=90)
+    kept = running.fields(0.0)
+    done = ended_status(kept, JobPhase.SUCCEEDED, 92)
+    assert done[PHASE_KEY] == "Succeeded" and done[PREFIX + "eta"] == "0s"
+    assert done[PREFIX + "progress"] == "-"  # not 43.7% beside Succeeded: the last report says
+    assert done[PREFIX + "global-step"] == "92"
+    assert ended_status(kept, JobPhase.SUCCEEDED, None)[PREFIX + "global-step"] == "-"
+    failed = ended_status(kept, JobPhase.FAILED, None)
+    assert failed[PREFIX + "progress"] == "43.7%" and failed[PREFIX + "global-step"] == "40"
+    assert failed[PHASE_KEY] == "Failed" and failed[PREFIX + "eta"] == "-"
+    last = JobStatus(JobPhase.SUCCEEDED, 0, 3, global_step=92, progress=1.0, eta_seconds=0)
+    assert ended_status(last.fields(0.0), JobPhase.SUCCEEDED, 92) == last.fields(0.0)
+    assert ended_status({}, JobPhase.SUCCEEDED, 92) == {}  # nothing reported, nothing to mend

@@ -335,6 +335,15 @@ def test_the_status_lives_on_the_world_config_map_and_survives_world_writes() ->
     assert members["a"].finish(80)  # the end says so, whatever the last report said
     labels, annotations = api.meta["edl-digits-job-world"]
     assert labels[PHASE_KEY] == annotations[PHASE_KEY] == "Succeeded"
-    assert annotations[PREFIX + "progress"] == "25.0%"  # until rank 0's last report
+    # no running figure beside Succeeded: what the end says, "-" until the last report
+    assert annotations[PREFIX + "progress"] == "-" and annotations[PREFIX + "eta"] == "0s"
+    assert annotations[PREFIX + "global-step"] == "80"
+    last = JobStatus(JobPhase.SUCCEEDED, 0, 2, global_step=80, progress=1.0, eta_seconds=0)
+    assert members["a"].report_status(last.fields(0.0))
+    store = KubernetesStore(api, "Digits_Job", clock=clock.wall)
+    record = store.read_world()  # the finished record written again: the last report stays
+    assert record.text is not None and store.write_world(record.text, record.version)
+    labels, annotations = api.meta["edl-digits-job-world"]
+    assert annotations[PHASE_KEY] == "Succeeded" and annotations[PREFIX + "progress"] == "100.0%"
     api.down = True
     assert not members["a"].report_status(status.fields(0.0))  # unreachable: False, no raise
