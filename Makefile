@@ -55,7 +55,9 @@ openapi-schemas: venv
 	@$(BIN)/python -m tests.support.openapi_schemas >/dev/null
 
 # Release artifacts into dist/ (docs/release.md): the sdist and wheel of edl-k8s (python -m build),
-# both charts packaged by helm (.tgz), and SHA256SUMS over them. Images: `make images`.
+# both charts packaged by helm (.tgz), CycloneDX SBOMs of the base install and of each extra in
+# SBOM_EXTRAS (default adapter; cyclonedx-bom pinned in scripts/sbom/, cached), IMAGES (this
+# version's images and their ids; IMAGES=1 runs `make images` first) and SHA256SUMS over them.
 DIST ?= dist
 dist: venv
 	@bash scripts/build-dist.sh $(BIN)/python $(DIST)
