@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml scripts/install-torch.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@bash scripts/install-torch.sh $(VENV)
-	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,s3,dev]'
+	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,s3,fsspec,dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages the tests need: prometheus (server + promtool).
