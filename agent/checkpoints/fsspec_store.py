@@ -10,6 +10,8 @@ dot-object; its name carries the writer's clock, and later writes remove those o
 `STALE_SECONDS` (an object store's own unfinished uploads expire by its rules: GCS resumable
 sessions after a week, Azure's uncommitted blocks likewise). Durability is the server's:
 fsspec has no fsync; a payload lost to a crash fails its SHA-256 and the catalogue falls back.
+After any error the store makes its filesystem anew on the next call (fsspec's sftp does not
+reconnect a dropped connection).
 
 Where and as whom: the URL (``sftp://user@host:port/path``) and fsspec's configuration, read
 from ``FSSPEC_<PROTOCOL>_<OPTION>`` variables (``FSSPEC_SFTP_KEY_FILENAME=/secrets/id``,
@@ -93,10 +95,13 @@ def _pipelined(f: Any) -> None:
 
 
 def default_filesystem(url: str) -> tuple[FileSystem, str]:
-    """The filesystem and folder of `url`, with fsspec's configuration (``FSSPEC_*``)."""
+    """The filesystem and folder of `url`, with fsspec's configuration (``FSSPEC_*``).
+
+    A filesystem of its own, not fsspec's shared instance: the store replaces it after an error.
+    """
     from fsspec.core import url_to_fs
 
-    fs, root = url_to_fs(url)
+    fs, root = url_to_fs(url, skip_instance_cache=True)
     return fs, str(root).rstrip("/")
 
 
@@ -149,6 +154,7 @@ class FsspecFolder:
         except FileNotFoundError as e:
             raise CheckpointMissing(f"{doing}: no such object") from e
         except Exception as e:
+            self._fs = None  # a dropped connection (SFTP does not reconnect): a new one next time
             raise CheckpointStoreError(f"{doing}: {type(e).__name__}: {e}") from e
 
     def _write(self, path: str, data: bytes) -> None:
