@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml scripts/install-torch.sh
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@bash scripts/install-torch.sh $(VENV)
-	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,s3,dev]'
+	$(BIN)/python -m pip install -q -e '.[adapter,sim,paddle,torch,gpu,s3,fsspec,dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages the tests need: prometheus (server + promtool).
@@ -55,7 +55,9 @@ openapi-schemas: venv
 	@$(BIN)/python -m tests.support.openapi_schemas >/dev/null
 
 # Release artifacts into dist/ (docs/release.md): the sdist and wheel of edl-k8s (python -m build),
-# both charts packaged by helm (.tgz), and SHA256SUMS over them. Images: `make images`.
+# both charts packaged by helm (.tgz), CycloneDX SBOMs of the base install and of each extra in
+# SBOM_EXTRAS (default adapter; cyclonedx-bom pinned in scripts/sbom/, cached), IMAGES (this
+# version's images and their ids; IMAGES=1 runs `make images` first) and SHA256SUMS over them.
 DIST ?= dist
 dist: venv
 	@bash scripts/build-dist.sh $(BIN)/python $(DIST)

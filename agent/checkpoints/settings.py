@@ -23,11 +23,12 @@ OPTIONS: tuple[Option, ...] = (
         names.CHECKPOINT_URL,
         TEXT,
         None,
-        "a directory every pod mounts (a ReadWriteMany volume), file:///dir, or "
-        "s3://bucket/prefix (the s3 extra; AWS_* variables); the job's checkpoints go to "
-        "<url>/<job> (default: none, no durable checkpoints)",
+        "a directory every pod mounts (a ReadWriteMany volume), file:///dir, "
+        "s3://bucket/prefix (the s3 extra; AWS_* variables), or another fsspec URL: gs://, "
+        "az://, sftp://user@host/dir... (the fsspec extra; FSSPEC_* variables); the job's "
+        "checkpoints go to <url>/<job> (default: none, no durable checkpoints)",
         GROUP,
-        bad="gs://bucket",
+        bad="nosuch://bucket",
     ),
     Option(
         "checkpoint_every_steps",
@@ -70,7 +71,8 @@ class CheckpointSettings:
 
     url: str = ""
     """--checkpoint-url / EDL_CHECKPOINT_URL: a directory (a ReadWriteMany volume),
-    ``file:///dir`` or ``s3://bucket/prefix``; the job's checkpoints go to ``<url>/<job>``.
+    ``file:///dir``, ``s3://bucket/prefix`` or another fsspec URL (``gs://``, ``sftp://``...);
+    the job's checkpoints go to ``<url>/<job>``.
     Empty: no checkpoints."""
     every_steps: int = _DEFAULTS["checkpoint_every_steps"]
     """--checkpoint-every-steps / EDL_CHECKPOINT_EVERY_STEPS: checkpoint after this many steps

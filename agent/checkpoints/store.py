@@ -5,8 +5,10 @@ the catalogue needs: a `put` is atomic (a reader sees the old object or the whol
 never part of it). Object storage gives that for every upload; a directory gives it with a
 temporary name and a rename (`agent.checkpoints.local`). Checkpoints are addressed by URL,
 fsspec style: ``/path`` or ``file:///path`` is the local backend, ``s3://bucket/prefix``
-S3 or an S3-compatible server (`agent.checkpoints.s3`); another scheme is one module with an
-``open_url(url) -> CheckpointStore`` function plus one line in `STORES`.
+S3 or an S3-compatible server (`agent.checkpoints.s3`), and any other scheme fsspec's
+(``gs://``, ``az://``, ``sftp://``...: `agent.checkpoints.fsspec_store`). A store of our own
+for a scheme is one module with an ``open_url(url) -> CheckpointStore`` function plus one line
+in `STORES`.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ class CheckpointStore(Protocol):
 STORES: dict[str, str] = {
     "file": "agent.checkpoints.local",
     "s3": "agent.checkpoints.s3",
+    "*": "agent.checkpoints.fsspec_store",
 }
-"""Registry: URL scheme -> module exposing ``open_url(url) -> CheckpointStore``."""
+"""Registry: URL scheme -> module exposing ``open_url(url) -> CheckpointStore``; ``*`` takes
+every other scheme (its module refuses the ones it cannot open)."""
 
 
 def scheme_of(url: str) -> str:
@@ -63,11 +67,10 @@ def open_store(url: str) -> CheckpointStore:
     if not url.strip():
         raise ConfigError("checkpoint URL is empty")
     scheme = scheme_of(url)
-    try:
-        module = STORES[scheme]
-    except KeyError:
+    module = STORES.get(scheme) or STORES.get("*")
+    if module is None or scheme == "*":
         raise ConfigError(
             f"checkpoint URL {url!r}: unknown scheme {scheme!r} (known: {', '.join(STORES)})"
-        ) from None
+        )
     store: CheckpointStore = import_module(module).open_url(url)
     return store

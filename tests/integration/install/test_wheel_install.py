@@ -2,7 +2,8 @@
 
 What a training image gets from ``pip install edl-k8s``: the agent and the trainer library, and
 none of the adapter's server libraries; ``edl-adapter`` there is one line naming the extra, and
-so is an ``s3://`` checkpoint URL (the AWS SDK is the ``[s3]`` extra).
+so is an ``s3://`` checkpoint URL (the AWS SDK is the ``[s3]`` extra) and an ``sftp://`` one
+(fsspec is the ``[fsspec]`` extra).
 The wheel is built from this tree (``python -m build``, isolated); its dependencies come from
 pip's cache and the configured index, as for a user.
 """
@@ -92,6 +93,19 @@ def test_s3_checkpoints_without_their_extra_name_the_extra_in_one_line(
     assert "pip install 'edl-k8s[s3]'" in line
 
 
+def test_fsspec_checkpoints_without_their_extra_name_the_extra_in_one_line(
+    venv: Path, tmp_path: Path
+) -> None:
+    assert run([venv / "bin/python", "-c", "import fsspec"]).returncode == 1
+    agent: list[str | Path] = [venv / "bin/edl-agent", "run", "--elastic", "--job", "j"]
+    url = ["--checkpoint-url", "sftp://edl@files.example/ckpt"]
+    done = run([*agent, "--membership", f"local:{tmp_path}", *url, "--", "true"])
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("edl-agent: error: --checkpoint-url")
+    assert "sftp:// checkpoints need fsspec: pip install 'edl-k8s[fsspec]'" in line
+
+
 def test_the_adapter_without_its_extra_names_the_extra_in_one_line(venv: Path) -> None:
     done = run([venv / "bin/edl-adapter", "--help"])
     assert done.returncode == 1
@@ -113,7 +127,7 @@ def test_every_package_is_typed_and_the_metadata_names_the_project(venv: Path) -
     )
     meta = json.loads(ok([venv / "bin/python", "-c", script]))
     assert meta["license"] == "Apache-2.0"
-    assert {"adapter", "sim", "paddle", "torch", "gpu", "s3"} <= set(meta["extras"])
+    assert {"adapter", "sim", "paddle", "torch", "gpu", "s3", "fsspec"} <= set(meta["extras"])
     assert meta["packages"] == ["agent", "edl_common", "edl_sim", "edl_sizing", "metrics_adapter"]
     assert meta["typed"] == meta["packages"]
 

@@ -38,6 +38,8 @@ def test_the_base_install_carries_none_of_the_adapters_server_libraries() -> Non
     assert "matplotlib" not in names(PROJECT["dependencies"])
     assert "boto3" in names(PROJECT["optional-dependencies"]["s3"])
     assert not {"boto3", "botocore"} & names(PROJECT["dependencies"])
+    assert "fsspec" in names(PROJECT["optional-dependencies"]["fsspec"])
+    assert "fsspec" not in names(PROJECT["dependencies"])
 
 
 def test_the_adapters_import_names_are_its_extras_distributions() -> None:
@@ -55,11 +57,12 @@ def test_the_adapters_import_names_are_its_extras_distributions() -> None:
 
 def test_a_training_image_imports_only_the_base_install_and_the_framework_extras() -> None:
     """The agent and the trainer library import nothing that only an extra other than a
-    framework's or the object-storage checkpoints' brings (the adapter's, the simulator's)."""
+    framework's or the remote checkpoint stores' (s3, fsspec) brings (the adapter's, the
+    simulator's)."""
     provided = packages_distributions()
     extras = PROJECT["optional-dependencies"]
     allowed = names(PROJECT["dependencies"]) | names(
-        extras["paddle"] + extras["torch"] + extras["gpu"] + extras["s3"]
+        extras["paddle"] + extras["torch"] + extras["gpu"] + extras["s3"] + extras["fsspec"]
     )
     seen: dict[str, set[str]] = {}
     for package in TRAINING_IMAGE:
