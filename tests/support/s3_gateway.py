@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.net import free_port
+from tests.support.new_pod import stop_server
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +74,7 @@ class S3Gateway:
 
     def stop(self) -> None:
         """Terminates the server (killed if it lingers)."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(30)
+        stop_server(self.proc)
 
     def bucket(self) -> str:
         """A new empty bucket."""

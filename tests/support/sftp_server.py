@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.net import free_port
+from tests.support.new_pod import stop_server
 from tests.support.waiting import wait_for
 
 SSHD = Path("/usr/sbin/sshd")
@@ -79,12 +80,7 @@ class SftpServer:
 
     def stop(self) -> None:
         """Terminates the server (killed if it lingers)."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(30)
+        stop_server(self.proc)
 
 
 def _answers(server: SftpServer) -> bool:

@@ -28,11 +28,11 @@ from agent.checkpoints.catalogue import Checkpoints, Manifest
 from agent.checkpoints.errors import CheckpointMissing, CheckpointStoreError
 from agent.checkpoints.fsspec_store import FsspecFolder, default_filesystem, open_url
 from agent.checkpoints.settings import CheckpointSettings
+from tests.support.new_pod import RESTORER, ROOT, run_as_new_pod
 from tests.support.sftp_server import SftpServer, running_sftp_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[3]
 MiB = 1 << 20
 
 
@@ -115,43 +115,14 @@ for step in (10, 20, 30):
             framework="paddle")
 """
 
-RESTORER = """
-import json, os
-from agent.checkpoints.catalogue import Checkpoints
-from agent.checkpoints.settings import CheckpointSettings
-store = CheckpointSettings.from_env(os.environ).store(os.environ["EDL_JOB"])
-found = Checkpoints(store).newest_usable(lambda m, blob: blob.decode())
-print(json.dumps(None if found is None else [found[0].step, found[1]]))
-"""
-
-
-def pod(script: str, server: SftpServer, url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`script` in a new process with nothing but a pod's environment (no home, no ~/.ssh)."""
-    cwd.mkdir()
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=cwd,
-        env={
-            "PATH": os.environ["PATH"],
-            "PYTHONPATH": str(ROOT),
-            "HOME": str(cwd),
-            "EDL_JOB": "digits",
-            "EDL_CHECKPOINT_URL": url,
-            **server.env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
 
 def test_every_pod_lost_a_new_process_restores_from_the_server_alone(
     server: SftpServer, remote: Path, tmp_path: Path
 ) -> None:
     url = server.url(remote / "jobs")
-    wrote = pod(WRITER, server, url, tmp_path / "writer")
+    wrote = run_as_new_pod(WRITER, url, tmp_path / "writer", server.env)
     assert wrote.returncode == 0, wrote.stderr  # the writer's process is gone
-    restored = pod(RESTORER, server, url, tmp_path / "new-pod")
+    restored = run_as_new_pod(RESTORER, url, tmp_path / "new-pod", server.env)
     assert restored.returncode == 0, restored.stderr
     assert json.loads(restored.stdout) == [30, "state at step 30"]
 

@@ -25,7 +25,8 @@ from agent.checkpoints.catalogue import Checkpoints, Manifest
 from agent.checkpoints.errors import CheckpointMissing, CheckpointStoreError
 from agent.checkpoints.s3 import S3Prefix, open_url
 from agent.checkpoints.settings import CheckpointSettings
-from tests.support.s3_gateway import ROOT, S3Gateway, running_gateway
+from tests.support.new_pod import RESTORER, ROOT, run_as_new_pod
+from tests.support.s3_gateway import S3Gateway, running_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -85,16 +86,6 @@ def test_checkpoints_round_trip_through_the_bucket(gateway: S3Gateway, bucket: s
     store.delete("ckpt-0000000001-g000001-s0000000010.state")  # already gone: no error
 
 
-RESTORER = """
-import json, os
-from agent.checkpoints.catalogue import Checkpoints
-from agent.checkpoints.settings import CheckpointSettings
-store = CheckpointSettings.from_env(os.environ).store(os.environ["EDL_JOB"])
-found = Checkpoints(store).newest_usable(lambda m, blob: blob.decode())
-print(json.dumps(None if found is None else [found[0].step, found[1]]))
-"""
-
-
 def test_every_pod_lost_a_new_process_restores_from_the_bucket_alone(
     gateway: S3Gateway, bucket: str, tmp_path: Path
 ) -> None:
@@ -103,21 +94,7 @@ def test_every_pod_lost_a_new_process_restores_from_the_bucket_alone(
     for step in (10, 20, 30):
         write(c, step, f"state at step {step}".encode())
     # A new pod: another process, another working directory, nothing but its environment.
-    out = subprocess.run(
-        [sys.executable, "-c", RESTORER],
-        cwd=tmp_path,
-        env={
-            "PATH": os.environ["PATH"],
-            "PYTHONPATH": str(ROOT),
-            "HOME": str(tmp_path),
-            "EDL_JOB": "digits",
-            "EDL_CHECKPOINT_URL": url,
-            **gateway.env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_as_new_pod(RESTORER, url, tmp_path / "new-pod", gateway.env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [30, "state at step 30"]
 
