@@ -3,8 +3,9 @@
 # (`python -m build`, in an isolated build environment), both charts packaged by helm, a
 # CycloneDX SBOM of the environment the wheel installs (base install, and one per extra named in
 # SBOM_EXTRAS, default "adapter"), IMAGES (the images of this version and their ids; with
-# IMAGES=1 `make images` builds them first), and SHA256SUMS over them all. The charts' version
-# and appVersion must be pyproject.toml's version: a release is one version everywhere.
+# IMAGES=1 `make images` builds them first), and SHA256SUMS over them all. IMAGE_REPO (default
+# localhost) names the images, and the packaged charts' default images with them. The charts'
+# version and appVersion must be pyproject.toml's version: a release is one version everywhere.
 # Usage: build-dist.sh PYTHON OUT_DIR
 set -euo pipefail
 py="$1"
@@ -32,8 +33,8 @@ fi
   || { cat "$out/.build.log" >&2; echo "dist: python -m build failed" >&2; exit 1; }
 rm -f "$out/.build.log"
 helm="$(bash scripts/build-helm.sh)"
-"$helm" lint --strict charts/edl charts/edl-trainer >/dev/null
-"$helm" package charts/edl charts/edl-trainer --destination "$out" >/dev/null
+repo="${IMAGE_REPO:-localhost}"
+bash scripts/package-charts.sh "$helm" "$out" "$repo"
 
 # The SBOMs: what `pip install` of this wheel puts into an environment, read back from that
 # environment by cyclonedx-py (installed metadata: versions, licenses, purls), as a scanner
@@ -58,7 +59,6 @@ done
 # IMAGES: each image of this version that the local image store holds, with its image id (the
 # digest of its config, which a push keeps; the registry's manifest digest is known only after
 # the push: `podman push --digestfile`). One line each: NAME REFERENCE IMAGE-ID.
-repo="${IMAGE_REPO:-localhost}"
 builder=""
 for b in podman docker; do command -v "$b" >/dev/null 2>&1 && { builder="$b"; break; }; done
 {

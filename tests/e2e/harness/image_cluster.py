@@ -78,7 +78,7 @@ class Cluster:
         return write_overlay(
             self.overlays / base.replace("/", "-"),
             base,
-            images=[{"name": "ghcr.io/paddlepaddle/edl", "newName": name, "newTag": tag}],
+            images=[{"name": "localhost/edl", "newName": name, "newTag": tag}],
             patches=[bind_pod_ip, through_proxy],
         )
 

@@ -129,3 +129,36 @@ def test_images_names_this_versions_images_the_local_store_holds(dist: Path) -> 
         if inspect.returncode == 0:
             held[name] = (ref, "sha256:" + inspect.stdout.strip().removeprefix("sha256:"))
     assert listed == held
+
+
+def chart_images(helm: str, chart: Path) -> list[str]:
+    """The images a chart's defaults run, as `helm template` renders them."""
+    shown = subprocess.run(
+        [helm, "template", "x", str(chart)], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted({line.split("image:", 1)[1].strip().strip('"') for line in shown.splitlines()
+                   if line.strip().startswith("image:")})  # fmt: skip
+
+
+def test_the_packaged_charts_default_to_the_images_of_the_release(
+    dist: Path, tmp_path: Path
+) -> None:
+    """One setting names the images: IMAGE_REPO (here the default, localhost) for `make images`,
+    IMAGES and the packaged charts' defaults alike; another registry, packaged, is pulled as is."""
+    helm = subprocess.run(
+        ["bash", "scripts/build-helm.sh"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert chart_images(helm, dist / f"edl-{VERSION}.tgz") == [f"localhost/edl:{VERSION}"]
+    assert chart_images(helm, dist / f"edl-trainer-{VERSION}.tgz") == [
+        f"localhost/edl-trainer:{VERSION}"
+    ]
+    repo = "registry.example.com/ml"
+    subprocess.run(
+        ["bash", "scripts/package-charts.sh", helm, str(tmp_path), repo], cwd=ROOT, check=True
+    )
+    assert chart_images(helm, tmp_path / f"edl-{VERSION}.tgz") == [f"{repo}/edl:{VERSION}"]
+    assert chart_images(helm, tmp_path / f"edl-trainer-{VERSION}.tgz") == [
+        f"{repo}/edl-trainer:{VERSION}"
+    ]
+    values = (ROOT / "charts" / "edl" / "values.yaml").read_text()
+    assert "repository: localhost/edl " in values  # the tree is left as it was
