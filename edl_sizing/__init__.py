@@ -71,6 +71,7 @@ from edl_sizing.history import (
     SizeHistory,
     class_key,
 )
+from edl_sizing.queues import FlavorRoom, QueueGroup, QueueQuota
 from edl_sizing.resources import GPU, ResourceError, Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, fit_usl
 from edl_sizing.sizing_round import Observation, RoundResult, run_round, with_history
@@ -81,6 +82,7 @@ __all__ = [
     "CapacitySource",
     "ClusterSnapshot",
     "Demand",
+    "FlavorRoom",
     "HistoryError",
     "HistoryStore",
     "Job",
@@ -90,6 +92,8 @@ __all__ = [
     "Observation",
     "Plan",
     "Pod",
+    "QueueGroup",
+    "QueueQuota",
     "Quota",
     "Reason",
     "ResourceError",

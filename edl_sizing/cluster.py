@@ -156,6 +156,12 @@ class Job:
     ``observed``)."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    queue: str | None = None
+    """The Kueue ClusterQueue that admits its workers (through the LocalQueue its
+    ``kueue.x-k8s.io/queue-name`` label names); None: Kueue does not queue it."""
+    admitted: int = 0
+    """Its workers Kueue has admitted (their admission gate is gone): only workers beyond
+    these need room in ``queue``."""
     error: str | None = None
 
     @property

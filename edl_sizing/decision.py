@@ -45,6 +45,7 @@ from typing import Any
 
 from edl_sizing.cluster import Job, Node, Pod, Quota
 from edl_sizing.packing import Packing
+from edl_sizing.queues import QueueQuota
 from edl_sizing.resources import Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, size_model
 
@@ -63,6 +64,8 @@ class Reason(enum.Enum):
     PROTECTED_DEMAND = "protected_demand"
     WAITING = "waiting"
     FALLBACK = "fallback"
+    QUEUE_QUOTA = "queue_quota"
+    """Its Kueue ClusterQueue admits no more of its workers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,11 @@ class _State:
     """Created-but-unbound workers kept this round (the job grows: it is no one's donor)."""
     quota: str | None = None
     """The ResourceQuota that admits no more of its workers (its growth stopped there)."""
+    queue: str | None = None
+    """The Kueue ClusterQueue that admits no more of its workers (its growth stopped there)."""
+    picks: list[tuple[int, ...]] = field(default_factory=list)
+    """The flavors its Kueue ClusterQueue gave each of this round's workers beyond the
+    admitted ones (what a release gives back)."""
     took: list[tuple[_State, str]] = field(default_factory=list)
     """(donor, node) of each worker this job's growth took from another job this round."""
     gave: list[tuple[str, float, float]] = field(default_factory=list)
@@ -432,11 +440,14 @@ def decide(
     policy: SizingPolicy = SizingPolicy(),
     now: float = 0.0,
     quotas: Sequence[Quota] = (),
+    queues: Sequence[QueueQuota] = (),
 ) -> Plan:
     """One sizing round (see the module docstring); pure and deterministic.
 
     ``quotas``: what each namespace's ResourceQuotas still admit; growth never plans a new
-    worker pod that one of them would refuse.
+    worker pod that one of them would refuse. ``queues``: what each Kueue ClusterQueue still
+    admits; no job is planned a worker beyond its admitted ones that its queue
+    (``Job.queue``) would leave waiting.
     """
     eligible = [n for n in sorted(nodes, key=lambda n: n.name) if n.ready and n.schedulable]
     allocatable = sum((n.allocatable for n in eligible), Resources())
@@ -471,11 +482,12 @@ def decide(
     for s in valid:
         s.fairness = s.rho(now)
     demands = _serve_claims(packing, states, valid, pods)
-    _keep_granted(packing, valid, policy)
+    kueue = _Queues(queues)
+    _keep_granted(packing, valid, policy, kueue)
     _repack(packing, valid, policy)
     reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
     _keep_reserve(packing, valid, policy, reserve)
-    _grow(packing, valid, policy, now, _Quotas(quotas), reserve)
+    _grow(packing, valid, policy, now, _Quotas(quotas), reserve, kueue)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
 
@@ -698,17 +710,23 @@ def _make_room(
     return (best[0][-1], best[1]) if best is not None else None
 
 
-def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
+def _keep_granted(
+    packing: Packing, valid: list[_State], policy: SizingPolicy, kueue: _Queues
+) -> None:
     """Created-but-unbound workers keep their place.
 
     They keep it while they fit, or while the room they were granted by taking another
-    job's worker is still worth taking (the donor's HPA may not have scaled it down yet).
+    job's worker is still worth taking (the donor's HPA may not have scaled it down yet);
+    one that Kueue has not admitted, only while its ClusterQueue has room for it.
     """
     for s in sorted(valid, key=lambda s: (-s.job.priority, s.job.arrival, s.job.key)):
         if s.waiting or s.shrunk_for:
             continue
         job = s.job
         while s.count < min(job.replicas, job.max_replicas):
+            if kueue.refusing(s) is not None:
+                s.reason = Reason.QUEUE_QUOTA
+                break
             node = packing.first_fit(job.worker, job.tolerations, job.node_selector)
             if node is None and not s.gave:
                 node = _displace(packing, valid, s, policy)
@@ -717,6 +735,7 @@ def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -
                 break
             packing.place(node, job.worker, job.key)
             s.count += 1
+            kueue.placed(s)
             s.granted += 1
     for s in valid:
         s.took.clear()  # kept workers are no growth of this round: nothing to undo
@@ -806,6 +825,44 @@ def _pods_back(q: Quota) -> dict[str, float]:
     return {"pods": q.left["pods"] + 1.0} if "pods" in q.left else {}
 
 
+class _Queues:
+    """What the Kueue ClusterQueues admit, consumed by the round's unadmitted workers.
+
+    A worker Kueue admitted is in its queue's usage already; only those beyond take room.
+    """
+
+    def __init__(self, queues: Sequence[QueueQuota]) -> None:
+        self.by_name = {q.name: q for q in queues}
+
+    def refusing(self, s: _State) -> str | None:
+        """The ClusterQueue that would leave one more worker of ``s`` waiting (None: none)."""
+        name = s.job.queue
+        if name is None or s.count + 1 <= s.job.admitted:
+            return None
+        queue = self.by_name.get(name)
+        if queue is None or not queue.admits(s.job.worker):
+            s.queue = name
+            return name
+        return None
+
+    def placed(self, s: _State) -> None:
+        """A worker was planned for ``s`` (beyond its admitted ones: it takes queue room)."""
+        name = s.job.queue
+        if name is None or s.count <= s.job.admitted or name not in self.by_name:
+            return
+        picks = self.by_name[name].choose(s.job.worker)
+        if picks is not None:
+            self.by_name[name] = self.by_name[name].moved(s.job.worker, picks, 1.0)
+            s.picks.append(picks)
+
+    def released(self, s: _State) -> None:
+        """A planned worker of ``s`` was given back (before ``s.count`` drops)."""
+        name = s.job.queue
+        if name is None or s.count <= s.job.admitted or not s.picks or name not in self.by_name:
+            return
+        self.by_name[name] = self.by_name[name].moved(s.job.worker, s.picks.pop(), -1.0)
+
+
 def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
     """A job whose placement trains slower than fewer workers would shrinks to them.
 
@@ -863,19 +920,24 @@ def _grow(
     now: float,
     quotas: _Quotas,
     reserve: _Reserve | None = None,
+    kueue: _Queues | None = None,
 ) -> None:
+    kueue = kueue or _Queues(())
     for s in valid:
         s.start = s.count
         s.start_nodes = frozenset(packing.workers.get(s.job.key, ()))
     excluded: set[str] = {
         s.job.key
         for s in valid
-        if s.waiting or s.shrunk_for or s.repacked or s.reason is Reason.NO_CAPACITY
+        if s.waiting
+        or s.shrunk_for
+        or s.repacked
+        or s.reason in (Reason.NO_CAPACITY, Reason.QUEUE_QUOTA)
     }
     reserve = reserve or _Reserve(packing, Resources())
     for _ in range(len(valid) + 1):
         growing = [s for s in valid if s.job.key not in excluded]
-        _grow_greedily(packing, growing, policy, now, valid, quotas, reserve)
+        _grow_greedily(packing, growing, policy, now, valid, quotas, reserve, kueue)
         unpaid = []
         trimmed = False
         for s in valid:
@@ -891,6 +953,7 @@ def _grow(
                 reserve.freed(s.job.worker)
                 packing.release(s.grown.pop(), s.job.worker, s.job.key)
                 quotas.released(s)
+                kueue.released(s)
                 s.count -= 1
             excluded.add(s.job.key)
             trimmed = True
@@ -901,6 +964,7 @@ def _grow(
                 reserve.freed(s.job.worker)
                 packing.release(node, s.job.worker, s.job.key)
                 quotas.released(s)
+                kueue.released(s)
                 s.count -= 1
             for donor, node in s.took:
                 reserve.taken(donor.job.worker)
@@ -1016,6 +1080,7 @@ def _grow_greedily(
     valid: list[_State],
     quotas: _Quotas,
     reserve: _Reserve,
+    kueue: _Queues,
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
@@ -1053,6 +1118,8 @@ def _grow_greedily(
         blocked = _growth_block(s, policy, now, packing)
         if blocked is None and (refusing := quotas.refusing(s)) is not None:
             s.quota, blocked = refusing, Reason.NO_CAPACITY
+        if blocked is None and kueue.refusing(s) is not None:
+            blocked = Reason.QUEUE_QUOTA
         node = None
         if blocked is None:
             beyond = s.count + 1 > max(s.job.requested, s.job.min_replicas)
@@ -1071,6 +1138,7 @@ def _grow_greedily(
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
         quotas.placed(s)
+        kueue.placed(s)
         s.grown.append(node)
         heapq.heappush(heap, entry(s, score(s)))
 
@@ -1264,5 +1332,9 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
             f"(threshold {job.min_marginal_speedup:.2f}) or not pay back its rescale pause"
         ),
         Reason.HOLD_OFF: "held off: grew recently, or the new size is not measured yet",
+        Reason.QUEUE_QUOTA: (
+            f"the Kueue ClusterQueue {s.queue} admits no more workers "
+            f"({job.worker.describe()} each)"
+        ),
     }
     return f"{verb} {desired}: {why.get(reason, reason.value)}"
