@@ -7,11 +7,14 @@ with the objects' size; what records have in common (namespaces, node names, req
 shapes, label sets) is kept once per kind (`SharedValues`). `WATCHED` is the table of kinds:
 a new kind is one row there and one argument of `assemble`. Deployments are watched with
 the job label as selector; the rest cluster-wide (RBAC: get/list/watch on nodes, pods,
-priorityclasses, deployments, resourcequotas).
+priorityclasses, deployments, resourcequotas). With ``kueue`` (``--sizing-kueue``), also
+Kueue's ClusterQueues and LocalQueues (`KUEUE_WATCHED`; RBAC: get/list/watch on
+``kueue.x-k8s.io`` clusterqueues, localqueues).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +39,16 @@ from metrics_adapter.sizing.kube_objects import (
     pod_from,
     priority_class_from,
     quota_from,
+)
+from metrics_adapter.sizing.kueue_objects import (
+    GROUP,
+    VERSION,
+    ClusterQueueRecord,
+    LocalQueueRecord,
+    cluster_queue_from,
+    cluster_queues_of,
+    local_queue_from,
+    queue_quotas,
 )
 
 
@@ -85,8 +98,21 @@ WATCHED: tuple[WatchedKind, ...] = (
 """Every kind the sizer reads, by the name `KubernetesCapacitySource.records` takes."""
 
 
+def _kueue_list(plural: str) -> Callable[[Any], Callable[..., Any]]:
+    return lambda api: functools.partial(
+        k8s.CustomObjectsApi(api).list_cluster_custom_object, GROUP, VERSION, plural
+    )
+
+
+KUEUE_WATCHED: tuple[WatchedKind, ...] = (
+    WatchedKind("clusterqueues", _kueue_list("clusterqueues"), lambda o, _: cluster_queue_from(o)),
+    WatchedKind("localqueues", _kueue_list("localqueues"), lambda o, _: local_queue_from(o)),
+)
+"""Kueue's queues, read when the adapter runs with ``--sizing-kueue``."""
+
+
 class KubernetesCapacitySource:
-    """The cluster as the sizer sees it, from five watches."""
+    """The cluster as the sizer sees it, from five watches (seven with Kueue's queues)."""
 
     def __init__(
         self,
@@ -94,11 +120,13 @@ class KubernetesCapacitySource:
         defaults: JobDefaults | None = None,
         on_error: Callable[[str], None] = lambda _: None,
         watch_timeout_s: int = 60,
+        kueue: bool = False,
     ) -> None:
         self._defaults = defaults or JobDefaults()
+        self._kueue = kueue
         self._stores: dict[str, RecordStore[Any]] = {}
         self._reflectors: list[Reflector] = []
-        for row in WATCHED:
+        for row in WATCHED + (KUEUE_WATCHED if kueue else ()):
             store: RecordStore[Any] = RecordStore(
                 _with_shared(row.convert, SharedValues()), ordered=row.ordered
             )
@@ -134,8 +162,22 @@ class KubernetesCapacitySource:
         deployments: list[DeploymentRecord] = self.records("deployments")
         classes: list[PriorityClassRecord] = self.records("priorityclasses")
         quotas: list[Quota] = self.records("resourcequotas")
+        if not self._kueue:
+            return assemble(
+                nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
+            )
+        cluster_queues: list[ClusterQueueRecord] = self.records("clusterqueues")
+        local_queues: list[LocalQueueRecord] = self.records("localqueues")
         return assemble(
-            nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
+            nodes,
+            pods,
+            deployments,
+            classes,
+            self._defaults,
+            quotas,
+            pods_in_key_order=True,
+            queues=queue_quotas(cluster_queues),
+            local_queues=cluster_queues_of(local_queues),
         )
 
     def deployments_by_job(self) -> dict[str, DeploymentRecord]:

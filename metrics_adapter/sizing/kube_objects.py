@@ -41,9 +41,11 @@ import msgspec
 from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
+from edl_sizing.queues import QueueQuota
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
 from metrics_adapter.kube.shared_values import SharedValues
+from metrics_adapter.sizing.kueue_objects import ADMISSION_GATE, QUEUE_LABEL
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
@@ -76,6 +78,8 @@ class PodRecord:
     pod: Pod
     labels: Mapping[str, str]
     created: float
+    queued: bool = False
+    """Kueue holds it back (its admission gate): its Workload is not admitted yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,8 @@ class DeploymentRecord:
     generation: int = 0
     job_class: str | None = None
     """The ``edl.paddlepaddle.org/class`` label (None: history per job only)."""
+    queue: str | None = None
+    """The Kueue LocalQueue its ``kueue.x-k8s.io/queue-name`` label names (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +233,7 @@ class _PodSpec(TypedDict, total=False):
     overhead: dict[str, Any] | None
     tolerations: list[dict[str, Any]] | None
     nodeSelector: dict[str, Any] | None
+    schedulingGates: list[dict[str, Any]] | None
 
 
 class _PodStatus(TypedDict, total=False):
@@ -281,8 +288,12 @@ def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodR
         tolerations=values.value(_tolerations(spec)),
         node_selector=values.labels(spec.get("nodeSelector")),
     )
+    gates = spec.get("schedulingGates") or ()
     return PodRecord(
-        pod, values.labels(meta.get("labels")), timestamp(meta.get("creationTimestamp"))
+        pod,
+        values.labels(meta.get("labels")),
+        timestamp(meta.get("creationTimestamp")),
+        any(g.get("name") == ADMISSION_GATE for g in gates),
     )
 
 
@@ -354,6 +365,7 @@ def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
         job_class=str((meta.get("labels") or {}).get(CLASS_LABEL) or "") or None,
+        queue=str(labels.get(QUEUE_LABEL) or "") or None,
     )
 
 
@@ -472,12 +484,16 @@ def assemble(
     defaults: JobDefaults | None = None,
     quotas: Iterable[Quota] = (),
     pods_in_key_order: bool = False,
+    queues: Iterable[QueueQuota] | None = None,
+    local_queues: Mapping[tuple[str, str], str] | None = None,
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth.
 
     The snapshot's pods are in key order (``namespace/name``, the order `decide` takes them
     in); ``pods_in_key_order`` says they come so (a watch keeps them so) and are not sorted
-    again.
+    again. With ``queues`` (Kueue's ClusterQueues are read; ``local_queues``: (namespace,
+    LocalQueue) -> ClusterQueue), a job labelled with a LocalQueue gets its ClusterQueue
+    and how many of its workers Kueue has admitted.
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
@@ -497,6 +513,7 @@ def assemble(
         jobs[job.key] = job
         names[job.key] = d.job
     last_growth: dict[str, float] = {}
+    admitted: dict[str, int] = {}
     out_pods = []
     owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
     ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
@@ -511,16 +528,25 @@ def assemble(
                 pod.tolerations, pod.node_selector,
             )  # fmt: skip
             last_growth[key] = max(last_growth.get(key, 0.0), record.created)
+            admitted[key] = admitted.get(key, 0) + (not record.queued)
         out_pods.append(pod)
     for key, when in last_growth.items():
         if when:
             jobs[key] = replace(jobs[key], last_rescale=when)
+    if queues is not None:
+        for d in deps:
+            key = f"{d.namespace}/{d.name}"
+            if d.queue is not None:
+                target = (local_queues or {}).get((d.namespace, d.queue))
+                cluster_queue = target or f"of LocalQueue {d.namespace}/{d.queue} (none such)"
+                jobs[key] = replace(jobs[key], queue=cluster_queue, admitted=admitted.get(key, 0))
     return ClusterSnapshot(
         tuple(sorted(nodes, key=lambda n: n.name)),
         tuple(out_pods),
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
         quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
+        queues=tuple(queues or ()),
     )
 
 

@@ -1,0 +1,175 @@
+"""Kueue's ClusterQueues and LocalQueues (``kueue.x-k8s.io/v1beta2``) to the sizer's values.
+
+Pure functions, as :mod:`metrics_adapter.sizing.kube_objects`: the watch keeps a compact
+record of each queue, and :func:`queue_quotas` turns the ClusterQueues into what each still
+admits (:class:`~edl_sizing.queues.QueueQuota`). A trainer Deployment names its LocalQueue
+in the label ``kueue.x-k8s.io/queue-name``; Kueue admits each of its pods as a Workload of
+its own and holds it back with the scheduling gate ``kueue.x-k8s.io/admission`` until then.
+
+What one (flavor, resource) of a ClusterQueue still admits, as Kueue counts it: its nominal
+quota minus its reservation (``status.flavorsReservation``); in a cohort
+(``spec.cohortName``) also what the cohort's members do not use of what they lend
+(``lendingLimit``, else all their nominal quota), up to its own ``borrowingLimit``. A
+ClusterQueue that is stopped (``spec.stopPolicy``) or not Active admits nothing. Not read:
+hierarchical Cohort objects' own quota (what they add is not planned: fewer workers, never
+one left waiting), flavors' node labels and taints, the ClusterQueue's namespaceSelector.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edl_common.quantity import QuantityError, parse_quantity
+from edl_sizing.queues import FlavorRoom, QueueGroup, QueueQuota
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""On a Deployment (and its pods): the LocalQueue, in its namespace, that queues it."""
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue keeps on a pod until its Workload is admitted."""
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+_RESOURCES = {"cpu": "cpu", "memory": "memory", "nvidia.com/gpu": "gpu", "pods": "pods"}
+"""Kueue's resource names -> the sizer's keys (others are not what a worker is sized by)."""
+_STOPPED = ("Hold", "HoldAndDrain")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One (flavor, resource) of a ClusterQueue: its quota and borrowing limits."""
+
+    nominal: float
+    borrowing: float | None = None
+    """None: no limit of its own (the cohort's unused quota bounds it)."""
+    lending: float | None = None
+    """None: all of ``nominal`` may be lent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueRecord:
+    """A ClusterQueue as the sizer keeps it."""
+
+    name: str
+    cohort: str | None
+    groups: tuple[tuple[frozenset[str], tuple[tuple[str, Mapping[str, Limits]], ...]], ...]
+    """Resource groups: (covered keys, ((flavor, key -> limits), ...) in order)."""
+    used: Mapping[str, Mapping[str, float]]
+    """Flavor -> key -> quota reserved by its admitted Workloads."""
+    active: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueueRecord:
+    """A LocalQueue: the ClusterQueue its Workloads go to."""
+
+    namespace: str
+    name: str
+    cluster_queue: str
+
+
+def _amount(raw: Any) -> float | None:
+    if raw is None:
+        return None
+    try:
+        return float(parse_quantity(str(raw)))
+    except QuantityError:
+        return None
+
+
+def cluster_queue_from(obj: Mapping[str, Any]) -> ClusterQueueRecord:
+    """A ClusterQueue object (amounts that are not quantities count as 0)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    groups = []
+    for group in spec.get("resourceGroups") or []:
+        covered = frozenset(
+            _RESOURCES.get(str(r), str(r)) for r in group.get("coveredResources") or []
+        )
+        flavors = []
+        for flavor in group.get("flavors") or []:
+            limits = {
+                _RESOURCES.get(str(r.get("name")), str(r.get("name"))): Limits(
+                    _amount(r.get("nominalQuota")) or 0.0,
+                    _amount(r.get("borrowingLimit")),
+                    _amount(r.get("lendingLimit")),
+                )
+                for r in flavor.get("resources") or []
+            }
+            flavors.append((str(flavor.get("name", "")), limits))
+        groups.append((covered, tuple(flavors)))
+    reserved = status.get("flavorsReservation") or status.get("flavorsUsage") or []
+    used = {
+        str(f.get("name", "")): {
+            _RESOURCES.get(str(r.get("name")), str(r.get("name"))): _amount(r.get("total")) or 0.0
+            for r in f.get("resources") or []
+        }
+        for f in reserved
+    }
+    active = spec.get("stopPolicy") not in _STOPPED and not any(
+        c.get("type") == "Active" and c.get("status") == "False"
+        for c in status.get("conditions") or []
+    )
+    return ClusterQueueRecord(
+        str(meta.get("name", "")),
+        str(spec.get("cohortName") or "") or None,
+        tuple(groups),
+        used,
+        active,
+    )
+
+
+def local_queue_from(obj: Mapping[str, Any]) -> LocalQueueRecord | None:
+    """A LocalQueue object; None without a ClusterQueue."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    target = spec.get("clusterQueue")
+    if not target:
+        return None
+    return LocalQueueRecord(str(meta.get("namespace", "")), str(meta.get("name", "")), str(target))
+
+
+def queue_quotas(queues: Iterable[ClusterQueueRecord]) -> tuple[QueueQuota, ...]:
+    """What each ClusterQueue still admits, by name, with its cohort's lendable quota."""
+    records = sorted(queues, key=lambda q: q.name)
+    pools: dict[tuple[str, str, str], float] = {}
+    """(cohort, flavor, key) -> what the cohort's members lend and do not use themselves."""
+    for q in records:
+        if q.cohort is None:
+            continue
+        for _, flavors in q.groups:
+            for flavor, limits in flavors:
+                for key, lim in limits.items():
+                    pool = (q.cohort, flavor, key)
+                    lent = lim.nominal if lim.lending is None else min(lim.lending, lim.nominal)
+                    kept = lim.nominal - lent
+                    over = max(0.0, q.used.get(flavor, {}).get(key, 0.0) - kept)
+                    pools[pool] = pools.get(pool, 0.0) + lent - over
+    return tuple(_quota(q, pools) for q in records)
+
+
+def _quota(q: ClusterQueueRecord, pools: Mapping[tuple[str, str, str], float]) -> QueueQuota:
+    if not q.active:
+        return QueueQuota(q.name)
+    groups = []
+    for covered, flavors in q.groups:
+        rooms = []
+        for flavor, limits in flavors:
+            left = {}
+            for key, lim in limits.items():
+                used = q.used.get(flavor, {}).get(key, 0.0)
+                if q.cohort is None:
+                    left[key] = lim.nominal - used
+                    continue
+                lent = lim.nominal if lim.lending is None else min(lim.lending, lim.nominal)
+                kept = max(0.0, lim.nominal - lent - used)
+                ceiling = math.inf if lim.borrowing is None else lim.nominal + lim.borrowing - used
+                left[key] = min(kept + max(0.0, pools.get((q.cohort, flavor, key), 0.0)), ceiling)
+            rooms.append(FlavorRoom(flavor, left))
+        groups.append(QueueGroup(covered, tuple(rooms)))
+    return QueueQuota(q.name, tuple(groups))
+
+
+def cluster_queues_of(
+    local_queues: Iterable[LocalQueueRecord],
+) -> dict[tuple[str, str], str]:
+    """(namespace, LocalQueue) -> its ClusterQueue."""
+    return {(lq.namespace, lq.name): lq.cluster_queue for lq in local_queues}

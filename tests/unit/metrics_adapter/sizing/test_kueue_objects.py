@@ -1,0 +1,187 @@
+"""Kueue's queues as the sizer reads them: room per flavor, cohorts, LocalQueues, gated pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edl_sizing import Node, QueueQuota, Resources, decide
+from metrics_adapter.sizing.kube_objects import assemble, deployment_from, pod_from
+from metrics_adapter.sizing.kueue_objects import (
+    cluster_queue_from,
+    cluster_queues_of,
+    local_queue_from,
+    queue_quotas,
+)
+
+pytestmark = pytest.mark.unit
+
+GI = 2**30
+
+
+def cluster_queue(
+    name: str,
+    cpu: str,
+    used_cpu: str = "0",
+    *,
+    cohort: str | None = None,
+    borrowing: str | None = None,
+    lending: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    cpu_limits: dict[str, Any] = {"name": "cpu", "nominalQuota": cpu}
+    if borrowing is not None:
+        cpu_limits["borrowingLimit"] = borrowing
+    if lending is not None:
+        cpu_limits["lendingLimit"] = lending
+    body: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": "default",
+                            "resources": [cpu_limits, {"name": "memory", "nominalQuota": "64Gi"}],
+                        }
+                    ],
+                }
+            ],
+            **({"cohortName": cohort} if cohort else {}),
+            **spec,
+        },
+        "status": {
+            "flavorsReservation": [
+                {
+                    "name": "default",
+                    "resources": [
+                        {"name": "cpu", "total": used_cpu, "borrowed": "0"},
+                        {"name": "memory", "total": "0", "borrowed": "0"},
+                    ],
+                }
+            ]
+        },
+    }
+    return body
+
+
+def cpu_left(q: QueueQuota) -> float:
+    return q.groups[0].flavors[0].left["cpu"]
+
+
+def rooms(*objs: dict[str, Any]) -> dict[str, float]:
+    return {q.name: cpu_left(q) for q in queue_quotas(cluster_queue_from(o) for o in objs)}
+
+
+def test_a_queue_alone_admits_its_nominal_quota_less_its_reservation() -> None:
+    q = cluster_queue_from(cluster_queue("team", "5", "2500m"))
+    assert q.cohort is None and q.groups[0][0] == frozenset({"cpu", "memory"})
+    (quota,) = queue_quotas([q])
+    assert quota.groups[0].flavors[0].left == {"cpu": 2.5, "memory": 64 * GI}
+    # a borrowing limit means nothing outside a cohort
+    assert rooms(cluster_queue("team", "5", "2", borrowing="10")) == {"team": 3.0}
+
+
+def test_a_cohort_lends_what_its_members_do_not_use_up_to_the_borrowing_limit() -> None:
+    a = cluster_queue("a", "4", "1", cohort="pool")
+    b = cluster_queue("b", "4", "0", cohort="pool", borrowing="2")
+    # 3 left of a's own + 4 of b's; b may use 4 + 2 at most
+    assert rooms(a, b) == {"a": 7.0, "b": 6.0}
+    # b lends at most 1: a keeps 3 of its own and borrows 1; b keeps its 3 that it does not lend
+    lends_one = cluster_queue("b", "4", "0", cohort="pool", lending="1")
+    assert rooms(a, lends_one) == {"a": 4.0, "b": 7.0}
+    # a borrows already (uses 6 of its 4): 2 of b's lent 4 are left for either
+    borrowing = cluster_queue("a", "4", "6", cohort="pool")
+    assert rooms(borrowing, cluster_queue("b", "4", "0", cohort="pool")) == {"a": 2.0, "b": 2.0}
+    # another cohort lends nothing to this one
+    assert rooms(a, cluster_queue("c", "4", "0", cohort="other")) == {"a": 3.0, "c": 4.0}
+
+
+def test_a_stopped_or_inactive_queue_admits_nothing() -> None:
+    w = Resources(cpu=1)
+    for obj in (
+        cluster_queue("held", "8", stopPolicy="Hold"),
+        {
+            **cluster_queue("broken", "8"),
+            "status": {"conditions": [{"type": "Active", "status": "False"}]},
+        },
+    ):
+        (quota,) = queue_quotas([cluster_queue_from(obj)])
+        assert not quota.admits(w)
+    (quota,) = queue_quotas([cluster_queue_from(cluster_queue("open", "8"))])
+    assert quota.admits(w)
+
+
+def test_local_queues_name_their_cluster_queue() -> None:
+    lq = {"metadata": {"namespace": "ns", "name": "user"}, "spec": {"clusterQueue": "team"}}
+    record = local_queue_from(lq)
+    assert record is not None
+    assert cluster_queues_of([record]) == {("ns", "user"): "team"}
+    assert local_queue_from({"metadata": {"name": "x"}, "spec": {}}) is None
+
+
+def trainer(queue: str | None, replicas: int) -> dict[str, Any]:
+    labels = {"edl.paddlepaddle.org/job": "j"}
+    if queue:
+        labels["kueue.x-k8s.io/queue-name"] = queue
+    return {
+        "metadata": {"namespace": "ns", "name": "j", "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "j"}},
+            "template": {
+                "spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]},
+            },
+        },
+    }
+
+
+def worker(i: int, gated: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    else:
+        spec["nodeName"] = "node-1"
+    return {
+        "metadata": {"namespace": "ns", "name": f"j-{i}", "labels": {"app": "j"}},
+        "spec": spec,
+        "status": {"phase": "Pending" if gated else "Running"},
+    }
+
+
+def test_a_queued_job_gets_its_cluster_queue_and_counts_its_admitted_workers() -> None:
+    deployment = deployment_from(trainer("user", 4))
+    assert deployment is not None and deployment.queue == "user"
+    pods = [p for p in (pod_from(worker(i, gated=i >= 2)) for i in range(4)) if p is not None]
+    assert [p.queued for p in pods] == [False, False, True, True]
+    quotas = queue_quotas([cluster_queue_from(cluster_queue("team", "3", "2"))])
+    snapshot = assemble([], pods, [deployment], [], queues=quotas,
+                        local_queues={("ns", "user"): "team"})  # fmt: skip
+    (job,) = snapshot.jobs
+    assert (job.queue, job.admitted) == ("team", 2)
+    # the queue has room for 1 more (3 CPUs, 2 reserved): of the 2 gated workers, 1 is planned
+    plan = decide([Node("node-1", Resources(cpu=8, memory=64 * GI))], snapshot.pods,
+                  [job], now=100.0, queues=snapshot.queues)  # fmt: skip
+    d = plan.jobs["ns/j"]
+    assert (d.desired, d.limited_by.value) == (3, "queue_quota")
+    assert "ClusterQueue team admits no more workers" in d.message
+
+
+def test_without_kueue_or_its_local_queue_the_label_is_handled_as_kueue_would() -> None:
+    deployment = deployment_from(trainer("user", 1))
+    assert deployment is not None
+    # Kueue's queues not read (no --sizing-kueue): the job is not queued
+    (job,) = assemble([], [], [deployment], []).jobs
+    assert job.queue is None
+    # read, but the LocalQueue does not exist: Kueue admits nothing, and the message says why
+    (job,) = assemble([], [], [deployment], [], queues=(), local_queues={}).jobs
+    assert job.queue == "of LocalQueue ns/user (none such)"
+    # a Deployment without the label is never queued
+    plain = deployment_from(trainer(None, 1))
+    assert plain is not None
+    (job,) = assemble([], [], [plain], [], queues=(), local_queues={}).jobs
+    assert job.queue is None
