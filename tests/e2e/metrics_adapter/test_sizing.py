@@ -152,12 +152,14 @@ def _apply(kubectl: Kubectl, docs: list[dict[str, Any]]) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _adapter_kubeconfig(kubectl: Kubectl, cp: ControlPlane, path: Path) -> Path:
+def adapter_kubeconfig(
+    kubectl: Kubectl, cp: ControlPlane, path: Path, manifests: str = "manifests/base"
+) -> Path:
     """The manifests' RBAC for the adapter's ServiceAccount, and a kubeconfig with its token."""
     assert cp.pki is not None
     rbac = [
         d
-        for d in render("manifests/base")
+        for d in render(manifests)
         if d["kind"]
         in (
             "Namespace",
@@ -193,7 +195,7 @@ def sizing(
 ) -> Iterator[SizingAdapters]:
     """kube-scheduler, and two sizing adapters (A registered behind the APIServices)."""
     control_plane.start_scheduler()
-    kubeconfig = _adapter_kubeconfig(
+    kubeconfig = adapter_kubeconfig(
         kubectl, control_plane, tmp_path_factory.mktemp("sizing") / "adapter.kubeconfig"
     )
     _delete_history(kube_api)
