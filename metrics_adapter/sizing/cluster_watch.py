@@ -48,7 +48,6 @@ from metrics_adapter.sizing.kueue_objects import (
     cluster_queue_from,
     cluster_queues_of,
     local_queue_from,
-    queue_quotas,
 )
 
 
@@ -176,7 +175,7 @@ class KubernetesCapacitySource:
             self._defaults,
             quotas,
             pods_in_key_order=True,
-            queues=queue_quotas(cluster_queues),
+            queues=cluster_queues,
             local_queues=cluster_queues_of(local_queues),
         )
 

@@ -45,7 +45,12 @@ from edl_sizing.queues import QueueQuota
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
 from metrics_adapter.kube.shared_values import SharedValues
-from metrics_adapter.sizing.kueue_objects import ADMISSION_GATE, QUEUE_LABEL
+from metrics_adapter.sizing.kueue_objects import (
+    ADMISSION_GATE,
+    QUEUE_LABEL,
+    ClusterQueueRecord,
+    queue_quotas,
+)
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
@@ -484,7 +489,7 @@ def assemble(
     defaults: JobDefaults | None = None,
     quotas: Iterable[Quota] = (),
     pods_in_key_order: bool = False,
-    queues: Iterable[QueueQuota] | None = None,
+    queues: Iterable[ClusterQueueRecord] | None = None,
     local_queues: Mapping[tuple[str, str], str] | None = None,
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth.
@@ -493,7 +498,8 @@ def assemble(
     in); ``pods_in_key_order`` says they come so (a watch keeps them so) and are not sorted
     again. With ``queues`` (Kueue's ClusterQueues are read; ``local_queues``: (namespace,
     LocalQueue) -> ClusterQueue), a job labelled with a LocalQueue gets its ClusterQueue
-    and how many of its workers Kueue has admitted.
+    and how many of its workers Kueue has admitted, and the snapshot what each ClusterQueue
+    still admits (counting those workers, whatever its status says yet).
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
@@ -533,20 +539,29 @@ def assemble(
     for key, when in last_growth.items():
         if when:
             jobs[key] = replace(jobs[key], last_rescale=when)
+    quotas_of_queues: tuple[QueueQuota, ...] = ()
     if queues is not None:
+        usage: dict[str, dict[str, float]] = {}
         for d in deps:
             key = f"{d.namespace}/{d.name}"
-            if d.queue is not None:
-                target = (local_queues or {}).get((d.namespace, d.queue))
-                cluster_queue = target or f"of LocalQueue {d.namespace}/{d.queue} (none such)"
-                jobs[key] = replace(jobs[key], queue=cluster_queue, admitted=admitted.get(key, 0))
+            if d.queue is None:
+                continue
+            target = (local_queues or {}).get((d.namespace, d.queue))
+            cluster_queue = target or f"of LocalQueue {d.namespace}/{d.queue} (none such)"
+            jobs[key] = replace(jobs[key], queue=cluster_queue, admitted=admitted.get(key, 0))
+            used = usage.setdefault(cluster_queue, {})
+            n = admitted.get(key, 0)
+            for name, amount in (("cpu", d.worker.cpu), ("memory", d.worker.memory),
+                                 ("gpu", d.worker.gpu), ("pods", 1.0)):  # fmt: skip
+                used[name] = used.get(name, 0.0) + n * amount
+        quotas_of_queues = queue_quotas(queues, usage)
     return ClusterSnapshot(
         tuple(sorted(nodes, key=lambda n: n.name)),
         tuple(out_pods),
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
         quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
-        queues=tuple(queues or ()),
+        queues=quotas_of_queues,
     )
 
 

@@ -127,9 +127,20 @@ def local_queue_from(obj: Mapping[str, Any]) -> LocalQueueRecord | None:
     return LocalQueueRecord(str(meta.get("namespace", "")), str(meta.get("name", "")), str(target))
 
 
-def queue_quotas(queues: Iterable[ClusterQueueRecord]) -> tuple[QueueQuota, ...]:
-    """What each ClusterQueue still admits, by name, with its cohort's lendable quota."""
-    records = sorted(queues, key=lambda q: q.name)
+def queue_quotas(
+    queues: Iterable[ClusterQueueRecord],
+    admitted: Mapping[str, Mapping[str, float]] | None = None,
+) -> tuple[QueueQuota, ...]:
+    """What each ClusterQueue still admits, by name, with its cohort's lendable quota.
+
+    ``admitted``: ClusterQueue -> key -> what the workers Kueue admitted (seen on their pods)
+    request. A queue's status is written after its admissions, so it may not count them yet:
+    its reservation is taken as at least that much (the excess on its flavors in order, as
+    Kueue fills them), so a worker just admitted is never counted as room.
+    """
+    records = sorted(
+        (_at_least(q, (admitted or {}).get(q.name, {})) for q in queues), key=lambda q: q.name
+    )
     pools: dict[tuple[str, str, str], float] = {}
     """(cohort, flavor, key) -> what the cohort's members lend and do not use themselves."""
     for q in records:
@@ -144,6 +155,23 @@ def queue_quotas(queues: Iterable[ClusterQueueRecord]) -> tuple[QueueQuota, ...]
                     over = max(0.0, q.used.get(flavor, {}).get(key, 0.0) - kept)
                     pools[pool] = pools.get(pool, 0.0) + lent - over
     return tuple(_quota(q, pools) for q in records)
+
+
+def _at_least(q: ClusterQueueRecord, floor: Mapping[str, float]) -> ClusterQueueRecord:
+    used = {flavor: dict(amounts) for flavor, amounts in q.used.items()}
+    for covered, flavors in q.groups:
+        for key in covered:
+            missing = floor.get(key, 0.0) - sum(used.get(f, {}).get(key, 0.0) for f, _ in flavors)
+            for i, (flavor, limits) in enumerate(flavors):
+                if missing <= 0:
+                    break
+                mine = used.setdefault(flavor, {})
+                last = i == len(flavors) - 1
+                nominal = limits[key].nominal if key in limits else 0.0
+                add = missing if last else min(missing, max(0.0, nominal - mine.get(key, 0.0)))
+                mine[key] = mine.get(key, 0.0) + add
+                missing -= add
+    return ClusterQueueRecord(q.name, q.cohort, q.groups, used, q.active)
 
 
 def _quota(q: ClusterQueueRecord, pools: Mapping[tuple[str, str, str], float]) -> QueueQuota:

@@ -24,10 +24,8 @@ each pod admitted as a Workload of its own, gated by `kueue.x-k8s.io/admission` 
 from __future__ import annotations
 
 import base64
-import fcntl
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ import yaml
 
 from tests.e2e.harness.certs import make_webhook_pki
 from tests.e2e.harness.controlplane import REPO_ROOT, ControlPlane
-from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port, run_build
 from tests.support.waiting import WaitTimeout, wait_for
 
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "kueue" / "build.sh"
@@ -61,24 +59,8 @@ def ensure_kueue(timeout_s: float = 3600.0) -> Path:
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
     """
-    cache = Path(os.environ.get("EDL_CACHE_DIR", Path.home() / ".cache" / "edl"))
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / "kueue.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            done = subprocess.run(
-                ["bash", str(BUILD_SCRIPT)],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            raise HarnessError(f"Kueue build ran past {timeout_s:.0f} s") from e
-    if done.returncode != 0:
-        out = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
-        raise HarnessError(f"Kueue build failed (rc={done.returncode}):\n{out}")
-    folder = Path(done.stdout.strip().splitlines()[-1])
+    out = run_build(BUILD_SCRIPT, "kueue.lock", "Kueue build", timeout_s)
+    folder = Path(out.strip().splitlines()[-1])
     if not os.access(folder / "bin" / "kueue", os.X_OK):
         raise HarnessError(f"build.sh reported {folder} but bin/kueue is missing there")
     return folder

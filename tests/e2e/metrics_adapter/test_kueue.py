@@ -30,8 +30,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from edl_sizing import SizeHistory
-from metrics_adapter.sizing.history_configmap import ConfigMapHistoryStore
 from metrics_adapter.sizing.kueue_objects import ADMISSION_GATE, QUEUE_LABEL
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.bodies import as_body
@@ -45,6 +43,7 @@ from tests.e2e.metrics_adapter.test_sizing import (
     SIZING_ARGS,
     SizingAdapters,
     adapter_kubeconfig,
+    linear_history,
     sizing_hpa,
     trainer_deployment,
 )
@@ -186,14 +185,7 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
     key, value = MANAGED_LABEL
     core.patch_namespace(ns, {"metadata": {"labels": {key: value}}})
     custom = _queues(api, ns, cpu="0")
-    store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
-
-    def linear(h: SizeHistory) -> bool:  # as if it had trained at every size up to 8
-        for size in range(1, 9):
-            h.observe(f"{ns}/queued", size, 100.0 * size, time.time())
-        return True
-
-    store.update(linear)
+    linear_history(api, f"{ns}/queued")
     deployment = trainer_deployment("queued", "queued", 1, SLEEPER, 1, 8)
     deployment["metadata"]["labels"][QUEUE_LABEL] = LOCAL_QUEUE
     apps.create_namespaced_deployment(ns, as_body(deployment))
@@ -205,6 +197,18 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
         page = sizing.debug_page(sizing.a)
         found = [j for j in page["plan"]["jobs"] if j["job"] == f"{ns}/queued"]
         return found[0] if found else {}
+
+    def running(n: int, why: str) -> None:
+        wait_for(
+            lambda: (
+                list(_workers(core, ns).values()) == ["bound"] * n
+                and int(apps.read_namespaced_deployment("queued", ns).status.ready_replicas or 0)
+                == n
+            ),
+            timeout_s=180,
+            what=f"{n} workers running, {why}",
+            describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
+        )
 
     # 1. no CPU quota: the worker waits in the queue, gated, and the sizer plans no more
     wait_for(
@@ -230,15 +234,7 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
 
     # 2. 3 CPUs: admitted, grows to 3 and stays there
     _set_cpu_quota(custom, "3")
-    wait_for(
-        lambda: (
-            list(_workers(core, ns).values()) == ["bound"] * 3
-            and int(apps.read_namespaced_deployment("queued", ns).status.ready_replicas or 0) == 3
-        ),
-        timeout_s=180,
-        what="3 workers admitted by Kueue, bound and running",
-        describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
-    )
+    running(3, "admitted by Kueue, bound and running")
     grown = decision()
     print(f"under a ClusterQueue of 3 CPUs: {json.dumps(grown)}")
     assert (grown["desired"], grown["limitedBy"]) == (3, "queue_quota")
@@ -251,15 +247,7 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
 
     # 3. 5 CPUs: it grows to 5
     _set_cpu_quota(custom, "5")
-    wait_for(
-        lambda: (
-            sorted(_workers(core, ns).values()) == ["bound"] * 5
-            and int(apps.read_namespaced_deployment("queued", ns).status.ready_replicas or 0) == 5
-        ),
-        timeout_s=180,
-        what="5 workers once the ClusterQueue admits 5 CPUs",
-        describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
-    )
+    running(5, "once the ClusterQueue admits 5 CPUs")
     assert sizing.served(sizing.a, ns, "queued") == 5
     autoscaling.delete_namespaced_horizontal_pod_autoscaler("queued", ns)
     apps.delete_namespaced_deployment("queued", ns)

@@ -228,6 +228,18 @@ def _decision(sizing: SizingAdapters, job: str) -> dict[str, Any]:
     return {**decision, "allJobs": others}
 
 
+def linear_history(api: client.ApiClient, job: str, up_to: int = 8) -> None:
+    """The shared history says `job` (``namespace/name``) scales linearly to `up_to` workers,
+    as if it had trained at every size: only capacity (or a quota, or a queue) limits it."""
+
+    def linear(h: SizeHistory) -> bool:
+        for size in range(1, up_to + 1):
+            h.observe(job, size, 100.0 * size, time.time())
+        return True
+
+    ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY).update(linear)
+
+
 def _delete_history(api: client.ApiClient) -> None:
     try:
         client.CoreV1Api(api).delete_namespaced_config_map(HISTORY, ADAPTER_NS)
@@ -716,14 +728,7 @@ def test_the_plan_stops_at_the_namespaces_resource_quota(
         what="2 workers running",
         describe=e2e_ns.runner.log_tails,
     )
-    store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
-
-    def linear(h: SizeHistory) -> bool:  # as if it had trained at every size up to 8
-        for size in range(1, 9):
-            h.observe(f"{ns}/quota", size, 100.0 * size, time.time())
-        return True
-
-    store.update(linear)
+    linear_history(api, f"{ns}/quota")
     wait_for(
         lambda: sizing.served(sizing.a, ns, "quota") == 3,
         timeout_s=90,

@@ -158,17 +158,21 @@ def test_a_queued_job_gets_its_cluster_queue_and_counts_its_admitted_workers() -
     assert deployment is not None and deployment.queue == "user"
     pods = [p for p in (pod_from(worker(i, gated=i >= 2)) for i in range(4)) if p is not None]
     assert [p.queued for p in pods] == [False, False, True, True]
-    quotas = queue_quotas([cluster_queue_from(cluster_queue("team", "3", "2"))])
-    snapshot = assemble([], pods, [deployment], [], queues=quotas,
-                        local_queues={("ns", "user"): "team"})  # fmt: skip
-    (job,) = snapshot.jobs
-    assert (job.queue, job.admitted) == ("team", 2)
-    # the queue has room for 1 more (3 CPUs, 2 reserved): of the 2 gated workers, 1 is planned
-    plan = decide([Node("node-1", Resources(cpu=8, memory=64 * GI))], snapshot.pods,
-                  [job], now=100.0, queues=snapshot.queues)  # fmt: skip
-    d = plan.jobs["ns/j"]
-    assert (d.desired, d.limited_by.value) == (3, "queue_quota")
-    assert "ClusterQueue team admits no more workers" in d.message
+    node = Node("node-1", Resources(cpu=8, memory=64 * GI))
+    # the queue's status counts the 2 admitted workers (2 CPUs reserved), or not yet (0): the
+    # room is the same, 1 more worker; of the 2 gated ones, 1 is planned
+    for reserved in ("2", "0"):
+        queue = cluster_queue_from(cluster_queue("team", "3", reserved))
+        snapshot = assemble([], pods, [deployment], [], queues=[queue],
+                            local_queues={("ns", "user"): "team"})  # fmt: skip
+        (job,) = snapshot.jobs
+        assert (job.queue, job.admitted) == ("team", 2)
+        (quota,) = snapshot.queues
+        assert cpu_left(quota) == 1.0
+        plan = decide([node], snapshot.pods, [job], now=100.0, queues=snapshot.queues)
+        d = plan.jobs["ns/j"]
+        assert (d.desired, d.limited_by.value) == (3, "queue_quota")
+        assert "ClusterQueue team admits no more workers" in d.message
 
 
 def test_without_kueue_or_its_local_queue_the_label_is_handled_as_kueue_would() -> None:
@@ -185,3 +189,18 @@ def test_without_kueue_or_its_local_queue_the_label_is_handled_as_kueue_would() 
     assert plain is not None
     (job,) = assemble([], [], [plain], [], queues=(), local_queues={}).jobs
     assert job.queue is None
+
+
+def test_admitted_workers_the_status_misses_fill_the_flavors_in_order() -> None:
+    obj = cluster_queue("team", "2", "0")
+    flavors = obj["spec"]["resourceGroups"][0]["flavors"]
+    spot = [{"name": "cpu", "nominalQuota": "4"}, {"name": "memory", "nominalQuota": "64Gi"}]
+    flavors.append({"name": "spot", "resources": spot})
+    record = cluster_queue_from(obj)
+    (quota,) = queue_quotas([record], {"team": {"cpu": 3.0}})
+    assert [f.left["cpu"] for f in quota.groups[0].flavors] == [0.0, 3.0]
+    # a status that counts more than the pods show is kept as it is
+    (quota,) = queue_quotas(
+        [cluster_queue_from(cluster_queue("team", "4", "3"))], {"team": {"cpu": 1.0}}
+    )
+    assert cpu_left(quota) == 1.0
