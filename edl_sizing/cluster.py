@@ -89,6 +89,9 @@ class Pod:
     """The key (``namespace/name``) of the job whose worker this is; None for other pods."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    queue: str | None = None
+    """The Kueue ClusterQueue whose admission it waits for (its admission gate); None: it
+    waits in no queue."""
 
     @property
     def key(self) -> str:

@@ -483,6 +483,7 @@ def decide(
         s.fairness = s.rho(now)
     demands = _serve_claims(packing, states, valid, pods)
     kueue = _Queues(queues)
+    _serve_queue_demand(packing, valid, pods, kueue)
     _keep_granted(packing, valid, policy, kueue)
     _repack(packing, valid, policy)
     reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
@@ -833,11 +834,24 @@ class _Queues:
 
     def __init__(self, queues: Sequence[QueueQuota]) -> None:
         self.by_name = {q.name: q for q in queues}
+        self.given_up: dict[str, int] = {}
+        """Job key -> its admitted workers left after it gave some up to queue demand."""
+
+    def admitted(self, s: _State) -> int:
+        """Its workers Kueue admitted that it keeps this round."""
+        return min(s.job.admitted, self.given_up.get(s.job.key, s.job.admitted))
+
+    def give_up(self, s: _State) -> None:
+        """An admitted worker of ``s`` goes (``s.count`` dropped already): its room is back."""
+        name = s.job.queue
+        if name is not None and name in self.by_name:
+            self.by_name[name] = self.by_name[name].returned(s.job.worker)
+        self.given_up[s.job.key] = min(self.admitted(s), s.count)
 
     def refusing(self, s: _State) -> str | None:
         """The ClusterQueue that would leave one more worker of ``s`` waiting (None: none)."""
         name = s.job.queue
-        if name is None or s.count + 1 <= s.job.admitted:
+        if name is None or s.count + 1 <= self.admitted(s):
             return None
         queue = self.by_name.get(name)
         if queue is None or not queue.admits(s.job.worker):
@@ -848,7 +862,7 @@ class _Queues:
     def placed(self, s: _State) -> None:
         """A worker was planned for ``s`` (beyond its admitted ones: it takes queue room)."""
         name = s.job.queue
-        if name is None or s.count <= s.job.admitted or name not in self.by_name:
+        if name is None or s.count <= self.admitted(s) or name not in self.by_name:
             return
         picks = self.by_name[name].choose(s.job.worker)
         if picks is not None:
@@ -858,9 +872,64 @@ class _Queues:
     def released(self, s: _State) -> None:
         """A planned worker of ``s`` was given back (before ``s.count`` drops)."""
         name = s.job.queue
-        if name is None or s.count <= s.job.admitted or not s.picks or name not in self.by_name:
+        if name is None or s.count <= self.admitted(s) or not s.picks or name not in self.by_name:
             return
         self.by_name[name] = self.by_name[name].moved(s.job.worker, s.picks.pop(), -1.0)
+
+
+def _serve_queue_demand(
+    packing: Packing, valid: list[_State], pods: Sequence[Pod], kueue: _Queues
+) -> None:
+    """Pods waiting in a Kueue ClusterQueue get its room before jobs grow.
+
+    Highest priority first; one the queue cannot admit takes admitted workers of the
+    queue's jobs of lower priority, above their minimum (most workers above it first): they
+    shrink (``protected_demand``) and Kueue admits the pod in their place. A pod the jobs
+    cannot make room for takes nothing (it waits; the jobs keep their workers).
+    """
+    waiting = sorted(
+        (p for p in pods if p.queue is not None and p.node is None and p.job is None),
+        key=lambda p: (-p.priority, p.key),
+    )
+    for pod in waiting:
+        assert pod.queue is not None
+        queue = kueue.by_name.get(pod.queue)
+        if queue is None:
+            continue
+        donors = sorted(
+            (s for s in valid if s.job.queue == pod.queue and s.job.priority < pod.priority),
+            key=lambda s: (-(s.count - s.job.min_replicas), s.job.key),
+        )
+        taken: list[_State] = []
+        saved = (packing.copy(), dict(kueue.by_name), dict(kueue.given_up))
+        while not queue.admits(pod.requests):
+            donor = next((s for s in donors if _gives_queue_room(s, packing, kueue)), None)
+            if donor is None:
+                break
+            placed = packing.workers[donor.job.key]
+            node = min((n for n, c in placed.items() if c > 0), key=lambda n: (placed[n], n))
+            packing.release(node, donor.job.worker, donor.job.key)
+            donor.count -= 1
+            kueue.give_up(donor)
+            queue = kueue.by_name[pod.queue]
+            taken.append(donor)
+        if not queue.admits(pod.requests):  # it waits whatever the jobs give: they give nothing
+            packing.restore(saved[0])
+            kueue.by_name, kueue.given_up = saved[1], saved[2]
+            for donor in taken:
+                donor.count += 1
+            continue
+        picks = queue.choose(pod.requests)
+        assert picks is not None
+        kueue.by_name[pod.queue] = queue.moved(pod.requests, picks, 1.0)
+        for donor in taken:
+            donor.shrunk_for.append((pod.key, pod.priority))
+
+
+def _gives_queue_room(s: _State, packing: Packing, kueue: _Queues) -> bool:
+    """Whether ``s`` can give up an admitted worker placed on a node, above its minimum."""
+    placed = packing.workers.get(s.job.key, {})
+    return s.job.min_replicas < s.count <= kueue.admitted(s) and any(c > 0 for c in placed.values())
 
 
 def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:

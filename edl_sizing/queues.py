@@ -91,6 +91,19 @@ class QueueQuota:
             groups.append(QueueGroup(group.covered, tuple(flavors)))
         return QueueQuota(self.name, tuple(groups))
 
+    def returned(self, worker: Resources) -> QueueQuota:
+        """The room after an admitted pod of ``worker`` leaves.
+
+        Its flavor is not known: the first flavor of each group gets it back (exact for one
+        flavor per group).
+        """
+        need = _needs(worker)
+        picks = tuple(
+            0 if any(need.get(k, 0.0) > 0 for k in g.covered) and g.flavors else -1
+            for g in self.groups
+        )
+        return self.moved(worker, picks, -1.0)
+
 
 def _needs(worker: Resources) -> dict[str, float]:
     return {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu, "pods": 1.0}

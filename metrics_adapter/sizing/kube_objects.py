@@ -498,8 +498,9 @@ def assemble(
     in); ``pods_in_key_order`` says they come so (a watch keeps them so) and are not sorted
     again. With ``queues`` (Kueue's ClusterQueues are read; ``local_queues``: (namespace,
     LocalQueue) -> ClusterQueue), a job labelled with a LocalQueue gets its ClusterQueue
-    and how many of its workers Kueue has admitted, and the snapshot what each ClusterQueue
-    still admits (counting those workers, whatever its status says yet).
+    and how many of its workers Kueue has admitted, the snapshot what each ClusterQueue
+    still admits (counting those workers, whatever its status says yet), and a pod of
+    another workload that waits for Kueue's admission the ClusterQueue it waits in.
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
@@ -535,6 +536,10 @@ def assemble(
             )  # fmt: skip
             last_growth[key] = max(last_growth.get(key, 0.0), record.created)
             admitted[key] = admitted.get(key, 0) + (not record.queued)
+        elif record.queued and queues is not None:  # another workload waiting in a queue
+            target = (local_queues or {}).get((pod.namespace, record.labels.get(QUEUE_LABEL, "")))
+            if target is not None:
+                pod = replace(pod, queue=target)
         out_pods.append(pod)
     for key, when in last_growth.items():
         if when:

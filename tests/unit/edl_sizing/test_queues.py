@@ -24,6 +24,7 @@ CPU1 = Resources(cpu=1, memory=GI)
 LINEAR = {n: 100.0 * n for n in range(1, 9)}
 """A job that scales perfectly, so only capacity and queues limit it."""
 CPU_MEMORY = frozenset({"cpu", "memory"})
+HUGE = [Node("node-1", Resources(cpu=16, memory=64 * GI))]
 ROOMY = [Node("node-1", Resources(cpu=8, memory=64 * GI))]
 
 
@@ -134,3 +135,44 @@ def test_growth_given_back_returns_its_queue_room() -> None:
                   queues=[queue(cpu=3)])  # fmt: skip
     d = {k.split("/")[1]: v.desired for k, v in plan.jobs.items()}
     assert d == {"slow": 2, "other": 5}
+
+
+def waiting_pod(priority: int, cpu: float = 1, queue_name: str = "team") -> Pod:
+    """A pod of another workload held by Kueue's admission gate in ``queue_name``."""
+    return Pod(
+        "ns", "urgent", Resources(cpu=cpu, memory=GI), priority, None, None, queue=queue_name
+    )
+
+
+def test_a_pod_waiting_in_the_queue_with_a_higher_priority_shrinks_the_job_for_it() -> None:
+    a = job("a", replicas=5, admitted=5)
+    d = decide(ROOMY, [*bound(a, 5), waiting_pod(1000)], [a], now=100.0,
+               queues=[queue(cpu=0)]).jobs["ns/a"]  # fmt: skip
+    assert (d.desired, d.limited_by.value) == (4, "protected_demand")
+    assert (
+        d.message == "shrank to 4: made room for ns/urgent (priority 1000); the job's priority is 0"
+    )
+    # two CPUs for it: two workers
+    d = decide(ROOMY, [*bound(a, 5), waiting_pod(1000, cpu=2)], [a], now=100.0,
+               queues=[queue(cpu=0)]).jobs["ns/a"]  # fmt: skip
+    assert d.desired == 3
+
+
+def test_a_waiting_pod_the_job_should_not_or_cannot_make_room_for_shrinks_nothing() -> None:
+    a = job("a", replicas=5, admitted=5)
+    # (a node with room for all: only the queue is short)
+    for pod in (
+        waiting_pod(0),  # no higher priority than the job's
+        waiting_pod(1000, queue_name="other"),  # another queue
+        waiting_pod(1000, cpu=5),  # more than the job's 4 workers above its minimum
+    ):
+        plan = decide(HUGE, [*bound(a, 5), pod], [a], now=100.0,
+                      queues=[queue(cpu=0), queue(cpu=0, name="other")])  # fmt: skip
+        assert plan.jobs["ns/a"].desired == 5, pod
+
+
+def test_room_a_waiting_pod_needs_is_not_grown_into() -> None:
+    a = job("a")
+    d = decide(ROOMY, [*bound(a, 2), waiting_pod(1000)], [a], now=100.0,
+               queues=[queue(cpu=3)]).jobs["ns/a"]  # fmt: skip
+    assert (d.desired, d.limited_by.value) == (4, "queue_quota")

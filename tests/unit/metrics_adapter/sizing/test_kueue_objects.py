@@ -204,3 +204,25 @@ def test_admitted_workers_the_status_misses_fill_the_flavors_in_order() -> None:
         [cluster_queue_from(cluster_queue("team", "4", "3"))], {"team": {"cpu": 1.0}}
     )
     assert cpu_left(quota) == 1.0
+
+
+def test_a_pod_of_another_workload_waiting_in_a_queue_is_demand_on_that_queue() -> None:
+    deployment = deployment_from(trainer("user", 3))
+    assert deployment is not None
+    workers = [pod_from(worker(i, gated=False)) for i in range(3)]
+    other = worker(9, gated=True)
+    other["metadata"] |= {"name": "urgent", "labels": {"kueue.x-k8s.io/queue-name": "user"}}
+    other["spec"]["priority"] = 1000
+    unqueued = worker(8, gated=True)
+    unqueued["metadata"] |= {"name": "elsewhere", "labels": {}}
+    pods = [p for p in (*workers, pod_from(other), pod_from(unqueued)) if p is not None]
+    queue = cluster_queue_from(cluster_queue("team", "3", "3"))
+    snapshot = assemble([], pods, [deployment], [], queues=[queue],
+                        local_queues={("ns", "user"): "team"})  # fmt: skip
+    by_name = {p.name: p for p in snapshot.pods}
+    assert (by_name["urgent"].queue, by_name["elsewhere"].queue) == ("team", None)
+    plan = decide([Node("node-1", Resources(cpu=8, memory=64 * GI))], snapshot.pods,
+                  list(snapshot.jobs), now=100.0, queues=snapshot.queues)  # fmt: skip
+    d = plan.jobs["ns/j"]
+    assert (d.desired, d.limited_by.value) == (2, "protected_demand")
+    assert "ns/urgent (priority 1000)" in d.message
