@@ -8,8 +8,8 @@ shapes, label sets) is kept once per kind (`SharedValues`). `WATCHED` is the tab
 a new kind is one row there and one argument of `assemble`. Deployments are watched with
 the job label as selector; the rest cluster-wide (RBAC: get/list/watch on nodes, pods,
 priorityclasses, deployments, resourcequotas). With ``kueue`` (``--sizing-kueue``), also
-Kueue's ClusterQueues and LocalQueues (`KUEUE_WATCHED`; RBAC: get/list/watch on
-``kueue.x-k8s.io`` clusterqueues, localqueues).
+Kueue's ClusterQueues, LocalQueues and the Workloads that hold quota (`KUEUE_WATCHED`;
+RBAC: list/watch on ``kueue.x-k8s.io`` clusterqueues, localqueues, workloads).
 """
 
 from __future__ import annotations
@@ -45,9 +45,12 @@ from metrics_adapter.sizing.kueue_objects import (
     VERSION,
     ClusterQueueRecord,
     LocalQueueRecord,
+    WorkloadRecord,
     cluster_queue_from,
     cluster_queues_of,
     local_queue_from,
+    with_workloads,
+    workload_from,
 )
 
 
@@ -106,12 +109,13 @@ def _kueue_list(plural: str) -> Callable[[Any], Callable[..., Any]]:
 KUEUE_WATCHED: tuple[WatchedKind, ...] = (
     WatchedKind("clusterqueues", _kueue_list("clusterqueues"), lambda o, _: cluster_queue_from(o)),
     WatchedKind("localqueues", _kueue_list("localqueues"), lambda o, _: local_queue_from(o)),
+    WatchedKind("workloads", _kueue_list("workloads"), lambda o, _: workload_from(o)),
 )
 """Kueue's queues, read when the adapter runs with ``--sizing-kueue``."""
 
 
 class KubernetesCapacitySource:
-    """The cluster as the sizer sees it, from five watches (seven with Kueue's queues)."""
+    """The cluster as the sizer sees it, from five watches (eight with Kueue's)."""
 
     def __init__(
         self,
@@ -167,6 +171,7 @@ class KubernetesCapacitySource:
             )
         cluster_queues: list[ClusterQueueRecord] = self.records("clusterqueues")
         local_queues: list[LocalQueueRecord] = self.records("localqueues")
+        workloads: list[WorkloadRecord] = self.records("workloads")
         return assemble(
             nodes,
             pods,
@@ -175,7 +180,7 @@ class KubernetesCapacitySource:
             self._defaults,
             quotas,
             pods_in_key_order=True,
-            queues=cluster_queues,
+            queues=with_workloads(cluster_queues, workloads),
             local_queues=cluster_queues_of(local_queues),
         )
 

@@ -47,8 +47,10 @@ from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
 from metrics_adapter.kube.shared_values import SharedValues
 from metrics_adapter.sizing.kueue_objects import (
     ADMISSION_GATE,
+    MANAGED,
     QUEUE_LABEL,
     ClusterQueueRecord,
+    QueueUsage,
     queue_quotas,
 )
 
@@ -85,6 +87,9 @@ class PodRecord:
     created: float
     queued: bool = False
     """Kueue holds it back (its admission gate): its Workload is not admitted yet."""
+    releasing: bool = False
+    """Being deleted while Kueue's finalizer holds it: it counts for nothing but the queue
+    quota it still holds (on its way back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +222,7 @@ class _Metadata(TypedDict, total=False):
     labels: dict[str, Any] | None
     creationTimestamp: str | None
     deletionTimestamp: str | None
+    finalizers: list[str] | None
     resourceVersion: str
     uid: str
 
@@ -275,7 +281,8 @@ def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodR
     sets) is kept once for all of them: the record holds its own name and creation time.
     """
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") in _TERMINAL:
+    releasing = bool(meta.get("deletionTimestamp")) and MANAGED in (meta.get("finalizers") or ())
+    if (meta.get("deletionTimestamp") and not releasing) or status.get("phase") in _TERMINAL:
         return None
     values = shared if shared is not None else SharedValues(limit=0)
     try:
@@ -299,6 +306,7 @@ def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodR
         values.labels(meta.get("labels")),
         timestamp(meta.get("creationTimestamp")),
         any(g.get("name") == ADMISSION_GATE for g in gates),
+        releasing,
     )
 
 
@@ -524,8 +532,13 @@ def assemble(
     out_pods = []
     owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
     ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
+    usage = QueueUsage(local_queues or {})
     for record in ordered:
         pod = record.pod
+        if queues is not None:
+            usage.add(pod.namespace, record.labels, pod.requests, record.queued, record.releasing)
+        if record.releasing:
+            continue
         index = owners.get(pod.namespace)
         owner = index.owner(record.labels) if index is not None else None
         if owner is not None:
@@ -537,7 +550,7 @@ def assemble(
             last_growth[key] = max(last_growth.get(key, 0.0), record.created)
             admitted[key] = admitted.get(key, 0) + (not record.queued)
         elif record.queued and queues is not None:  # another workload waiting in a queue
-            target = (local_queues or {}).get((pod.namespace, record.labels.get(QUEUE_LABEL, "")))
+            target = usage.cluster_queue(pod.namespace, record.labels)
             if target is not None:
                 pod = replace(pod, queue=target)
         out_pods.append(pod)
@@ -546,7 +559,6 @@ def assemble(
             jobs[key] = replace(jobs[key], last_rescale=when)
     quotas_of_queues: tuple[QueueQuota, ...] = ()
     if queues is not None:
-        usage: dict[str, dict[str, float]] = {}
         for d in deps:
             key = f"{d.namespace}/{d.name}"
             if d.queue is None:
@@ -554,11 +566,6 @@ def assemble(
             target = (local_queues or {}).get((d.namespace, d.queue))
             cluster_queue = target or f"of LocalQueue {d.namespace}/{d.queue} (none such)"
             jobs[key] = replace(jobs[key], queue=cluster_queue, admitted=admitted.get(key, 0))
-            used = usage.setdefault(cluster_queue, {})
-            n = admitted.get(key, 0)
-            for name, amount in (("cpu", d.worker.cpu), ("memory", d.worker.memory),
-                                 ("gpu", d.worker.gpu), ("pods", 1.0)):  # fmt: skip
-                used[name] = used.get(name, 0.0) + n * amount
         quotas_of_queues = queue_quotas(queues, usage)
     return ClusterSnapshot(
         tuple(sorted(nodes, key=lambda n: n.name)),

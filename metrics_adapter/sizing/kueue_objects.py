@@ -24,11 +24,15 @@ from typing import Any
 
 from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.queues import FlavorRoom, QueueGroup, QueueQuota
+from edl_sizing.resources import Resources
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """On a Deployment (and its pods): the LocalQueue, in its namespace, that queues it."""
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 """The scheduling gate Kueue keeps on a pod until its Workload is admitted."""
+MANAGED = "kueue.x-k8s.io/managed"
+"""Label (``"true"``) of the pods Kueue manages, and its finalizer on them: a pod being
+deleted keeps its quota until Kueue lets it go."""
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 _RESOURCES = {"cpu": "cpu", "memory": "memory", "nvidia.com/gpu": "gpu", "pods": "pods"}
 """Kueue's resource names -> the sizer's keys (others are not what a worker is sized by)."""
@@ -57,6 +61,15 @@ class ClusterQueueRecord:
     used: Mapping[str, Mapping[str, float]]
     """Flavor -> key -> quota reserved by its admitted Workloads."""
     active: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """A Workload that holds quota: where, and how much of each flavor."""
+
+    cluster_queue: str
+    used: Mapping[str, Mapping[str, float]]
+    """Flavor -> key -> what its pods take (``status.admission``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,47 @@ def cluster_queue_from(obj: Mapping[str, Any]) -> ClusterQueueRecord:
     )
 
 
+def workload_from(obj: Mapping[str, Any]) -> WorkloadRecord | None:
+    """A Workload holding quota (``QuotaReserved``, not ``Finished``); None for any other.
+
+    What Kueue's own cache counts, written when it decides: a ClusterQueue's status is
+    written later, so the sizer sums its Workloads instead.
+    """
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") == "True" for c in status.get("conditions") or []}
+    admission = status.get("admission") or {}
+    if not conditions.get("QuotaReserved") or conditions.get("Finished") or not admission:
+        return None
+    used: dict[str, dict[str, float]] = {}
+    for podset in admission.get("podSetAssignments") or []:
+        flavors = podset.get("flavors") or {}
+        for name, raw in (podset.get("resourceUsage") or {}).items():
+            flavor = flavors.get(name)
+            if flavor is None:
+                continue
+            key = _RESOURCES.get(str(name), str(name))
+            mine = used.setdefault(str(flavor), {})
+            mine[key] = mine.get(key, 0.0) + (_amount(raw) or 0.0)
+    return WorkloadRecord(str(admission.get("clusterQueue", "")), used)
+
+
+def with_workloads(
+    queues: Iterable[ClusterQueueRecord], workloads: Iterable[WorkloadRecord]
+) -> list[ClusterQueueRecord]:
+    """The ClusterQueues with their usage summed over the Workloads that hold quota."""
+    used: dict[str, dict[str, dict[str, float]]] = {}
+    for w in workloads:
+        mine = used.setdefault(w.cluster_queue, {})
+        for flavor, amounts in w.used.items():
+            into = mine.setdefault(flavor, {})
+            for key, amount in amounts.items():
+                into[key] = into.get(key, 0.0) + amount
+    return [
+        ClusterQueueRecord(q.name, q.cohort, q.groups, used.get(q.name, {}), q.active)
+        for q in queues
+    ]
+
+
 def local_queue_from(obj: Mapping[str, Any]) -> LocalQueueRecord | None:
     """A LocalQueue object; None without a ClusterQueue."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -127,19 +181,58 @@ def local_queue_from(obj: Mapping[str, Any]) -> LocalQueueRecord | None:
     return LocalQueueRecord(str(meta.get("namespace", "")), str(meta.get("name", "")), str(target))
 
 
+class QueueUsage:
+    """What the pods Kueue manages hold of each ClusterQueue, as the pods show it now.
+
+    A queue's status is written after Kueue's admissions and releases, so it lags behind
+    the pods: admitted pods (no admission gate) it may not count yet, pods being deleted it
+    may count still, though their quota is on its way back.
+    """
+
+    def __init__(self, local_queues: Mapping[tuple[str, str], str]) -> None:
+        self.local_queues = local_queues
+        self.admitted: dict[str, dict[str, float]] = {}
+        self.releasing: dict[str, dict[str, float]] = {}
+
+    def cluster_queue(self, namespace: str, labels: Mapping[str, str]) -> str | None:
+        """The ClusterQueue a pod's LocalQueue label leads to (None: none)."""
+        return self.local_queues.get((namespace, labels.get(QUEUE_LABEL, "")))
+
+    def add(
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        requests: Resources,
+        queued: bool,
+        releasing: bool,
+    ) -> None:
+        """One pod: admitted (not ``queued``), or ``releasing`` (deleted, quota held)."""
+        if labels.get(MANAGED) != "true" or (queued and not releasing):
+            return
+        target = self.cluster_queue(namespace, labels)
+        if target is None:
+            return
+        into = (self.releasing if releasing else self.admitted).setdefault(target, {})
+        for key, amount in (("cpu", requests.cpu), ("memory", requests.memory),
+                            ("gpu", requests.gpu), ("pods", 1.0)):  # fmt: skip
+            into[key] = into.get(key, 0.0) + amount
+
+
 def queue_quotas(
-    queues: Iterable[ClusterQueueRecord],
-    admitted: Mapping[str, Mapping[str, float]] | None = None,
+    queues: Iterable[ClusterQueueRecord], usage: QueueUsage | None = None
 ) -> tuple[QueueQuota, ...]:
     """What each ClusterQueue still admits, by name, with its cohort's lendable quota.
 
-    ``admitted``: ClusterQueue -> key -> what the workers Kueue admitted (seen on their pods)
-    request. A queue's status is written after its admissions, so it may not count them yet:
-    its reservation is taken as at least that much (the excess on its flavors in order, as
-    Kueue fills them), so a worker just admitted is never counted as room.
+    With ``usage`` (what its pods show), a queue's reservation is taken as its status says
+    less what pods being deleted hold, and at least what its admitted pods request (the
+    excess on its flavors in order, as Kueue fills them): a pod just admitted is never
+    counted as room, and a worker given up is not given up twice.
     """
+    admitted = usage.admitted if usage is not None else {}
+    releasing = usage.releasing if usage is not None else {}
     records = sorted(
-        (_at_least(q, (admitted or {}).get(q.name, {})) for q in queues), key=lambda q: q.name
+        (_at_least(_less(q, releasing.get(q.name, {})), admitted.get(q.name, {})) for q in queues),
+        key=lambda q: q.name,
     )
     pools: dict[tuple[str, str, str], float] = {}
     """(cohort, flavor, key) -> what the cohort's members lend and do not use themselves."""
@@ -155,6 +248,21 @@ def queue_quotas(
                     over = max(0.0, q.used.get(flavor, {}).get(key, 0.0) - kept)
                     pools[pool] = pools.get(pool, 0.0) + lent - over
     return tuple(_quota(q, pools) for q in records)
+
+
+def _less(q: ClusterQueueRecord, gone: Mapping[str, float]) -> ClusterQueueRecord:
+    used = {flavor: dict(amounts) for flavor, amounts in q.used.items()}
+    for covered, flavors in q.groups:
+        for key in covered:
+            left = gone.get(key, 0.0)
+            for flavor, _ in reversed(flavors):  # the last filled first
+                if left <= 0:
+                    break
+                mine = used.setdefault(flavor, {})
+                take = min(left, mine.get(key, 0.0))
+                mine[key] = mine.get(key, 0.0) - take
+                left -= take
+    return ClusterQueueRecord(q.name, q.cohort, q.groups, used, q.active)
 
 
 def _at_least(q: ClusterQueueRecord, floor: Mapping[str, float]) -> ClusterQueueRecord:

@@ -16,6 +16,10 @@ the queue limits it) is scaled by an HPA on `desired_replicas`.
    run; the plan and the Deployment stay at 3 though the node has room for 8, and no worker
    is left gated.
 3. The quota becomes 5: the job grows to 5 and runs 5.
+4. A Deployment of higher priority (`preemptionPolicy: Never`) in the same LocalQueue: its pod
+   waits in the full queue; the sizer shrinks the job to 4 for it (`protected_demand`), the
+   HPA scales it down, Kueue admits the pod into the freed quota (no preemption) and it
+   runs; the job stays at 4.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from tests.e2e.metrics_adapter.test_sizing import (
     adapter_kubeconfig,
     linear_history,
     sizing_hpa,
+    sleeper,
     trainer_deployment,
 )
 from tests.support.kustomize import ROOT
@@ -165,6 +170,10 @@ def _workers(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
     return out
 
 
+def _ready(apps: client.AppsV1Api, namespace: str, name: str) -> int:
+    return int(apps.read_namespaced_deployment(name, namespace).status.ready_replicas or 0)
+
+
 def _reserved_cpu(custom: client.CustomObjectsApi) -> str:
     cq = _cluster_queue(custom)
     for flavor in (cq.get("status") or {}).get("flavorsReservation") or []:
@@ -249,10 +258,38 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
     _set_cpu_quota(custom, "5")
     running(5, "once the ClusterQueue admits 5 CPUs")
     assert sizing.served(sizing.a, ns, "queued") == 5
+
+    # 4. a workload of higher priority waits in the full queue: the job gives it a worker
+    urgent_class = f"edl-e2e-kueue-urgent-{ns}"
+    scheduling = client.SchedulingV1Api(api)
+    scheduling.create_priority_class(
+        as_body({"metadata": {"name": urgent_class}, "value": 1000, "preemptionPolicy": "Never"})
+    )
+    try:
+        urgent = sleeper("urgent", urgent_class)
+        urgent["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
+        apps.create_namespaced_deployment(ns, as_body(urgent))
+        wait_for(
+            lambda: _ready(apps, ns, "urgent") == 1,
+            timeout_s=180,
+            what="the urgent pod admitted by Kueue into the room the job gave up, and running",
+            describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
+        )
+        shrunk = decision()
+        print(f"beside the urgent workload: {json.dumps(shrunk)}")
+        assert shrunk["desired"] == 4
+        running(4, "one given up to the urgent workload")
+        for _ in range(3):  # it does not grow back into the queue's room the pod holds now
+            time.sleep(1)
+            assert sizing.served(sizing.a, ns, "queued") == 4, json.dumps(decision())
+        assert _reserved_cpu(custom) == "5"
+        apps.delete_namespaced_deployment("urgent", ns)
+    finally:
+        scheduling.delete_priority_class(urgent_class)
     autoscaling.delete_namespaced_horizontal_pod_autoscaler("queued", ns)
     apps.delete_namespaced_deployment("queued", ns)
-    wait_for(  # while Kueue runs: it lifts the finalizer it put on each worker
-        lambda: not _workers(core, ns) and not core.list_namespaced_pod(ns).items,
+    wait_for(  # while Kueue runs: it lifts the finalizer it put on each pod
+        lambda: not core.list_namespaced_pod(ns).items,
         timeout_s=90,
         what="the workers gone",
     )

@@ -370,7 +370,7 @@ def test_with_kueue_the_chart_and_the_component_grant_the_same_reads_and_pass_th
         == [
             {
                 "apiGroups": ["kueue.x-k8s.io"],
-                "resources": ["clusterqueues", "localqueues"],
+                "resources": ["clusterqueues", "localqueues", "workloads"],
                 "verbs": ["list", "watch"],
             }
         ]

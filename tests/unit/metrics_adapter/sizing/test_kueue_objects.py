@@ -9,10 +9,13 @@ import pytest
 from edl_sizing import Node, QueueQuota, Resources, decide
 from metrics_adapter.sizing.kube_objects import assemble, deployment_from, pod_from
 from metrics_adapter.sizing.kueue_objects import (
+    QueueUsage,
     cluster_queue_from,
     cluster_queues_of,
     local_queue_from,
     queue_quotas,
+    with_workloads,
+    workload_from,
 )
 
 pytestmark = pytest.mark.unit
@@ -140,6 +143,10 @@ def trainer(queue: str | None, replicas: int) -> dict[str, Any]:
     }
 
 
+KUEUE_POD = {"kueue.x-k8s.io/queue-name": "user", "kueue.x-k8s.io/managed": "true"}
+"""The labels Kueue's webhooks leave on a pod of a Deployment queued in LocalQueue `user`."""
+
+
 def worker(i: int, gated: bool) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}
     if gated:
@@ -147,7 +154,7 @@ def worker(i: int, gated: bool) -> dict[str, Any]:
     else:
         spec["nodeName"] = "node-1"
     return {
-        "metadata": {"namespace": "ns", "name": f"j-{i}", "labels": {"app": "j"}},
+        "metadata": {"namespace": "ns", "name": f"j-{i}", "labels": {"app": "j", **KUEUE_POD}},
         "spec": spec,
         "status": {"phase": "Pending" if gated else "Running"},
     }
@@ -197,12 +204,13 @@ def test_admitted_workers_the_status_misses_fill_the_flavors_in_order() -> None:
     spot = [{"name": "cpu", "nominalQuota": "4"}, {"name": "memory", "nominalQuota": "64Gi"}]
     flavors.append({"name": "spot", "resources": spot})
     record = cluster_queue_from(obj)
-    (quota,) = queue_quotas([record], {"team": {"cpu": 3.0}})
+    usage = QueueUsage({})
+    usage.admitted = {"team": {"cpu": 3.0}}
+    (quota,) = queue_quotas([record], usage)
     assert [f.left["cpu"] for f in quota.groups[0].flavors] == [0.0, 3.0]
     # a status that counts more than the pods show is kept as it is
-    (quota,) = queue_quotas(
-        [cluster_queue_from(cluster_queue("team", "4", "3"))], {"team": {"cpu": 1.0}}
-    )
+    usage.admitted = {"team": {"cpu": 1.0}}
+    (quota,) = queue_quotas([cluster_queue_from(cluster_queue("team", "4", "3"))], usage)
     assert cpu_left(quota) == 1.0
 
 
@@ -211,7 +219,7 @@ def test_a_pod_of_another_workload_waiting_in_a_queue_is_demand_on_that_queue() 
     assert deployment is not None
     workers = [pod_from(worker(i, gated=False)) for i in range(3)]
     other = worker(9, gated=True)
-    other["metadata"] |= {"name": "urgent", "labels": {"kueue.x-k8s.io/queue-name": "user"}}
+    other["metadata"] |= {"name": "urgent", "labels": dict(KUEUE_POD)}
     other["spec"]["priority"] = 1000
     unqueued = worker(8, gated=True)
     unqueued["metadata"] |= {"name": "elsewhere", "labels": {}}
@@ -226,3 +234,62 @@ def test_a_pod_of_another_workload_waiting_in_a_queue_is_demand_on_that_queue() 
     d = plan.jobs["ns/j"]
     assert (d.desired, d.limited_by.value) == (2, "protected_demand")
     assert "ns/urgent (priority 1000)" in d.message
+
+
+def test_a_worker_being_deleted_gives_its_quota_back_though_the_status_counts_it() -> None:
+    deployment = deployment_from(trainer("user", 2))
+    assert deployment is not None
+    going = worker(2, gated=False)
+    going["metadata"] |= {"deletionTimestamp": "2026-05-01T12:00:00Z",
+                          "finalizers": ["kueue.x-k8s.io/managed"]}  # fmt: skip
+    record = pod_from(going)
+    assert record is not None and record.releasing
+    unmanaged = worker(3, gated=False)
+    unmanaged["metadata"]["deletionTimestamp"] = "2026-05-01T12:00:00Z"
+    assert pod_from(unmanaged) is None  # no finalizer of Kueue's: gone as before
+    pods = [p for p in (pod_from(worker(0, False)), pod_from(worker(1, False)), record) if p]
+    # the status still counts the 3 workers: 2 running, 1 on its way out
+    queue = cluster_queue_from(cluster_queue("team", "3", "3"))
+    snapshot = assemble([], pods, [deployment], [], queues=[queue],
+                        local_queues={("ns", "user"): "team"})  # fmt: skip
+    (job,) = snapshot.jobs
+    assert job.admitted == 2 and [p.name for p in snapshot.pods] == ["j-0", "j-1"]
+    (quota,) = snapshot.queues
+    assert cpu_left(quota) == 1.0
+
+
+def workload(cq: str, cpu: str, *conditions: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "pod-x-1234"},
+        "status": {
+            "conditions": [{"type": t, "status": s} for t, s in conditions],
+            "admission": {
+                "clusterQueue": cq,
+                "podSetAssignments": [
+                    {
+                        "name": "main",
+                        "flavors": {"cpu": "default", "memory": "default"},
+                        "resourceUsage": {"cpu": cpu, "memory": "1Gi"},
+                        "count": 1,
+                    }
+                ],
+            },
+        },
+    }
+
+
+def test_a_queues_usage_is_what_its_workloads_holding_quota_take() -> None:
+    reserved = ("QuotaReserved", "True")
+    held = [workload_from(workload("team", "2", reserved)),
+            workload_from(workload("team", "500m", reserved, ("Admitted", "True")))]  # fmt: skip
+    assert all(held)
+    # finished, evicted (no reservation) or pending: they hold nothing
+    assert workload_from(workload("team", "1", reserved, ("Finished", "True"))) is None
+    assert workload_from(workload("team", "1", ("QuotaReserved", "False"))) is None
+    assert workload_from({"status": {}}) is None
+    # the status (3 reserved) is not read: the Workloads say 2.5
+    (queue,) = with_workloads([cluster_queue_from(cluster_queue("team", "4", "3"))],
+                              [w for w in held if w])  # fmt: skip
+    assert queue.used == {"default": {"cpu": 2.5, "memory": 2 * GI}}
+    (quota,) = queue_quotas([queue])
+    assert cpu_left(quota) == 1.5
