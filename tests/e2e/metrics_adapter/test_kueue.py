@@ -279,9 +279,16 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
         print(f"beside the urgent workload: {json.dumps(shrunk)}")
         assert shrunk["desired"] == 4
         running(4, "one given up to the urgent workload")
-        for _ in range(3):  # it does not grow back into the queue's room the pod holds now
+        wait_for(  # past its hold-off, the queue holds it: no growth back into the pod's quota
+            lambda: decision().get("limitedBy") == "queue_quota",
+            timeout_s=60,
+            what="the job held at 4 by its queue",
+            describe=lambda: json.dumps(decision()),
+        )
+        for _ in range(3):
             time.sleep(1)
             assert sizing.served(sizing.a, ns, "queued") == 4, json.dumps(decision())
+            assert apps.read_namespaced_deployment("queued", ns).spec.replicas == 4
         assert _reserved_cpu(custom) == "5"
         apps.delete_namespaced_deployment("urgent", ns)
     finally:
