@@ -882,13 +882,26 @@ def _serve_queue_demand(
 ) -> None:
     """Pods waiting in a Kueue ClusterQueue get its room before jobs grow.
 
-    Highest priority first; one the queue cannot admit takes admitted workers of the
-    queue's jobs of lower priority, above their minimum (most workers above it first): they
-    shrink (``protected_demand``) and Kueue admits the pod in their place. A pod the jobs
-    cannot make room for takes nothing (it waits; the jobs keep their workers).
+    Those of at least the lowest priority of the queue's jobs (as protected demand: Kueue
+    admits the highest priority first), highest first; one the queue cannot admit takes
+    admitted workers of the queue's jobs of lower priority, above their minimum (most
+    workers above it first): they shrink (``protected_demand``) and Kueue admits the pod in
+    their place. A pod the jobs cannot make room for takes nothing (it waits; they keep
+    their workers).
     """
+    lowest: dict[str, int] = {}
+    for s in valid:
+        if s.job.queue is not None:
+            lowest[s.job.queue] = min(lowest.get(s.job.queue, s.job.priority), s.job.priority)
     waiting = sorted(
-        (p for p in pods if p.queue is not None and p.node is None and p.job is None),
+        (
+            p
+            for p in pods
+            if p.queue in lowest
+            and p.node is None
+            and p.job is None
+            and p.priority >= lowest[p.queue]
+        ),
         key=lambda p: (-p.priority, p.key),
     )
     for pod in waiting:
@@ -896,34 +909,47 @@ def _serve_queue_demand(
         queue = kueue.by_name.get(pod.queue)
         if queue is None:
             continue
-        donors = sorted(
-            (s for s in valid if s.job.queue == pod.queue and s.job.priority < pod.priority),
-            key=lambda s: (-(s.count - s.job.min_replicas), s.job.key),
-        )
-        taken: list[_State] = []
-        saved = (packing.copy(), dict(kueue.by_name), dict(kueue.given_up))
-        while not queue.admits(pod.requests):
-            donor = next((s for s in donors if _gives_queue_room(s, packing, kueue)), None)
-            if donor is None:
-                break
-            placed = packing.workers[donor.job.key]
-            node = min((n for n, c in placed.items() if c > 0), key=lambda n: (placed[n], n))
-            packing.release(node, donor.job.worker, donor.job.key)
-            donor.count -= 1
-            kueue.give_up(donor)
+        if not queue.admits(pod.requests):
+            donors = sorted(
+                (s for s in valid if s.job.queue == pod.queue and s.job.priority < pod.priority),
+                key=lambda s: (-(s.count - s.job.min_replicas), s.job.key),
+            )
+            if not _shrink_for(pod, pod.queue, donors, packing, kueue):
+                continue
             queue = kueue.by_name[pod.queue]
-            taken.append(donor)
-        if not queue.admits(pod.requests):  # it waits whatever the jobs give: they give nothing
-            packing.restore(saved[0])
-            kueue.by_name, kueue.given_up = saved[1], saved[2]
-            for donor in taken:
-                donor.count += 1
-            continue
         picks = queue.choose(pod.requests)
         assert picks is not None
         kueue.by_name[pod.queue] = queue.moved(pod.requests, picks, 1.0)
-        for donor in taken:
-            donor.shrunk_for.append((pod.key, pod.priority))
+
+
+def _shrink_for(
+    pod: Pod, name: str, donors: list[_State], packing: Packing, kueue: _Queues
+) -> bool:
+    """Admitted workers of ``donors`` go until queue ``name`` admits ``pod``.
+
+    All that it takes, or none (False: the round is as before).
+    """
+    if not any(_gives_queue_room(s, packing, kueue) for s in donors):
+        return False
+    saved = (packing.copy(), dict(kueue.by_name), dict(kueue.given_up))
+    taken: list[_State] = []
+    while not kueue.by_name[name].admits(pod.requests):
+        donor = next((s for s in donors if _gives_queue_room(s, packing, kueue)), None)
+        if donor is None:  # it waits whatever the jobs give: they give nothing
+            packing.restore(saved[0])
+            kueue.by_name, kueue.given_up = saved[1], saved[2]
+            for s in taken:
+                s.count += 1
+            return False
+        placed = packing.workers[donor.job.key]
+        node = min((n for n, c in placed.items() if c > 0), key=lambda n: (placed[n], n))
+        packing.release(node, donor.job.worker, donor.job.key)
+        donor.count -= 1
+        kueue.give_up(donor)
+        taken.append(donor)
+    for s in taken:
+        s.shrunk_for.append((pod.key, pod.priority))
+    return True
 
 
 def _gives_queue_room(s: _State, packing: Packing, kueue: _Queues) -> bool:

@@ -176,3 +176,7 @@ def test_room_a_waiting_pod_needs_is_not_grown_into() -> None:
     d = decide(ROOMY, [*bound(a, 2), waiting_pod(1000)], [a], now=100.0,
                queues=[queue(cpu=3)]).jobs["ns/a"]  # fmt: skip
     assert (d.desired, d.limited_by.value) == (4, "queue_quota")
+    # a pod of lower priority than the job's: Kueue admits the job's new workers first
+    d = decide(ROOMY, [*bound(a, 2), waiting_pod(-1)], [a], now=100.0,
+               queues=[queue(cpu=3)]).jobs["ns/a"]  # fmt: skip
+    assert d.desired == 5
