@@ -45,7 +45,7 @@ from typing import Any
 
 from edl_sizing.cluster import Job, Node, Pod, Quota
 from edl_sizing.packing import Packing
-from edl_sizing.queues import QueueQuota
+from edl_sizing.queues import QueueDemand, QueueQuota
 from edl_sizing.resources import Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, size_model
 
@@ -441,13 +441,15 @@ def decide(
     now: float = 0.0,
     quotas: Sequence[Quota] = (),
     queues: Sequence[QueueQuota] = (),
+    waiting: Sequence[QueueDemand] = (),
 ) -> Plan:
     """One sizing round (see the module docstring); pure and deterministic.
 
     ``quotas``: what each namespace's ResourceQuotas still admit; growth never plans a new
     worker pod that one of them would refuse. ``queues``: what each Kueue ClusterQueue still
     admits; no job is planned a worker beyond its admitted ones that its queue
-    (``Job.queue``) would leave waiting.
+    (``Job.queue``) would leave waiting. ``waiting``: workloads waiting in a queue without a
+    pod yet (a pod waiting in one says so in ``Pod.queue``); they get its room first.
     """
     eligible = [n for n in sorted(nodes, key=lambda n: n.name) if n.ready and n.schedulable]
     allocatable = sum((n.allocatable for n in eligible), Resources())
@@ -483,7 +485,7 @@ def decide(
         s.fairness = s.rho(now)
     demands = _serve_claims(packing, states, valid, pods)
     kueue = _Queues(queues)
-    _serve_queue_demand(packing, valid, pods, kueue)
+    _serve_queue_demand(packing, valid, _queue_demands(pods, waiting), kueue)
     _keep_granted(packing, valid, policy, kueue)
     _repack(packing, valid, policy)
     reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
@@ -877,55 +879,61 @@ class _Queues:
         self.by_name[name] = self.by_name[name].moved(s.job.worker, s.picks.pop(), -1.0)
 
 
+def _queue_demands(pods: Sequence[Pod], waiting: Sequence[QueueDemand]) -> list[QueueDemand]:
+    """Every workload waiting in a queue: pods held by Kueue's gate, and those without one."""
+    gated = [
+        QueueDemand(p.key, p.queue, p.priority, p.requests)
+        for p in pods
+        if p.queue is not None and p.node is None and p.job is None
+    ]
+    return [*gated, *waiting]
+
+
 def _serve_queue_demand(
-    packing: Packing, valid: list[_State], pods: Sequence[Pod], kueue: _Queues
+    packing: Packing, valid: list[_State], demands: Sequence[QueueDemand], kueue: _Queues
 ) -> None:
-    """Pods waiting in a Kueue ClusterQueue get its room before jobs grow.
+    """Workloads waiting in a Kueue ClusterQueue get its room before jobs grow.
 
     Those of at least the lowest priority of the queue's jobs (as protected demand: Kueue
     admits the highest priority first), highest first; one the queue cannot admit takes
     admitted workers of the queue's jobs of lower priority, above their minimum (most
-    workers above it first): they shrink (``protected_demand``) and Kueue admits the pod in
-    their place. A pod the jobs cannot make room for takes nothing (it waits; they keep
+    workers above it first): they shrink (``protected_demand``) and Kueue admits it in
+    their place. One the jobs cannot make room for takes nothing (it waits; they keep
     their workers).
     """
     lowest: dict[str, int] = {}
     for s in valid:
         if s.job.queue is not None:
             lowest[s.job.queue] = min(lowest.get(s.job.queue, s.job.priority), s.job.priority)
-    waiting = sorted(
-        (
-            p
-            for p in pods
-            if p.queue in lowest
-            and p.node is None
-            and p.job is None
-            and p.priority >= lowest[p.queue]
-        ),
-        key=lambda p: (-p.priority, p.key),
+    ordered = sorted(
+        (d for d in demands if d.queue in lowest and d.priority >= lowest[d.queue]),
+        key=lambda d: (-d.priority, d.key),
     )
-    for pod in waiting:
-        assert pod.queue is not None
-        queue = kueue.by_name.get(pod.queue)
+    for demand in ordered:
+        queue = kueue.by_name.get(demand.queue)
         if queue is None:
             continue
-        if not queue.admits(pod.requests):
+        if not queue.admits(demand.requests, demand.pods):
             donors = sorted(
-                (s for s in valid if s.job.queue == pod.queue and s.job.priority < pod.priority),
+                (
+                    s
+                    for s in valid
+                    if s.job.queue == demand.queue and s.job.priority < demand.priority
+                ),
                 key=lambda s: (-(s.count - s.job.min_replicas), s.job.key),
             )
-            if not _shrink_for(pod, pod.queue, donors, packing, kueue):
+            if not _shrink_for(demand, donors, packing, kueue):
                 continue
-            queue = kueue.by_name[pod.queue]
-        picks = queue.choose(pod.requests)
+            queue = kueue.by_name[demand.queue]
+        picks = queue.choose(demand.requests, demand.pods)
         assert picks is not None
-        kueue.by_name[pod.queue] = queue.moved(pod.requests, picks, 1.0)
+        kueue.by_name[demand.queue] = queue.moved(demand.requests, picks, 1.0, demand.pods)
 
 
 def _shrink_for(
-    pod: Pod, name: str, donors: list[_State], packing: Packing, kueue: _Queues
+    demand: QueueDemand, donors: list[_State], packing: Packing, kueue: _Queues
 ) -> bool:
-    """Admitted workers of ``donors`` go until queue ``name`` admits ``pod``.
+    """Admitted workers of ``donors`` go until their queue admits ``demand``.
 
     All that it takes, or none (False: the round is as before).
     """
@@ -933,7 +941,7 @@ def _shrink_for(
         return False
     saved = (packing.copy(), dict(kueue.by_name), dict(kueue.given_up))
     taken: list[_State] = []
-    while not kueue.by_name[name].admits(pod.requests):
+    while not kueue.by_name[demand.queue].admits(demand.requests, demand.pods):
         donor = next((s for s in donors if _gives_queue_room(s, packing, kueue)), None)
         if donor is None:  # it waits whatever the jobs give: they give nothing
             packing.restore(saved[0])
@@ -948,7 +956,7 @@ def _shrink_for(
         kueue.give_up(donor)
         taken.append(donor)
     for s in taken:
-        s.shrunk_for.append((pod.key, pod.priority))
+        s.shrunk_for.append((demand.key, demand.priority))
     return True
 
 

@@ -42,13 +42,14 @@ class QueueQuota:
     name: str
     groups: tuple[QueueGroup, ...] = ()
 
-    def choose(self, worker: Resources) -> tuple[int, ...] | None:
+    def choose(self, worker: Resources, pods: int = 1) -> tuple[int, ...] | None:
         """The flavor (index) each group would give one more pod of ``worker``.
 
-        None when the queue would not admit it: a requested resource no group covers, or no
+        With ``pods``: a workload of that many pods, requesting ``worker`` in all. None
+        when the queue would not admit it: a requested resource no group covers, or no
         flavor of a group with room for all of what the group covers.
         """
-        need = _needs(worker)
+        need = _needs(worker, pods)
         covered = set().union(*(g.covered for g in self.groups)) if self.groups else set()
         if any(key not in covered for key, amount in need.items() if key != "pods" and amount):
             return None
@@ -67,13 +68,15 @@ class QueueQuota:
             picks.append(pick)
         return tuple(picks)
 
-    def admits(self, worker: Resources) -> bool:
-        """Whether one more pod of ``worker`` would be admitted."""
-        return self.choose(worker) is not None
+    def admits(self, worker: Resources, pods: int = 1) -> bool:
+        """Whether one more pod of ``worker`` (``pods`` requesting it in all) is admitted."""
+        return self.choose(worker, pods) is not None
 
-    def moved(self, worker: Resources, picks: tuple[int, ...], sign: float) -> QueueQuota:
+    def moved(
+        self, worker: Resources, picks: tuple[int, ...], sign: float, pods: int = 1
+    ) -> QueueQuota:
         """The room after one pod of ``worker`` took (sign 1) or gave back (-1) ``picks``."""
-        need = _needs(worker)
+        need = _needs(worker, pods)
         groups = []
         for group, pick in zip(self.groups, picks, strict=True):
             if pick < 0:
@@ -105,8 +108,25 @@ class QueueQuota:
         return self.moved(worker, picks, -1.0)
 
 
-def _needs(worker: Resources) -> dict[str, float]:
-    return {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu, "pods": 1.0}
+def _needs(worker: Resources, pods: int = 1) -> dict[str, float]:
+    return {"cpu": worker.cpu, "memory": worker.memory, "gpu": worker.gpu, "pods": float(pods)}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDemand:
+    """A workload waiting in a ClusterQueue that has no pod to show yet.
+
+    A batch Job, a JobSet: Kueue admits its ``pods`` pods, requesting ``requests`` in all,
+    together.
+    """
+
+    key: str
+    """``namespace/name`` of its Workload."""
+    queue: str
+    """The ClusterQueue it waits in."""
+    priority: int
+    requests: Resources
+    pods: int = 1
 
 
 def _fits(wanted: Mapping[str, float], left: Mapping[str, float]) -> bool:

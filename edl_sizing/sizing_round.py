@@ -127,7 +127,14 @@ def run_round(
     jobs = tuple(with_history(j, history, now) for j in snapshot.jobs)
     try:
         plan = decide(
-            snapshot.nodes, snapshot.pods, jobs, policy, now, snapshot.quotas, snapshot.queues
+            snapshot.nodes,
+            snapshot.pods,
+            jobs,
+            policy,
+            now,
+            snapshot.quotas,
+            snapshot.queues,
+            snapshot.waiting,
         )
     except Exception as e:  # the caller logs it; every job keeps its replicas
         return RoundResult(jobs, fallback_plan(jobs, policy, now), e)

@@ -45,6 +45,7 @@ from metrics_adapter.sizing.kueue_objects import (
     VERSION,
     ClusterQueueRecord,
     LocalQueueRecord,
+    WaitingWorkload,
     WorkloadRecord,
     cluster_queue_from,
     cluster_queues_of,
@@ -171,7 +172,7 @@ class KubernetesCapacitySource:
             )
         cluster_queues: list[ClusterQueueRecord] = self.records("clusterqueues")
         local_queues: list[LocalQueueRecord] = self.records("localqueues")
-        workloads: list[WorkloadRecord] = self.records("workloads")
+        workloads: list[WorkloadRecord | WaitingWorkload] = self.records("workloads")
         return assemble(
             nodes,
             pods,
@@ -181,6 +182,7 @@ class KubernetesCapacitySource:
             quotas,
             pods_in_key_order=True,
             queues=with_workloads(cluster_queues, workloads),
+            waiting=[w for w in workloads if isinstance(w, WaitingWorkload)],
             local_queues=cluster_queues_of(local_queues),
         )
 

@@ -51,7 +51,9 @@ from metrics_adapter.sizing.kueue_objects import (
     QUEUE_LABEL,
     ClusterQueueRecord,
     QueueUsage,
+    WaitingWorkload,
     queue_quotas,
+    waiting_demands,
 )
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
@@ -499,6 +501,7 @@ def assemble(
     pods_in_key_order: bool = False,
     queues: Iterable[ClusterQueueRecord] | None = None,
     local_queues: Mapping[tuple[str, str], str] | None = None,
+    waiting: Iterable[WaitingWorkload] = (),
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth.
 
@@ -507,8 +510,9 @@ def assemble(
     again. With ``queues`` (Kueue's ClusterQueues are read; ``local_queues``: (namespace,
     LocalQueue) -> ClusterQueue), a job labelled with a LocalQueue gets its ClusterQueue
     and how many of its workers Kueue has admitted, the snapshot what each ClusterQueue
-    still admits (counting those workers, whatever its status says yet), and a pod of
-    another workload that waits for Kueue's admission the ClusterQueue it waits in.
+    still admits (counting those workers, whatever its status says yet), a pod of another
+    workload that waits for Kueue's admission the ClusterQueue it waits in, and the
+    ``waiting`` Workloads without a pod (batch Jobs) as demand on their ClusterQueue.
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
@@ -574,6 +578,7 @@ def assemble(
         job_names=names,
         quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
         queues=quotas_of_queues,
+        waiting=waiting_demands(waiting, local_queues or {}) if queues is not None else (),
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edl_common.quantity import QuantityError, parse_quantity
-from edl_sizing.queues import FlavorRoom, QueueGroup, QueueQuota
+from edl_sizing.queues import FlavorRoom, QueueDemand, QueueGroup, QueueQuota
 from edl_sizing.resources import Resources
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -70,6 +70,21 @@ class WorkloadRecord:
     cluster_queue: str
     used: Mapping[str, Mapping[str, float]]
     """Flavor -> key -> what its pods take (``status.admission``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingWorkload:
+    """A Workload waiting for quota, as Kueue last considered it (``status.resourceRequests``)."""
+
+    namespace: str
+    name: str
+    local_queue: str
+    priority: int
+    requests: Resources
+    """What all its pods request together."""
+    pods: int
+    of_pod: bool
+    """Its owner is a Pod (Kueue's pod integration): the pod, gated, says it already."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +146,22 @@ def cluster_queue_from(obj: Mapping[str, Any]) -> ClusterQueueRecord:
     )
 
 
-def workload_from(obj: Mapping[str, Any]) -> WorkloadRecord | None:
-    """A Workload holding quota (``QuotaReserved``, not ``Finished``); None for any other.
+def workload_from(obj: Mapping[str, Any]) -> WorkloadRecord | WaitingWorkload | None:
+    """A Workload holding quota, or one waiting for it; None for any other.
 
-    What Kueue's own cache counts, written when it decides: a ClusterQueue's status is
-    written later, so the sizer sums its Workloads instead.
+    Holding: ``QuotaReserved`` and not ``Finished``. Waiting: not yet, and considered by
+    Kueue (``status.resourceRequests``). Holding is what Kueue's own cache counts, written
+    when it decides: a ClusterQueue's status is written later, so the sizer sums its
+    Workloads instead.
     """
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     status = obj.get("status") or {}
     conditions = {c.get("type"): c.get("status") == "True" for c in status.get("conditions") or []}
     admission = status.get("admission") or {}
-    if not conditions.get("QuotaReserved") or conditions.get("Finished") or not admission:
+    if conditions.get("Finished") or spec.get("active") is False:
         return None
+    if not conditions.get("QuotaReserved") or not admission:
+        return _waiting(meta, spec, status)
     used: dict[str, dict[str, float]] = {}
     for podset in admission.get("podSetAssignments") or []:
         flavors = podset.get("flavors") or {}
@@ -155,12 +175,49 @@ def workload_from(obj: Mapping[str, Any]) -> WorkloadRecord | None:
     return WorkloadRecord(str(admission.get("clusterQueue", "")), used)
 
 
+def _waiting(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> WaitingWorkload | None:
+    asked = status.get("resourceRequests") or []
+    if not asked or not spec.get("queueName"):
+        return None  # not considered by Kueue yet: a later round sees it
+    total: dict[str, float] = {}
+    for podset in asked:
+        for name, raw in (podset.get("resources") or {}).items():
+            key = _RESOURCES.get(str(name), str(name))
+            total[key] = total.get(key, 0.0) + (_amount(raw) or 0.0)
+    return WaitingWorkload(
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+        str(spec["queueName"]),
+        int(spec.get("priority") or 0),
+        Resources(total.get("cpu", 0.0), total.get("memory", 0.0), total.get("gpu", 0.0)),
+        sum(int(p.get("count") or 0) for p in spec.get("podSets") or []),
+        any(o.get("kind") == "Pod" for o in meta.get("ownerReferences") or []),
+    )
+
+
+def waiting_demands(
+    waiting: Iterable[WaitingWorkload], local_queues: Mapping[tuple[str, str], str]
+) -> tuple[QueueDemand, ...]:
+    """The waiting Workloads that have no pod to show, as demand on their ClusterQueue."""
+    out = []
+    for w in sorted(waiting, key=lambda w: (w.namespace, w.name)):
+        target = local_queues.get((w.namespace, w.local_queue))
+        if target is None or w.of_pod:
+            continue
+        out.append(QueueDemand(f"{w.namespace}/{w.name}", target, w.priority, w.requests, w.pods))
+    return tuple(out)
+
+
 def with_workloads(
-    queues: Iterable[ClusterQueueRecord], workloads: Iterable[WorkloadRecord]
+    queues: Iterable[ClusterQueueRecord], workloads: Iterable[WorkloadRecord | WaitingWorkload]
 ) -> list[ClusterQueueRecord]:
     """The ClusterQueues with their usage summed over the Workloads that hold quota."""
     used: dict[str, dict[str, dict[str, float]]] = {}
     for w in workloads:
+        if not isinstance(w, WorkloadRecord):
+            continue
         mine = used.setdefault(w.cluster_queue, {})
         for flavor, amounts in w.used.items():
             into = mine.setdefault(flavor, {})

@@ -11,6 +11,7 @@ from edl_sizing import (
     Job,
     Node,
     Pod,
+    QueueDemand,
     QueueGroup,
     QueueQuota,
     Resources,
@@ -179,4 +180,18 @@ def test_room_a_waiting_pod_needs_is_not_grown_into() -> None:
     # a pod of lower priority than the job's: Kueue admits the job's new workers first
     d = decide(ROOMY, [*bound(a, 2), waiting_pod(-1)], [a], now=100.0,
                queues=[queue(cpu=3)]).jobs["ns/a"]  # fmt: skip
+    assert d.desired == 5
+
+
+def test_a_waiting_workload_without_pods_is_admitted_whole_or_takes_nothing() -> None:
+    a = job("a", replicas=5, admitted=5)
+    batch = QueueDemand("ns/batch", "team", 1000, Resources(cpu=2, memory=2 * GI), pods=2)
+    d = decide(HUGE, bound(a, 5), [a], now=100.0, queues=[queue(cpu=0)],
+               waiting=[batch]).jobs["ns/a"]  # fmt: skip
+    assert (d.desired, d.limited_by.value) == (3, "protected_demand")
+    assert "made room for ns/batch (priority 1000)" in d.message
+    # 6 CPUs: more than the 4 workers above the job's minimum; nothing is given for part of it
+    too_big = QueueDemand("ns/batch", "team", 1000, Resources(cpu=6, memory=2 * GI), pods=6)
+    d = decide(HUGE, bound(a, 5), [a], now=100.0, queues=[queue(cpu=0)],
+               waiting=[too_big]).jobs["ns/a"]  # fmt: skip
     assert d.desired == 5

@@ -10,6 +10,7 @@ from edl_sizing import Node, QueueQuota, Resources, decide
 from metrics_adapter.sizing.kube_objects import assemble, deployment_from, pod_from
 from metrics_adapter.sizing.kueue_objects import (
     QueueUsage,
+    WaitingWorkload,
     cluster_queue_from,
     cluster_queues_of,
     local_queue_from,
@@ -293,3 +294,43 @@ def test_a_queues_usage_is_what_its_workloads_holding_quota_take() -> None:
     assert queue.used == {"default": {"cpu": 2.5, "memory": 2 * GI}}
     (quota,) = queue_quotas([queue])
     assert cpu_left(quota) == 1.5
+
+
+def waiting_workload(owner_kind: str, requests: dict[str, str] | None) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": "QuotaReserved", "status": "False"}]}
+    if requests is not None:
+        status["resourceRequests"] = [{"name": "main", "resources": requests}]
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": f"{owner_kind.lower()}-batch-1",
+            "ownerReferences": [{"kind": owner_kind, "name": "batch"}],
+        },
+        "spec": {"queueName": "user", "priority": 1000, "podSets": [{"name": "main", "count": 2}]},
+        "status": status,
+    }
+
+
+def test_a_waiting_workload_without_pods_is_demand_on_its_queue() -> None:
+    job_workload = workload_from(waiting_workload("Job", {"cpu": "2", "memory": "2Gi"}))
+    assert isinstance(job_workload, WaitingWorkload)
+    assert (job_workload.requests, job_workload.pods) == (Resources(cpu=2, memory=2 * GI), 2)
+    pod_workload = workload_from(waiting_workload("Pod", {"cpu": "1"}))
+    assert isinstance(pod_workload, WaitingWorkload) and pod_workload.of_pod
+    # not considered by Kueue yet: nothing known of what it asks
+    assert workload_from(waiting_workload("Job", None)) is None
+    deployment = deployment_from(trainer("user", 4))
+    assert deployment is not None
+    pods = [p for p in (pod_from(worker(i, gated=False)) for i in range(4)) if p is not None]
+    queue = cluster_queue_from(cluster_queue("team", "4", "4"))
+    snapshot = assemble([], pods, [deployment], [], queues=[queue],
+                        local_queues={("ns", "user"): "team"},
+                        waiting=[job_workload, pod_workload])  # fmt: skip
+    # the pod's Workload is left out: its gated pod is the demand (none here)
+    assert [(d.key, d.queue, d.pods) for d in snapshot.waiting] == [("ns/job-batch-1", "team", 2)]
+    plan = decide([Node("node-1", Resources(cpu=8, memory=64 * GI))], snapshot.pods,
+                  list(snapshot.jobs), now=100.0, queues=snapshot.queues,
+                  waiting=snapshot.waiting)  # fmt: skip
+    d = plan.jobs["ns/j"]
+    assert (d.desired, d.limited_by.value) == (2, "protected_demand")
+    assert "made room for ns/job-batch-1 (priority 1000)" in d.message
