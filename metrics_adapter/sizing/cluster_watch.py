@@ -181,7 +181,11 @@ class KubernetesCapacitySource:
             self._defaults,
             quotas,
             pods_in_key_order=True,
-            queues=with_workloads(cluster_queues, workloads),
+            queues=with_workloads(
+                cluster_queues,
+                workloads,
+                {f"{r.pod.namespace}/{r.pod.name}" for r in pods if not r.releasing},
+            ),
             waiting=[w for w in workloads if isinstance(w, WaitingWorkload)],
             local_queues=cluster_queues_of(local_queues),
         )

@@ -90,8 +90,8 @@ class PodRecord:
     queued: bool = False
     """Kueue holds it back (its admission gate): its Workload is not admitted yet."""
     releasing: bool = False
-    """Being deleted while Kueue's finalizer holds it: it counts for nothing but the queue
-    quota it still holds (on its way back)."""
+    """Being deleted while Kueue's finalizer holds it: it counts for nothing (its Workload's
+    quota is on its way back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,7 +540,8 @@ def assemble(
     for record in ordered:
         pod = record.pod
         if queues is not None:
-            usage.add(pod.namespace, record.labels, pod.requests, record.queued, record.releasing)
+            if not record.releasing:
+                usage.add(pod.namespace, record.labels, pod.requests, record.queued)
         if record.releasing:
             continue
         index = owners.get(pod.namespace)

@@ -18,7 +18,7 @@ one left waiting), flavors' node labels and taints, the ClusterQueue's namespace
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,8 @@ class WorkloadRecord:
     cluster_queue: str
     used: Mapping[str, Mapping[str, float]]
     """Flavor -> key -> what its pods take (``status.admission``)."""
+    pod: str | None = None
+    """``namespace/name`` of the Pod that owns it (Kueue's pod integration); None: none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +174,12 @@ def workload_from(obj: Mapping[str, Any]) -> WorkloadRecord | WaitingWorkload | 
             key = _RESOURCES.get(str(name), str(name))
             mine = used.setdefault(str(flavor), {})
             mine[key] = mine.get(key, 0.0) + (_amount(raw) or 0.0)
-    return WorkloadRecord(str(admission.get("clusterQueue", "")), used)
+    owner = next(
+        (str(o.get("name")) for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"),
+        None,
+    )
+    pod = f"{meta.get('namespace', '')}/{owner}" if owner else None
+    return WorkloadRecord(str(admission.get("clusterQueue", "")), used, pod)
 
 
 def _waiting(
@@ -211,12 +218,21 @@ def waiting_demands(
 
 
 def with_workloads(
-    queues: Iterable[ClusterQueueRecord], workloads: Iterable[WorkloadRecord | WaitingWorkload]
+    queues: Iterable[ClusterQueueRecord],
+    workloads: Iterable[WorkloadRecord | WaitingWorkload],
+    live_pods: Collection[str] | None = None,
 ) -> list[ClusterQueueRecord]:
-    """The ClusterQueues with their usage summed over the Workloads that hold quota."""
+    """The ClusterQueues with their usage summed over the Workloads that hold quota.
+
+    With ``live_pods`` (``namespace/name`` of the pods not being deleted), a pod's Workload
+    counts only while its pod lives: Kueue finishes it when the pod goes, and the two
+    watches may tell that in either order (a worker given up would be given up twice).
+    """
     used: dict[str, dict[str, dict[str, float]]] = {}
     for w in workloads:
         if not isinstance(w, WorkloadRecord):
+            continue
+        if w.pod is not None and live_pods is not None and w.pod not in live_pods:
             continue
         mine = used.setdefault(w.cluster_queue, {})
         for flavor, amounts in w.used.items():
@@ -239,37 +255,31 @@ def local_queue_from(obj: Mapping[str, Any]) -> LocalQueueRecord | None:
 
 
 class QueueUsage:
-    """What the pods Kueue manages hold of each ClusterQueue, as the pods show it now.
+    """What the admitted pods Kueue manages hold of each ClusterQueue, as they show it now.
 
-    A queue's status is written after Kueue's admissions and releases, so it lags behind
-    the pods: admitted pods (no admission gate) it may not count yet, pods being deleted it
-    may count still, though their quota is on its way back.
+    Their Workloads are written by Kueue as it admits them, and its pod watch and the
+    sizer's Workload watch may tell them apart in time: an admitted pod (no admission gate)
+    always counts.
     """
 
     def __init__(self, local_queues: Mapping[tuple[str, str], str]) -> None:
         self.local_queues = local_queues
         self.admitted: dict[str, dict[str, float]] = {}
-        self.releasing: dict[str, dict[str, float]] = {}
 
     def cluster_queue(self, namespace: str, labels: Mapping[str, str]) -> str | None:
         """The ClusterQueue a pod's LocalQueue label leads to (None: none)."""
         return self.local_queues.get((namespace, labels.get(QUEUE_LABEL, "")))
 
     def add(
-        self,
-        namespace: str,
-        labels: Mapping[str, str],
-        requests: Resources,
-        queued: bool,
-        releasing: bool,
+        self, namespace: str, labels: Mapping[str, str], requests: Resources, queued: bool
     ) -> None:
-        """One pod: admitted (not ``queued``), or ``releasing`` (deleted, quota held)."""
-        if labels.get(MANAGED) != "true" or (queued and not releasing):
+        """One live pod (admitted unless ``queued``)."""
+        if labels.get(MANAGED) != "true" or queued:
             return
         target = self.cluster_queue(namespace, labels)
         if target is None:
             return
-        into = (self.releasing if releasing else self.admitted).setdefault(target, {})
+        into = self.admitted.setdefault(target, {})
         for key, amount in (("cpu", requests.cpu), ("memory", requests.memory),
                             ("gpu", requests.gpu), ("pods", 1.0)):  # fmt: skip
             into[key] = into.get(key, 0.0) + amount
@@ -280,17 +290,12 @@ def queue_quotas(
 ) -> tuple[QueueQuota, ...]:
     """What each ClusterQueue still admits, by name, with its cohort's lendable quota.
 
-    With ``usage`` (what its pods show), a queue's reservation is taken as its status says
-    less what pods being deleted hold, and at least what its admitted pods request (the
-    excess on its flavors in order, as Kueue fills them): a pod just admitted is never
-    counted as room, and a worker given up is not given up twice.
+    With ``usage`` (what its pods show), a queue's usage is taken as at least what its
+    admitted pods request (the excess on its flavors in order, as Kueue fills them): a pod
+    just admitted is never counted as room.
     """
     admitted = usage.admitted if usage is not None else {}
-    releasing = usage.releasing if usage is not None else {}
-    records = sorted(
-        (_at_least(_less(q, releasing.get(q.name, {})), admitted.get(q.name, {})) for q in queues),
-        key=lambda q: q.name,
-    )
+    records = sorted((_at_least(q, admitted.get(q.name, {})) for q in queues), key=lambda q: q.name)
     pools: dict[tuple[str, str, str], float] = {}
     """(cohort, flavor, key) -> what the cohort's members lend and do not use themselves."""
     for q in records:
@@ -305,21 +310,6 @@ def queue_quotas(
                     over = max(0.0, q.used.get(flavor, {}).get(key, 0.0) - kept)
                     pools[pool] = pools.get(pool, 0.0) + lent - over
     return tuple(_quota(q, pools) for q in records)
-
-
-def _less(q: ClusterQueueRecord, gone: Mapping[str, float]) -> ClusterQueueRecord:
-    used = {flavor: dict(amounts) for flavor, amounts in q.used.items()}
-    for covered, flavors in q.groups:
-        for key in covered:
-            left = gone.get(key, 0.0)
-            for flavor, _ in reversed(flavors):  # the last filled first
-                if left <= 0:
-                    break
-                mine = used.setdefault(flavor, {})
-                take = min(left, mine.get(key, 0.0))
-                mine[key] = mine.get(key, 0.0) - take
-                left -= take
-    return ClusterQueueRecord(q.name, q.cohort, q.groups, used, q.active)
 
 
 def _at_least(q: ClusterQueueRecord, floor: Mapping[str, float]) -> ClusterQueueRecord:

@@ -17,8 +17,9 @@ serving certificate from a fixed path, /etc/kueue/metrics/certs (a Secret volume
 cluster); the folder holds the binary (a hard link to the cached one), its configuration, a
 kubeconfig with the credentials inline and the certificates. It shares the host's network.
 
-Integrations: `pod` and `deployment` (a Deployment labelled `kueue.x-k8s.io/queue-name` has
-each pod admitted as a Workload of its own, gated by `kueue.x-k8s.io/admission` until then).
+Integrations: `batch/job`, `pod` and `deployment` (a Deployment labelled
+`kueue.x-k8s.io/queue-name` has each pod admitted as a Workload of its own, gated by
+`kueue.x-k8s.io/admission` until then; a Job is suspended until its Workload is admitted).
 """
 
 from __future__ import annotations
@@ -48,8 +49,13 @@ WEBHOOK_CONFIGURATIONS = {
     "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
 }
 _ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-_KEPT_RESOURCES = {("", "pods"), ("apps", "deployments"), ("kueue.x-k8s.io", "*")}
-"""The webhooks kept: the two integrations' and Kueue's own objects' (the other frameworks'
+_KEPT_RESOURCES = {
+    ("", "pods"),
+    ("apps", "deployments"),
+    ("batch", "jobs"),
+    ("kueue.x-k8s.io", "*"),
+}
+"""The webhooks kept: the three integrations' and Kueue's own objects' (the other frameworks'
 kinds do not exist here)."""
 
 
@@ -197,7 +203,7 @@ class Kueue:
             "internalCertManagement": {"enable": False},
             "manageJobsWithoutQueueName": False,
             "managedJobsNamespaceSelector": {"matchLabels": {key: value}},
-            "integrations": {"frameworks": ["pod", "deployment"]},
+            "integrations": {"frameworks": ["batch/job", "pod", "deployment"]},
         }
 
     def _install_crds(self) -> None:

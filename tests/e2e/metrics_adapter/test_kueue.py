@@ -20,6 +20,9 @@ the queue limits it) is scaled by an HPA on `desired_replicas`.
    waits in the full queue; the sizer shrinks the job to 4 for it (`protected_demand`), the
    HPA scales it down, Kueue admits the pod into the freed quota (no preemption) and it
    runs; the job stays at 4.
+5. That pod goes and the job grows back to 5; a batch Job of the same priority (a Workload
+   with no pod until admitted) waits in the queue: the job shrinks to 4 again and Kueue
+   admits the Job (unsuspends it).
 """
 
 from __future__ import annotations
@@ -170,6 +173,27 @@ def _workers(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
     return out
 
 
+def _batch_job(name: str, priority_class: str) -> dict[str, Any]:
+    """A batch Job of one 1-CPU pod in LocalQueue `user` (Kueue suspends it until admitted;
+    the harness runs no Job controller, so admission is all it shows)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "priorityClassName": priority_class,
+                    "containers": [{**SLEEPER, "resources": {"requests": {"cpu": "1"}}}],
+                }
+            },
+        },
+    }
+
+
 def _ready(apps: client.AppsV1Api, namespace: str, name: str) -> int:
     return int(apps.read_namespaced_deployment(name, namespace).status.ready_replicas or 0)
 
@@ -290,7 +314,24 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
             assert sizing.served(sizing.a, ns, "queued") == 4, json.dumps(decision())
             assert apps.read_namespaced_deployment("queued", ns).spec.replicas == 4
         assert _reserved_cpu(custom) == "5"
+
+        # 5. the pod goes, the job grows back to 5; a batch Job of the same priority then
+        # waits in the queue (a Workload without pods): the job gives it a worker too
         apps.delete_namespaced_deployment("urgent", ns)
+        running(5, "back into the quota the urgent pod left")
+        batch_v1 = client.BatchV1Api(api)
+        batch_v1.create_namespaced_job(ns, as_body(_batch_job("report", urgent_class)))
+        wait_for(
+            lambda: batch_v1.read_namespaced_job("report", ns).spec.suspend is False,
+            timeout_s=180,
+            what="Kueue admitting the batch Job into the room the job gave up (unsuspended)",
+            describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
+        )
+        running(4, "one given up to the batch Job")
+        shrunk = decision()
+        print(f"beside the batch Job: {json.dumps(shrunk)}")
+        assert sizing.served(sizing.a, ns, "queued") == 4
+        batch_v1.delete_namespaced_job("report", ns, propagation_policy="Background")
     finally:
         scheduling.delete_priority_class(urgent_class)
     autoscaling.delete_namespaced_horizontal_pod_autoscaler("queued", ns)

@@ -237,7 +237,7 @@ def test_a_pod_of_another_workload_waiting_in_a_queue_is_demand_on_that_queue() 
     assert "ns/urgent (priority 1000)" in d.message
 
 
-def test_a_worker_being_deleted_gives_its_quota_back_though_the_status_counts_it() -> None:
+def test_a_worker_going_gives_its_quota_back_though_its_workload_is_not_finished() -> None:
     deployment = deployment_from(trainer("user", 2))
     assert deployment is not None
     going = worker(2, gated=False)
@@ -248,10 +248,19 @@ def test_a_worker_being_deleted_gives_its_quota_back_though_the_status_counts_it
     unmanaged = worker(3, gated=False)
     unmanaged["metadata"]["deletionTimestamp"] = "2026-05-01T12:00:00Z"
     assert pod_from(unmanaged) is None  # no finalizer of Kueue's: gone as before
+    # the 3 workers' Workloads hold 3 CPUs: j-2's pod is being deleted, j-3's is gone already
+    reserved = ("QuotaReserved", "True")
+    held = []
+    for name in ("j-0", "j-1", "j-2", "j-3"):
+        obj = workload("team", "1", reserved)
+        obj["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": name}]
+        held.append(workload_from(obj))
     pods = [p for p in (pod_from(worker(0, False)), pod_from(worker(1, False)), record) if p]
-    # the status still counts the 3 workers: 2 running, 1 on its way out
+    live = {f"{p.pod.namespace}/{p.pod.name}" for p in pods if not p.releasing}
     queue = cluster_queue_from(cluster_queue("team", "3", "3"))
-    snapshot = assemble([], pods, [deployment], [], queues=[queue],
+    (counted,) = with_workloads([queue], [w for w in held if w], live)
+    assert counted.used["default"]["cpu"] == 2.0
+    snapshot = assemble([], pods, [deployment], [], queues=[counted],
                         local_queues={("ns", "user"): "team"})  # fmt: skip
     (job,) = snapshot.jobs
     assert job.admitted == 2 and [p.name for p in snapshot.pods] == ["j-0", "j-1"]
