@@ -27,8 +27,10 @@ the queue limits it) is scaled by an HPA on `desired_replicas`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,6 +175,32 @@ def _workers(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
     return out
 
 
+@contextlib.contextmanager
+def _lowest_served(sizing: SizingAdapters, namespace: str, job: str) -> Iterator[list[int]]:
+    """The lowest value the sizer serves for `job` while the block runs (sampled every 0.2 s,
+    for 300 s at most): the list holds it once the block is done."""
+    lowest: list[int] = []
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        for _ in range(1500):
+            served = sizing.served(sizing.a, namespace, job)
+            if served is not None:
+                seen.append(served)
+            if stop.wait(0.2):
+                return
+
+    sampler = threading.Thread(target=sample, name="lowest-served", daemon=True)
+    sampler.start()
+    try:
+        yield lowest
+    finally:
+        stop.set()
+        sampler.join(timeout=10)
+        lowest.append(min(seen, default=-1))
+
+
 def _batch_job(name: str, priority_class: str) -> dict[str, Any]:
     """A batch Job of one 1-CPU pod in LocalQueue `user` (Kueue suspends it until admitted;
     the harness runs no Job controller, so admission is all it shows)."""
@@ -292,17 +320,19 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
     try:
         urgent = sleeper("urgent", urgent_class)
         urgent["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
-        apps.create_namespaced_deployment(ns, as_body(urgent))
-        wait_for(
-            lambda: _ready(apps, ns, "urgent") == 1,
-            timeout_s=180,
-            what="the urgent pod admitted by Kueue into the room the job gave up, and running",
-            describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
-        )
+        with _lowest_served(sizing, ns, "queued") as lowest:
+            apps.create_namespaced_deployment(ns, as_body(urgent))
+            wait_for(
+                lambda: _ready(apps, ns, "urgent") == 1,
+                timeout_s=180,
+                what="the urgent pod admitted by Kueue into the room the job gave up, and running",
+                describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
+            )
+            running(4, "one given up to the urgent workload")
+        assert lowest == [4], "one worker given up for the pod, never two"
         shrunk = decision()
         print(f"beside the urgent workload: {json.dumps(shrunk)}")
         assert shrunk["desired"] == 4
-        running(4, "one given up to the urgent workload")
         wait_for(  # past its hold-off, the queue holds it: no growth back into the pod's quota
             lambda: decision().get("limitedBy") == "queue_quota",
             timeout_s=60,
@@ -320,14 +350,16 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
         apps.delete_namespaced_deployment("urgent", ns)
         running(5, "back into the quota the urgent pod left")
         batch_v1 = client.BatchV1Api(api)
-        batch_v1.create_namespaced_job(ns, as_body(_batch_job("report", urgent_class)))
-        wait_for(
-            lambda: batch_v1.read_namespaced_job("report", ns).spec.suspend is False,
-            timeout_s=180,
-            what="Kueue admitting the batch Job into the room the job gave up (unsuspended)",
-            describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
-        )
-        running(4, "one given up to the batch Job")
+        with _lowest_served(sizing, ns, "queued") as lowest:
+            batch_v1.create_namespaced_job(ns, as_body(_batch_job("report", urgent_class)))
+            wait_for(
+                lambda: batch_v1.read_namespaced_job("report", ns).spec.suspend is False,
+                timeout_s=180,
+                what="Kueue admitting the batch Job into the room the job gave up (unsuspended)",
+                describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
+            )
+            running(4, "one given up to the batch Job")
+        assert lowest == [4], "one worker given up for the batch Job, never two"
         shrunk = decision()
         print(f"beside the batch Job: {json.dumps(shrunk)}")
         assert sizing.served(sizing.a, ns, "queued") == 4
