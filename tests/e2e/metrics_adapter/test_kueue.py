@@ -32,7 +32,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +311,21 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
     running(5, "once the ClusterQueue admits 5 CPUs")
     assert sizing.served(sizing.a, ns, "queued") == 5
 
+    def gives_one_worker(create: Callable[[], object], admitted: Callable[[], bool],
+                         what: str) -> None:  # fmt: skip
+        """`create` a workload the full queue leaves waiting: the job gives it one worker
+        (never two, sampled) and Kueue admits it."""
+        with _lowest_served(sizing, ns, "queued") as lowest:
+            create()
+            wait_for(
+                admitted,
+                timeout_s=180,
+                what=f"{what} in the room the job gave up",
+                describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
+            )
+            running(4, f"one given up to {what}")
+        assert lowest == [4], f"one worker given up for {what}, never two"
+
     # 4. a workload of higher priority waits in the full queue: the job gives it a worker
     urgent_class = f"edl-e2e-kueue-urgent-{ns}"
     scheduling = client.SchedulingV1Api(api)
@@ -320,16 +335,11 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
     try:
         urgent = sleeper("urgent", urgent_class)
         urgent["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
-        with _lowest_served(sizing, ns, "queued") as lowest:
-            apps.create_namespaced_deployment(ns, as_body(urgent))
-            wait_for(
-                lambda: _ready(apps, ns, "urgent") == 1,
-                timeout_s=180,
-                what="the urgent pod admitted by Kueue into the room the job gave up, and running",
-                describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
-            )
-            running(4, "one given up to the urgent workload")
-        assert lowest == [4], "one worker given up for the pod, never two"
+        gives_one_worker(
+            lambda: apps.create_namespaced_deployment(ns, as_body(urgent)),
+            lambda: _ready(apps, ns, "urgent") == 1,
+            "the urgent pod (admitted by Kueue and running)",
+        )
         shrunk = decision()
         print(f"beside the urgent workload: {json.dumps(shrunk)}")
         assert shrunk["desired"] == 4
@@ -350,16 +360,11 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
         apps.delete_namespaced_deployment("urgent", ns)
         running(5, "back into the quota the urgent pod left")
         batch_v1 = client.BatchV1Api(api)
-        with _lowest_served(sizing, ns, "queued") as lowest:
-            batch_v1.create_namespaced_job(ns, as_body(_batch_job("report", urgent_class)))
-            wait_for(
-                lambda: batch_v1.read_namespaced_job("report", ns).spec.suspend is False,
-                timeout_s=180,
-                what="Kueue admitting the batch Job into the room the job gave up (unsuspended)",
-                describe=lambda: f"workers {_workers(core, ns)}; decision {json.dumps(decision())}",
-            )
-            running(4, "one given up to the batch Job")
-        assert lowest == [4], "one worker given up for the batch Job, never two"
+        gives_one_worker(
+            lambda: batch_v1.create_namespaced_job(ns, as_body(_batch_job("report", urgent_class))),
+            lambda: batch_v1.read_namespaced_job("report", ns).spec.suspend is False,
+            "the batch Job (admitted by Kueue: unsuspended)",
+        )
         shrunk = decision()
         print(f"beside the batch Job: {json.dumps(shrunk)}")
         assert sizing.served(sizing.a, ns, "queued") == 4
