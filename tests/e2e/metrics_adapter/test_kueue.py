@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -201,6 +202,17 @@ def _lowest_served(sizing: SizingAdapters, namespace: str, job: str) -> Iterator
         lowest.append(min(seen, default=-1))
 
 
+def _shrinks(core: client.CoreV1Api, namespace: str, job: str) -> list[int]:
+    """Every size the sizer's `SizingShrink` Events on `job` name ("shrank to N: ..."): the
+    durable record of each shrink it decided (`kubectl get events`), however briefly served."""
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={job},reason=SizingShrink"
+    ).items
+    return sorted(
+        int(m.group(1)) for e in events if (m := re.match(r"shrank to (\d+):", e.message or ""))
+    )
+
+
 def _batch_job(name: str, priority_class: str) -> dict[str, Any]:
     """A batch Job of one 1-CPU pod in LocalQueue `user` (Kueue suspends it until admitted;
     the harness runs no Job controller, so admission is all it shows)."""
@@ -325,6 +337,8 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
             )
             running(4, f"one given up to {what}")
         assert lowest == [4], f"one worker given up for {what}, never two"
+        shrinks = _shrinks(core, ns, "queued")
+        assert shrinks and min(shrinks) == 4, f"the sizer's shrinks for {what}: {shrinks}"
 
     # 4. a workload of higher priority waits in the full queue: the job gives it a worker
     urgent_class = f"edl-e2e-kueue-urgent-{ns}"
