@@ -486,6 +486,7 @@ def decide(
     demands = _serve_claims(packing, states, valid, pods)
     kueue = _Queues(queues)
     _serve_queue_demand(packing, valid, _queue_demands(pods, waiting), kueue)
+    kueue.hold(valid)
     _keep_granted(packing, valid, policy, kueue)
     _repack(packing, valid, policy)
     reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
@@ -870,6 +871,24 @@ class _Queues:
         if picks is not None:
             self.by_name[name] = self.by_name[name].moved(s.job.worker, picks, 1.0)
             s.picks.append(picks)
+
+    def hold(self, valid: Sequence[_State]) -> None:
+        """Workers planned before the queues are read (a job's minimum) take their room.
+
+        The minimum is served whatever the queue admits (it waits as one), but those of
+        its workers Kueue has not admitted wait for the same room as growth: counted in
+        neither usage nor planned room, they would be planned a second time.
+        """
+        for s in sorted(valid, key=lambda s: (-s.job.priority, s.job.arrival, s.job.key)):
+            name = s.job.queue
+            if name is None or name not in self.by_name:
+                continue
+            for _ in range(s.count - self.admitted(s) - len(s.picks)):
+                picks = self.by_name[name].choose(s.job.worker)
+                if picks is None:
+                    break
+                self.by_name[name] = self.by_name[name].moved(s.job.worker, picks, 1.0)
+                s.picks.append(picks)
 
     def released(self, s: _State) -> None:
         """A planned worker of ``s`` was given back (before ``s.count`` drops)."""

@@ -195,3 +195,17 @@ def test_a_waiting_workload_without_pods_is_admitted_whole_or_takes_nothing() ->
     d = decide(HUGE, bound(a, 5), [a], now=100.0, queues=[queue(cpu=0)],
                waiting=[too_big]).jobs["ns/a"]  # fmt: skip
     assert d.desired == 5
+
+
+def test_a_minimum_worker_the_queue_has_not_admitted_takes_its_room_before_growth() -> None:
+    # the e2e's step 2: the job's one worker waits gated (min 1, nothing admitted) and the
+    # queue's quota becomes 3 CPUs; the minimum is served whatever the queue says, but it
+    # waits for the same room: 2 more, never 3 (Kueue would admit 3 and leave one gated,
+    # and the job would shrink back to 3 a round later)
+    a = job("a", replicas=1, admitted=0, min_replicas=1)
+    plan = decide(ROOMY, [], [a], now=100.0, queues=[queue(cpu=3)])
+    d = plan.jobs["ns/a"]
+    assert (d.desired, d.limited_by.value) == (3, "queue_quota")
+    # no room at all: it is held at its minimum
+    d = decide(ROOMY, [], [a], now=100.0, queues=[queue(cpu=0)]).jobs["ns/a"]
+    assert (d.desired, d.limited_by.value) == (1, "queue_quota")
