@@ -49,6 +49,7 @@ from metrics_adapter.sizing.kueue_objects import (
     WorkloadRecord,
     cluster_queue_from,
     cluster_queues_of,
+    holding_pods,
     local_queue_from,
     with_workloads,
     workload_from,
@@ -188,6 +189,7 @@ class KubernetesCapacitySource:
             ),
             waiting=[w for w in workloads if isinstance(w, WaitingWorkload)],
             local_queues=cluster_queues_of(local_queues),
+            holding=holding_pods(workloads),
         )
 
     def deployments_by_job(self) -> dict[str, DeploymentRecord]:

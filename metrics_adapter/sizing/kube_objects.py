@@ -32,7 +32,7 @@ default PriorityClass).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -502,6 +502,7 @@ def assemble(
     queues: Iterable[ClusterQueueRecord] | None = None,
     local_queues: Mapping[tuple[str, str], str] | None = None,
     waiting: Iterable[WaitingWorkload] = (),
+    holding: Collection[str] = (),
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth.
 
@@ -513,6 +514,8 @@ def assemble(
     still admits (counting those workers, whatever its status says yet), a pod of another
     workload that waits for Kueue's admission the ClusterQueue it waits in, and the
     ``waiting`` Workloads without a pod (batch Jobs) as demand on their ClusterQueue.
+    A pod in ``holding`` (``namespace/name``: its Workload holds quota) is admitted though
+    its gate is not gone yet: counted once, in its queue's usage, never also as waiting.
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
@@ -539,11 +542,11 @@ def assemble(
     usage = QueueUsage(local_queues or {})
     for record in ordered:
         pod = record.pod
-        if queues is not None:
-            if not record.releasing:
-                usage.add(pod.namespace, record.labels, pod.requests, record.queued)
         if record.releasing:
             continue
+        queued = record.queued and pod.key not in holding
+        if queues is not None:
+            usage.add(pod.namespace, record.labels, pod.requests, queued)
         index = owners.get(pod.namespace)
         owner = index.owner(record.labels) if index is not None else None
         if owner is not None:
@@ -553,8 +556,8 @@ def assemble(
                 pod.tolerations, pod.node_selector,
             )  # fmt: skip
             last_growth[key] = max(last_growth.get(key, 0.0), record.created)
-            admitted[key] = admitted.get(key, 0) + (not record.queued)
-        elif record.queued and queues is not None:  # another workload waiting in a queue
+            admitted[key] = admitted.get(key, 0) + (not queued)
+        elif queued and queues is not None:  # another workload waiting in a queue
             target = usage.cluster_queue(pod.namespace, record.labels)
             if target is not None:
                 pod = replace(pod, queue=target)

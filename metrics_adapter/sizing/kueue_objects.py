@@ -217,6 +217,18 @@ def waiting_demands(
     return tuple(out)
 
 
+def holding_pods(workloads: Iterable[WorkloadRecord | WaitingWorkload]) -> frozenset[str]:
+    """``namespace/name`` of the pods whose Workload holds quota, gated or not yet.
+
+    Kueue reserves the quota in the Workload first and lifts the pod's gate after, and the
+    two watches may tell that in either order: a pod still gated whose Workload holds quota
+    is admitted, else its quota would count twice (in use, and as a pod waiting for it).
+    """
+    return frozenset(
+        w.pod for w in workloads if isinstance(w, WorkloadRecord) and w.pod is not None
+    )
+
+
 def with_workloads(
     queues: Iterable[ClusterQueueRecord],
     workloads: Iterable[WorkloadRecord | WaitingWorkload],

@@ -13,6 +13,7 @@ from metrics_adapter.sizing.kueue_objects import (
     WaitingWorkload,
     cluster_queue_from,
     cluster_queues_of,
+    holding_pods,
     local_queue_from,
     queue_quotas,
     with_workloads,
@@ -343,3 +344,43 @@ def test_a_waiting_workload_without_pods_is_demand_on_its_queue() -> None:
     d = plan.jobs["ns/j"]
     assert (d.desired, d.limited_by.value) == (2, "protected_demand")
     assert "made room for ns/job-batch-1 (priority 1000)" in d.message
+
+
+def pod_workload(pod: str, holding: bool) -> dict[str, Any]:
+    """The Workload of Kueue's pod integration for ``pod``: holding 1 CPU, or waiting for it."""
+    obj = workload("team", "1", ("QuotaReserved", "True")) if holding else (
+        waiting_workload("Pod", {"cpu": "1", "memory": "1Gi"}))  # fmt: skip
+    obj["metadata"] |= {"name": f"pod-{pod}", "ownerReferences": [{"kind": "Pod", "name": pod}]}
+    return obj
+
+
+def test_a_pod_and_its_workload_count_once_whichever_watch_tells_its_admission_first() -> None:
+    # Kueue reserves the quota in the pod's Workload, then lifts the pod's gate (14 ms later
+    # in the e2e's Kueue log): the two watches may tell it in either order. Counted both as
+    # in use and as waiting, the job would give up two workers for the one pod (3, not 4).
+    deployment = deployment_from(trainer("user", 4))
+    assert deployment is not None
+    workers = [pod_from(worker(i, gated=False)) for i in range(4)]
+    node = Node("node-1", Resources(cpu=8, memory=64 * GI))
+    queue = cluster_queue_from(cluster_queue("team", "5", "5"))
+    for gated, holding in ((True, False), (True, True), (False, True), (False, False)):
+        urgent = worker(9, gated=gated)
+        urgent["metadata"] |= {"name": "urgent", "labels": dict(KUEUE_POD)}
+        urgent["spec"]["priority"] = 1000
+        objs = [pod_workload(f"j-{i}", True) for i in range(4)]
+        workloads = [w for w in map(workload_from, [*objs, pod_workload("urgent", holding)]) if w]
+        pods = [p for p in (*workers, pod_from(urgent)) if p is not None]
+        snapshot = assemble(
+            [], pods, [deployment], [],
+            queues=with_workloads([queue], workloads),
+            local_queues={("ns", "user"): "team"},
+            waiting=[w for w in workloads if isinstance(w, WaitingWorkload)],
+            holding=holding_pods(workloads),
+        )  # fmt: skip
+        (quota,) = snapshot.queues
+        plan = decide([node], snapshot.pods, list(snapshot.jobs), now=100.0,
+                      queues=snapshot.queues, waiting=snapshot.waiting)  # fmt: skip
+        d = plan.jobs["ns/j"]
+        seen = f"pod {'gated' if gated else 'admitted'}, " + (
+            "Workload holding" if holding else "Workload waiting")  # fmt: skip
+        assert (cpu_left(quota), d.desired) == (0.0 if holding or not gated else 1.0, 4), seen
