@@ -202,14 +202,17 @@ def _lowest_served(sizing: SizingAdapters, namespace: str, job: str) -> Iterator
         lowest.append(min(seen, default=-1))
 
 
-def _shrinks(core: client.CoreV1Api, namespace: str, job: str) -> list[int]:
-    """Every size the sizer's `SizingShrink` Events on `job` name ("shrank to N: ..."): the
-    durable record of each shrink it decided (`kubectl get events`), however briefly served."""
+def _shrinks(core: client.CoreV1Api, namespace: str, job: str) -> list[tuple[int, str]]:
+    """Every size the sizer's `SizingShrink` Events on `job` name ("shrank to N: ...") since
+    it was created, with the message: the durable record of each shrink it decided
+    (`kubectl get events`), however briefly served."""
     events = core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={job},reason=SizingShrink"
     ).items
     return sorted(
-        int(m.group(1)) for e in events if (m := re.match(r"shrank to (\d+):", e.message or ""))
+        (int(m.group(1)), str(e.message))
+        for e in events
+        if (m := re.match(r"shrank to (\d+):", e.message or ""))
     )
 
 
@@ -338,7 +341,9 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
             running(4, f"one given up to {what}")
         assert lowest == [4], f"one worker given up for {what}, never two"
         shrinks = _shrinks(core, ns, "queued")
-        assert shrinks and min(shrinks) == 4, f"the sizer's shrinks for {what}: {shrinks}"
+        assert shrinks and min(n for n, _ in shrinks) == 4, (
+            f"the job's shrinks, every step up to {what}: {shrinks}"
+        )
 
     # 4. a workload of higher priority waits in the full queue: the job gives it a worker
     urgent_class = f"edl-e2e-kueue-urgent-{ns}"
