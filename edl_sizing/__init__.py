@@ -71,6 +71,7 @@ from edl_sizing.history import (
     SizeHistory,
     class_key,
 )
+from edl_sizing.queues import FlavorRoom, QueueDemand, QueueGroup, QueueQuota
 from edl_sizing.resources import GPU, ResourceError, Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, fit_usl
 from edl_sizing.sizing_round import Observation, RoundResult, run_round, with_history
@@ -81,6 +82,7 @@ __all__ = [
     "CapacitySource",
     "ClusterSnapshot",
     "Demand",
+    "FlavorRoom",
     "HistoryError",
     "HistoryStore",
     "Job",
@@ -90,6 +92,9 @@ __all__ = [
     "Observation",
     "Plan",
     "Pod",
+    "QueueDemand",
+    "QueueGroup",
+    "QueueQuota",
     "Quota",
     "Reason",
     "ResourceError",

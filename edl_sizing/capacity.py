@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import yaml
 
 from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
+from edl_sizing.queues import QueueDemand, QueueQuota
 from edl_sizing.resources import ResourceError, Resources
 
 
@@ -54,6 +55,10 @@ class ClusterSnapshot:
     a job missing here goes by ``Job.name``."""
     quotas: tuple[Quota, ...] = ()
     """What each namespace's ResourceQuotas still admit."""
+    queues: tuple[QueueQuota, ...] = ()
+    """What each Kueue ClusterQueue still admits (jobs name theirs in ``Job.queue``)."""
+    waiting: tuple[QueueDemand, ...] = ()
+    """Workloads waiting in a ClusterQueue without a pod yet (batch Jobs, JobSets)."""
 
 
 class CapacitySource(Protocol):

@@ -89,6 +89,9 @@ class Pod:
     """The key (``namespace/name``) of the job whose worker this is; None for other pods."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    queue: str | None = None
+    """The Kueue ClusterQueue whose admission it waits for (its admission gate); None: it
+    waits in no queue."""
 
     @property
     def key(self) -> str:
@@ -156,6 +159,12 @@ class Job:
     ``observed``)."""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    queue: str | None = None
+    """The Kueue ClusterQueue that admits its workers (through the LocalQueue its
+    ``kueue.x-k8s.io/queue-name`` label names); None: Kueue does not queue it."""
+    admitted: int = 0
+    """Its workers Kueue has admitted (their admission gate is gone): only workers beyond
+    these need room in ``queue``."""
     error: str | None = None
 
     @property

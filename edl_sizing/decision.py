@@ -45,6 +45,7 @@ from typing import Any
 
 from edl_sizing.cluster import Job, Node, Pod, Quota
 from edl_sizing.packing import Packing
+from edl_sizing.queues import QueueDemand, QueueQuota
 from edl_sizing.resources import Resources
 from edl_sizing.scaling import ScalingCurve, ScalingPrior, SizeModel, size_model
 
@@ -63,6 +64,8 @@ class Reason(enum.Enum):
     PROTECTED_DEMAND = "protected_demand"
     WAITING = "waiting"
     FALLBACK = "fallback"
+    QUEUE_QUOTA = "queue_quota"
+    """Its Kueue ClusterQueue admits no more of its workers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,11 @@ class _State:
     """Created-but-unbound workers kept this round (the job grows: it is no one's donor)."""
     quota: str | None = None
     """The ResourceQuota that admits no more of its workers (its growth stopped there)."""
+    queue: str | None = None
+    """The Kueue ClusterQueue that admits no more of its workers (its growth stopped there)."""
+    picks: list[tuple[int, ...]] = field(default_factory=list)
+    """The flavors its Kueue ClusterQueue gave each of this round's workers beyond the
+    admitted ones (what a release gives back)."""
     took: list[tuple[_State, str]] = field(default_factory=list)
     """(donor, node) of each worker this job's growth took from another job this round."""
     gave: list[tuple[str, float, float]] = field(default_factory=list)
@@ -432,11 +440,16 @@ def decide(
     policy: SizingPolicy = SizingPolicy(),
     now: float = 0.0,
     quotas: Sequence[Quota] = (),
+    queues: Sequence[QueueQuota] = (),
+    waiting: Sequence[QueueDemand] = (),
 ) -> Plan:
     """One sizing round (see the module docstring); pure and deterministic.
 
     ``quotas``: what each namespace's ResourceQuotas still admit; growth never plans a new
-    worker pod that one of them would refuse.
+    worker pod that one of them would refuse. ``queues``: what each Kueue ClusterQueue still
+    admits; no job is planned a worker beyond its admitted ones that its queue
+    (``Job.queue``) would leave waiting. ``waiting``: workloads waiting in a queue without a
+    pod yet (a pod waiting in one says so in ``Pod.queue``); they get its room first.
     """
     eligible = [n for n in sorted(nodes, key=lambda n: n.name) if n.ready and n.schedulable]
     allocatable = sum((n.allocatable for n in eligible), Resources())
@@ -471,11 +484,14 @@ def decide(
     for s in valid:
         s.fairness = s.rho(now)
     demands = _serve_claims(packing, states, valid, pods)
-    _keep_granted(packing, valid, policy)
+    kueue = _Queues(queues)
+    _serve_queue_demand(packing, valid, _queue_demands(pods, waiting), kueue)
+    kueue.hold(valid)
+    _keep_granted(packing, valid, policy, kueue)
     _repack(packing, valid, policy)
     reserve = _Reserve(packing, *_reserve_room(valid, room.values(), policy, now))
     _keep_reserve(packing, valid, policy, reserve)
-    _grow(packing, valid, policy, now, _Quotas(quotas), reserve)
+    _grow(packing, valid, policy, now, _Quotas(quotas), reserve, kueue)
     decisions = {k: _decision(s, packing.workers.get(k, {})) for k, s in states.items()}
     return Plan(now, decisions, allocatable, free, tuple(demands), dict(packing.free))
 
@@ -698,17 +714,23 @@ def _make_room(
     return (best[0][-1], best[1]) if best is not None else None
 
 
-def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
+def _keep_granted(
+    packing: Packing, valid: list[_State], policy: SizingPolicy, kueue: _Queues
+) -> None:
     """Created-but-unbound workers keep their place.
 
     They keep it while they fit, or while the room they were granted by taking another
-    job's worker is still worth taking (the donor's HPA may not have scaled it down yet).
+    job's worker is still worth taking (the donor's HPA may not have scaled it down yet);
+    one that Kueue has not admitted, only while its ClusterQueue has room for it.
     """
     for s in sorted(valid, key=lambda s: (-s.job.priority, s.job.arrival, s.job.key)):
         if s.waiting or s.shrunk_for:
             continue
         job = s.job
         while s.count < min(job.replicas, job.max_replicas):
+            if kueue.refusing(s) is not None:
+                s.reason = Reason.QUEUE_QUOTA
+                break
             node = packing.first_fit(job.worker, job.tolerations, job.node_selector)
             if node is None and not s.gave:
                 node = _displace(packing, valid, s, policy)
@@ -717,6 +739,7 @@ def _keep_granted(packing: Packing, valid: list[_State], policy: SizingPolicy) -
                 break
             packing.place(node, job.worker, job.key)
             s.count += 1
+            kueue.placed(s)
             s.granted += 1
     for s in valid:
         s.took.clear()  # kept workers are no growth of this round: nothing to undo
@@ -806,6 +829,162 @@ def _pods_back(q: Quota) -> dict[str, float]:
     return {"pods": q.left["pods"] + 1.0} if "pods" in q.left else {}
 
 
+class _Queues:
+    """What the Kueue ClusterQueues admit, consumed by the round's unadmitted workers.
+
+    A worker Kueue admitted is in its queue's usage already; only those beyond take room.
+    """
+
+    def __init__(self, queues: Sequence[QueueQuota]) -> None:
+        self.by_name = {q.name: q for q in queues}
+        self.given_up: dict[str, int] = {}
+        """Job key -> its admitted workers left after it gave some up to queue demand."""
+
+    def admitted(self, s: _State) -> int:
+        """Its workers Kueue admitted that it keeps this round."""
+        return min(s.job.admitted, self.given_up.get(s.job.key, s.job.admitted))
+
+    def give_up(self, s: _State) -> None:
+        """An admitted worker of ``s`` goes (``s.count`` dropped already): its room is back."""
+        name = s.job.queue
+        if name is not None and name in self.by_name:
+            self.by_name[name] = self.by_name[name].returned(s.job.worker)
+        self.given_up[s.job.key] = min(self.admitted(s), s.count)
+
+    def refusing(self, s: _State) -> str | None:
+        """The ClusterQueue that would leave one more worker of ``s`` waiting (None: none)."""
+        name = s.job.queue
+        if name is None or s.count + 1 <= self.admitted(s):
+            return None
+        queue = self.by_name.get(name)
+        if queue is None or not queue.admits(s.job.worker):
+            s.queue = name
+            return name
+        return None
+
+    def placed(self, s: _State) -> None:
+        """A worker was planned for ``s`` (beyond its admitted ones: it takes queue room)."""
+        name = s.job.queue
+        if name is None or s.count <= self.admitted(s) or name not in self.by_name:
+            return
+        picks = self.by_name[name].choose(s.job.worker)
+        if picks is not None:
+            self.by_name[name] = self.by_name[name].moved(s.job.worker, picks, 1.0)
+            s.picks.append(picks)
+
+    def hold(self, valid: Sequence[_State]) -> None:
+        """Workers planned before the queues are read (a job's minimum) take their room.
+
+        The minimum is served whatever the queue admits (it waits as one), but those of
+        its workers Kueue has not admitted wait for the same room as growth: counted in
+        neither usage nor planned room, they would be planned a second time.
+        """
+        for s in sorted(valid, key=lambda s: (-s.job.priority, s.job.arrival, s.job.key)):
+            name = s.job.queue
+            if name is None or name not in self.by_name:
+                continue
+            for _ in range(s.count - self.admitted(s) - len(s.picks)):
+                picks = self.by_name[name].choose(s.job.worker)
+                if picks is None:
+                    break
+                self.by_name[name] = self.by_name[name].moved(s.job.worker, picks, 1.0)
+                s.picks.append(picks)
+
+    def released(self, s: _State) -> None:
+        """A planned worker of ``s`` was given back (before ``s.count`` drops)."""
+        name = s.job.queue
+        if name is None or s.count <= self.admitted(s) or not s.picks or name not in self.by_name:
+            return
+        self.by_name[name] = self.by_name[name].moved(s.job.worker, s.picks.pop(), -1.0)
+
+
+def _queue_demands(pods: Sequence[Pod], waiting: Sequence[QueueDemand]) -> list[QueueDemand]:
+    """Every workload waiting in a queue: pods held by Kueue's gate, and those without one."""
+    gated = [
+        QueueDemand(p.key, p.queue, p.priority, p.requests)
+        for p in pods
+        if p.queue is not None and p.node is None and p.job is None
+    ]
+    return [*gated, *waiting]
+
+
+def _serve_queue_demand(
+    packing: Packing, valid: list[_State], demands: Sequence[QueueDemand], kueue: _Queues
+) -> None:
+    """Workloads waiting in a Kueue ClusterQueue get its room before jobs grow.
+
+    Those of at least the lowest priority of the queue's jobs (as protected demand: Kueue
+    admits the highest priority first), highest first; one the queue cannot admit takes
+    admitted workers of the queue's jobs of lower priority, above their minimum (most
+    workers above it first): they shrink (``protected_demand``) and Kueue admits it in
+    their place. One the jobs cannot make room for takes nothing (it waits; they keep
+    their workers).
+    """
+    lowest: dict[str, int] = {}
+    for s in valid:
+        if s.job.queue is not None:
+            lowest[s.job.queue] = min(lowest.get(s.job.queue, s.job.priority), s.job.priority)
+    ordered = sorted(
+        (d for d in demands if d.queue in lowest and d.priority >= lowest[d.queue]),
+        key=lambda d: (-d.priority, d.key),
+    )
+    for demand in ordered:
+        queue = kueue.by_name.get(demand.queue)
+        if queue is None:
+            continue
+        if not queue.admits(demand.requests, demand.pods):
+            donors = sorted(
+                (
+                    s
+                    for s in valid
+                    if s.job.queue == demand.queue and s.job.priority < demand.priority
+                ),
+                key=lambda s: (-(s.count - s.job.min_replicas), s.job.key),
+            )
+            if not _shrink_for(demand, donors, packing, kueue):
+                continue
+            queue = kueue.by_name[demand.queue]
+        picks = queue.choose(demand.requests, demand.pods)
+        assert picks is not None
+        kueue.by_name[demand.queue] = queue.moved(demand.requests, picks, 1.0, demand.pods)
+
+
+def _shrink_for(
+    demand: QueueDemand, donors: list[_State], packing: Packing, kueue: _Queues
+) -> bool:
+    """Admitted workers of ``donors`` go until their queue admits ``demand``.
+
+    All that it takes, or none (False: the round is as before).
+    """
+    if not any(_gives_queue_room(s, packing, kueue) for s in donors):
+        return False
+    saved = (packing.copy(), dict(kueue.by_name), dict(kueue.given_up))
+    taken: list[_State] = []
+    while not kueue.by_name[demand.queue].admits(demand.requests, demand.pods):
+        donor = next((s for s in donors if _gives_queue_room(s, packing, kueue)), None)
+        if donor is None:  # it waits whatever the jobs give: they give nothing
+            packing.restore(saved[0])
+            kueue.by_name, kueue.given_up = saved[1], saved[2]
+            for s in taken:
+                s.count += 1
+            return False
+        placed = packing.workers[donor.job.key]
+        node = min((n for n, c in placed.items() if c > 0), key=lambda n: (placed[n], n))
+        packing.release(node, donor.job.worker, donor.job.key)
+        donor.count -= 1
+        kueue.give_up(donor)
+        taken.append(donor)
+    for s in taken:
+        s.shrunk_for.append((demand.key, demand.priority))
+    return True
+
+
+def _gives_queue_room(s: _State, packing: Packing, kueue: _Queues) -> bool:
+    """Whether ``s`` can give up an admitted worker placed on a node, above its minimum."""
+    placed = packing.workers.get(s.job.key, {})
+    return s.job.min_replicas < s.count <= kueue.admitted(s) and any(c > 0 for c in placed.values())
+
+
 def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None:
     """A job whose placement trains slower than fewer workers would shrinks to them.
 
@@ -863,19 +1042,24 @@ def _grow(
     now: float,
     quotas: _Quotas,
     reserve: _Reserve | None = None,
+    kueue: _Queues | None = None,
 ) -> None:
+    kueue = kueue or _Queues(())
     for s in valid:
         s.start = s.count
         s.start_nodes = frozenset(packing.workers.get(s.job.key, ()))
     excluded: set[str] = {
         s.job.key
         for s in valid
-        if s.waiting or s.shrunk_for or s.repacked or s.reason is Reason.NO_CAPACITY
+        if s.waiting
+        or s.shrunk_for
+        or s.repacked
+        or s.reason in (Reason.NO_CAPACITY, Reason.QUEUE_QUOTA)
     }
     reserve = reserve or _Reserve(packing, Resources())
     for _ in range(len(valid) + 1):
         growing = [s for s in valid if s.job.key not in excluded]
-        _grow_greedily(packing, growing, policy, now, valid, quotas, reserve)
+        _grow_greedily(packing, growing, policy, now, valid, quotas, reserve, kueue)
         unpaid = []
         trimmed = False
         for s in valid:
@@ -891,6 +1075,7 @@ def _grow(
                 reserve.freed(s.job.worker)
                 packing.release(s.grown.pop(), s.job.worker, s.job.key)
                 quotas.released(s)
+                kueue.released(s)
                 s.count -= 1
             excluded.add(s.job.key)
             trimmed = True
@@ -901,6 +1086,7 @@ def _grow(
                 reserve.freed(s.job.worker)
                 packing.release(node, s.job.worker, s.job.key)
                 quotas.released(s)
+                kueue.released(s)
                 s.count -= 1
             for donor, node in s.took:
                 reserve.taken(donor.job.worker)
@@ -1016,6 +1202,7 @@ def _grow_greedily(
     valid: list[_State],
     quotas: _Quotas,
     reserve: _Reserve,
+    kueue: _Queues,
 ) -> None:
     """One worker at a time to the best job, until no job can grow.
 
@@ -1053,6 +1240,8 @@ def _grow_greedily(
         blocked = _growth_block(s, policy, now, packing)
         if blocked is None and (refusing := quotas.refusing(s)) is not None:
             s.quota, blocked = refusing, Reason.NO_CAPACITY
+        if blocked is None and kueue.refusing(s) is not None:
+            blocked = Reason.QUEUE_QUOTA
         node = None
         if blocked is None:
             beyond = s.count + 1 > max(s.job.requested, s.job.min_replicas)
@@ -1071,6 +1260,7 @@ def _grow_greedily(
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
         quotas.placed(s)
+        kueue.placed(s)
         s.grown.append(node)
         heapq.heappush(heap, entry(s, score(s)))
 
@@ -1264,5 +1454,9 @@ def _message(s: _State, desired: int, reason: Reason) -> str:
             f"(threshold {job.min_marginal_speedup:.2f}) or not pay back its rescale pause"
         ),
         Reason.HOLD_OFF: "held off: grew recently, or the new size is not measured yet",
+        Reason.QUEUE_QUOTA: (
+            f"the Kueue ClusterQueue {s.queue} admits no more workers "
+            f"({job.worker.describe()} each)"
+        ),
     }
     return f"{verb} {desired}: {why.get(reason, reason.value)}"

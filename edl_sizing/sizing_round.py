@@ -126,7 +126,16 @@ def run_round(
     """One round over ``snapshot`` with ``history`` (see the module docstring)."""
     jobs = tuple(with_history(j, history, now) for j in snapshot.jobs)
     try:
-        plan = decide(snapshot.nodes, snapshot.pods, jobs, policy, now, snapshot.quotas)
+        plan = decide(
+            snapshot.nodes,
+            snapshot.pods,
+            jobs,
+            policy,
+            now,
+            snapshot.quotas,
+            snapshot.queues,
+            snapshot.waiting,
+        )
     except Exception as e:  # the caller logs it; every job keeps its replicas
         return RoundResult(jobs, fallback_plan(jobs, policy, now), e)
     return RoundResult(jobs, plan)

@@ -418,6 +418,14 @@ OPTIONS: tuple[Option, ...] = (
         "max workers of a job without the max-workers annotation",
         "sizing",
     ),
+    _opt(
+        "sizing_kueue",
+        SWITCH,
+        None,
+        "read Kueue's ClusterQueues and LocalQueues: a job labelled kueue.x-k8s.io/queue-name "
+        "is never planned a worker its ClusterQueue would leave waiting",
+        "sizing",
+    ),
     _opt("authentication", _AUTH_MODES, "delegated", "none or delegated", "security"),
     _opt("authorization", _AUTH_MODES, "delegated", "none or delegated", "security"),
     _opt(

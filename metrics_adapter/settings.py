@@ -187,6 +187,8 @@ class AdapterSettings:
     """Never grow a job beyond this multiple of the largest size measured."""
     sizing_default_max_workers: int
     """Max workers of a job without the ``edl.paddlepaddle.org/max-workers`` annotation."""
+    sizing_kueue: bool = False
+    """Read Kueue's queues (docs/sizing.md#with-kueue): plan no worker a queue would hold."""
 
     def __post_init__(self) -> None:
         for name in ("port", "metrics_port"):

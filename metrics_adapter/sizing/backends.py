@@ -38,7 +38,10 @@ def _kubernetes_capacity(ctx: BackendContext) -> CapacitySource:
 
     defaults = JobDefaults(max_workers=ctx.settings.sizing_default_max_workers)
     return KubernetesCapacitySource(
-        ctx.api_client(), defaults, lambda kind: ctx.on_error(f"sizing-{kind}")
+        ctx.api_client(),
+        defaults,
+        lambda kind: ctx.on_error(f"sizing-{kind}"),
+        kueue=ctx.settings.sizing_kueue,
     )
 
 

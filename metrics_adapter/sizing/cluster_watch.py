@@ -7,11 +7,14 @@ with the objects' size; what records have in common (namespaces, node names, req
 shapes, label sets) is kept once per kind (`SharedValues`). `WATCHED` is the table of kinds:
 a new kind is one row there and one argument of `assemble`. Deployments are watched with
 the job label as selector; the rest cluster-wide (RBAC: get/list/watch on nodes, pods,
-priorityclasses, deployments, resourcequotas).
+priorityclasses, deployments, resourcequotas). With ``kueue`` (``--sizing-kueue``), also
+Kueue's ClusterQueues, LocalQueues and the Workloads that hold quota (`KUEUE_WATCHED`;
+RBAC: list/watch on ``kueue.x-k8s.io`` clusterqueues, localqueues, workloads).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +39,20 @@ from metrics_adapter.sizing.kube_objects import (
     pod_from,
     priority_class_from,
     quota_from,
+)
+from metrics_adapter.sizing.kueue_objects import (
+    GROUP,
+    VERSION,
+    ClusterQueueRecord,
+    LocalQueueRecord,
+    WaitingWorkload,
+    WorkloadRecord,
+    cluster_queue_from,
+    cluster_queues_of,
+    holding_pods,
+    local_queue_from,
+    with_workloads,
+    workload_from,
 )
 
 
@@ -85,8 +102,22 @@ WATCHED: tuple[WatchedKind, ...] = (
 """Every kind the sizer reads, by the name `KubernetesCapacitySource.records` takes."""
 
 
+def _kueue_list(plural: str) -> Callable[[Any], Callable[..., Any]]:
+    return lambda api: functools.partial(
+        k8s.CustomObjectsApi(api).list_cluster_custom_object, GROUP, VERSION, plural
+    )
+
+
+KUEUE_WATCHED: tuple[WatchedKind, ...] = (
+    WatchedKind("clusterqueues", _kueue_list("clusterqueues"), lambda o, _: cluster_queue_from(o)),
+    WatchedKind("localqueues", _kueue_list("localqueues"), lambda o, _: local_queue_from(o)),
+    WatchedKind("workloads", _kueue_list("workloads"), lambda o, _: workload_from(o)),
+)
+"""Kueue's queues, read when the adapter runs with ``--sizing-kueue``."""
+
+
 class KubernetesCapacitySource:
-    """The cluster as the sizer sees it, from five watches."""
+    """The cluster as the sizer sees it, from five watches (eight with Kueue's)."""
 
     def __init__(
         self,
@@ -94,11 +125,13 @@ class KubernetesCapacitySource:
         defaults: JobDefaults | None = None,
         on_error: Callable[[str], None] = lambda _: None,
         watch_timeout_s: int = 60,
+        kueue: bool = False,
     ) -> None:
         self._defaults = defaults or JobDefaults()
+        self._kueue = kueue
         self._stores: dict[str, RecordStore[Any]] = {}
         self._reflectors: list[Reflector] = []
-        for row in WATCHED:
+        for row in WATCHED + (KUEUE_WATCHED if kueue else ()):
             store: RecordStore[Any] = RecordStore(
                 _with_shared(row.convert, SharedValues()), ordered=row.ordered
             )
@@ -134,8 +167,29 @@ class KubernetesCapacitySource:
         deployments: list[DeploymentRecord] = self.records("deployments")
         classes: list[PriorityClassRecord] = self.records("priorityclasses")
         quotas: list[Quota] = self.records("resourcequotas")
+        if not self._kueue:
+            return assemble(
+                nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
+            )
+        cluster_queues: list[ClusterQueueRecord] = self.records("clusterqueues")
+        local_queues: list[LocalQueueRecord] = self.records("localqueues")
+        workloads: list[WorkloadRecord | WaitingWorkload] = self.records("workloads")
         return assemble(
-            nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
+            nodes,
+            pods,
+            deployments,
+            classes,
+            self._defaults,
+            quotas,
+            pods_in_key_order=True,
+            queues=with_workloads(
+                cluster_queues,
+                workloads,
+                {f"{r.pod.namespace}/{r.pod.name}" for r in pods if not r.releasing},
+            ),
+            waiting=[w for w in workloads if isinstance(w, WaitingWorkload)],
+            local_queues=cluster_queues_of(local_queues),
+            holding=holding_pods(workloads),
         )
 
     def deployments_by_job(self) -> dict[str, DeploymentRecord]:

@@ -32,7 +32,7 @@ default PriorityClass).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -41,9 +41,20 @@ import msgspec
 from edl_common.quantity import QuantityError, parse_quantity
 from edl_sizing.capacity import ClusterSnapshot
 from edl_sizing.cluster import Job, Node, Pod, Quota, Taint, Toleration
+from edl_sizing.queues import QueueQuota
 from edl_sizing.resources import ResourceError, Resources
 from metrics_adapter.kube.selectors import LabelSelector, Operator, Requirement
 from metrics_adapter.kube.shared_values import SharedValues
+from metrics_adapter.sizing.kueue_objects import (
+    ADMISSION_GATE,
+    MANAGED,
+    QUEUE_LABEL,
+    ClusterQueueRecord,
+    QueueUsage,
+    WaitingWorkload,
+    queue_quotas,
+    waiting_demands,
+)
 
 JOB_LABEL = "edl.paddlepaddle.org/job"
 MIN_WORKERS = "edl.paddlepaddle.org/min-workers"
@@ -76,6 +87,11 @@ class PodRecord:
     pod: Pod
     labels: Mapping[str, str]
     created: float
+    queued: bool = False
+    """Kueue holds it back (its admission gate): its Workload is not admitted yet."""
+    releasing: bool = False
+    """Being deleted while Kueue's finalizer holds it: it counts for nothing (its Workload's
+    quota is on its way back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,8 @@ class DeploymentRecord:
     generation: int = 0
     job_class: str | None = None
     """The ``edl.paddlepaddle.org/class`` label (None: history per job only)."""
+    queue: str | None = None
+    """The Kueue LocalQueue its ``kueue.x-k8s.io/queue-name`` label names (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +224,7 @@ class _Metadata(TypedDict, total=False):
     labels: dict[str, Any] | None
     creationTimestamp: str | None
     deletionTimestamp: str | None
+    finalizers: list[str] | None
     resourceVersion: str
     uid: str
 
@@ -227,6 +246,7 @@ class _PodSpec(TypedDict, total=False):
     overhead: dict[str, Any] | None
     tolerations: list[dict[str, Any]] | None
     nodeSelector: dict[str, Any] | None
+    schedulingGates: list[dict[str, Any]] | None
 
 
 class _PodStatus(TypedDict, total=False):
@@ -263,7 +283,8 @@ def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodR
     sets) is kept once for all of them: the record holds its own name and creation time.
     """
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") in _TERMINAL:
+    releasing = bool(meta.get("deletionTimestamp")) and MANAGED in (meta.get("finalizers") or ())
+    if (meta.get("deletionTimestamp") and not releasing) or status.get("phase") in _TERMINAL:
         return None
     values = shared if shared is not None else SharedValues(limit=0)
     try:
@@ -281,8 +302,13 @@ def pod_from(obj: Mapping[str, Any], shared: SharedValues | None = None) -> PodR
         tolerations=values.value(_tolerations(spec)),
         node_selector=values.labels(spec.get("nodeSelector")),
     )
+    gates = spec.get("schedulingGates") or ()
     return PodRecord(
-        pod, values.labels(meta.get("labels")), timestamp(meta.get("creationTimestamp"))
+        pod,
+        values.labels(meta.get("labels")),
+        timestamp(meta.get("creationTimestamp")),
+        any(g.get("name") == ADMISSION_GATE for g in gates),
+        releasing,
     )
 
 
@@ -354,6 +380,7 @@ def deployment_from(obj: Mapping[str, Any]) -> DeploymentRecord | None:
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
         job_class=str((meta.get("labels") or {}).get(CLASS_LABEL) or "") or None,
+        queue=str(labels.get(QUEUE_LABEL) or "") or None,
     )
 
 
@@ -472,12 +499,23 @@ def assemble(
     defaults: JobDefaults | None = None,
     quotas: Iterable[Quota] = (),
     pods_in_key_order: bool = False,
+    queues: Iterable[ClusterQueueRecord] | None = None,
+    local_queues: Mapping[tuple[str, str], str] | None = None,
+    waiting: Iterable[WaitingWorkload] = (),
+    holding: Collection[str] = (),
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth.
 
     The snapshot's pods are in key order (``namespace/name``, the order `decide` takes them
     in); ``pods_in_key_order`` says they come so (a watch keeps them so) and are not sorted
-    again.
+    again. With ``queues`` (Kueue's ClusterQueues are read; ``local_queues``: (namespace,
+    LocalQueue) -> ClusterQueue), a job labelled with a LocalQueue gets its ClusterQueue
+    and how many of its workers Kueue has admitted, the snapshot what each ClusterQueue
+    still admits (counting those workers, whatever its status says yet), a pod of another
+    workload that waits for Kueue's admission the ClusterQueue it waits in, and the
+    ``waiting`` Workloads without a pod (batch Jobs) as demand on their ClusterQueue.
+    A pod in ``holding`` (``namespace/name``: its Workload holds quota) is admitted though
+    its gate is not gone yet: counted once, in its queue's usage, never also as waiting.
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
@@ -497,11 +535,18 @@ def assemble(
         jobs[job.key] = job
         names[job.key] = d.job
     last_growth: dict[str, float] = {}
+    admitted: dict[str, int] = {}
     out_pods = []
     owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
     ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
+    usage = QueueUsage(local_queues or {})
     for record in ordered:
         pod = record.pod
+        if record.releasing:
+            continue
+        queued = record.queued and pod.key not in holding
+        if queues is not None:
+            usage.add(pod.namespace, record.labels, pod.requests, queued)
         index = owners.get(pod.namespace)
         owner = index.owner(record.labels) if index is not None else None
         if owner is not None:
@@ -511,16 +556,33 @@ def assemble(
                 pod.tolerations, pod.node_selector,
             )  # fmt: skip
             last_growth[key] = max(last_growth.get(key, 0.0), record.created)
+            admitted[key] = admitted.get(key, 0) + (not queued)
+        elif queued and queues is not None:  # another workload waiting in a queue
+            target = usage.cluster_queue(pod.namespace, record.labels)
+            if target is not None:
+                pod = replace(pod, queue=target)
         out_pods.append(pod)
     for key, when in last_growth.items():
         if when:
             jobs[key] = replace(jobs[key], last_rescale=when)
+    quotas_of_queues: tuple[QueueQuota, ...] = ()
+    if queues is not None:
+        for d in deps:
+            key = f"{d.namespace}/{d.name}"
+            if d.queue is None:
+                continue
+            target = (local_queues or {}).get((d.namespace, d.queue))
+            cluster_queue = target or f"of LocalQueue {d.namespace}/{d.queue} (none such)"
+            jobs[key] = replace(jobs[key], queue=cluster_queue, admitted=admitted.get(key, 0))
+        quotas_of_queues = queue_quotas(queues, usage)
     return ClusterSnapshot(
         tuple(sorted(nodes, key=lambda n: n.name)),
         tuple(out_pods),
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
         quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
+        queues=quotas_of_queues,
+        waiting=waiting_demands(waiting, local_queues or {}) if queues is not None else (),
     )
 
 

@@ -9,6 +9,8 @@
   the scheduler bound to them (it must run kube-scheduler: `ControlPlane.start_scheduler`).
 * `edl_images` (session): EDL's container images from `make images`, built before any test
   starts when a selected test uses them.
+* `kueue` (session): Kueue's manager with its CRDs and webhooks (tests/e2e/harness/kueue.py),
+  built by tests/e2e/kueue/build.sh before any test starts when a selected test uses it.
 * When a test fails, the tail of every component's log is attached to its report.
 """
 
@@ -31,6 +33,7 @@ from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.install import ensure_images
+from tests.e2e.harness.kueue import Kueue, KueueSettings, ensure_kueue
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.processes import HarnessError
@@ -60,6 +63,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _BUILD["images"] = ensure_images()
         except HarnessError as e:
             _BUILD["images_error"] = e
+    if any("kueue" in getattr(item, "fixturenames", ()) for item in session.items):
+        try:  # `make kueue` (cached), also before any test's clock starts
+            _BUILD["kueue"] = ensure_kueue()
+        except HarnessError as e:
+            _BUILD["kueue_error"] = e
 
 
 @pytest.hookimpl(wrapper=True)
@@ -99,6 +107,22 @@ def edl_images() -> dict[str, str]:
     if "images_error" in _BUILD:
         raise _BUILD["images_error"]
     return dict(_BUILD.get("images") or ensure_images())
+
+
+@pytest.fixture(scope="session")
+def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
+    """Kueue v0.17 managing the namespaces labelled `edl.e2e/kueue: "true"`."""
+    if "kueue_error" in _BUILD:
+        raise _BUILD["kueue_error"]
+    cache = _BUILD.get("kueue") or ensure_kueue()
+    manager = Kueue(control_plane, KueueSettings(cache, control_plane.work_dir / "kueue"))
+    LOG_SOURCES.append(manager)
+    try:
+        manager.start()
+        yield manager
+    finally:
+        manager.stop()
+        LOG_SOURCES.remove(manager)
 
 
 @pytest.fixture(scope="session")

@@ -176,3 +176,14 @@ def make_cluster_pki(directory: Path, *, adapter_service_dns: tuple[str, ...]) -
         adapter=adapter,
         service_account_key=sa_key,
     )
+
+
+def make_webhook_pki(directory: Path, cn: str, dns: tuple[str, ...]) -> tuple[KeyPair, KeyPair]:
+    """A CA of its own and the serving certificate it signs, for a webhook server.
+
+    Returns (the CA: its certificate is the webhook configurations' caBundle, the serving
+    pair as ``tls.crt``/``tls.key``: the names controller-runtime's webhook server reads).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _Authority(f"{cn}-ca", directory, "ca")
+    return ca.pair, ca.issue(directory, "tls", cn, server=True, dns=dns)

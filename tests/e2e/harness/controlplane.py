@@ -10,10 +10,8 @@ always tears everything down. Each component logs into its own file under `work_
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import subprocess
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ import requests
 import yaml
 
 from tests.e2e.harness.certs import ClusterPKI, make_cluster_pki
-from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port, run_build
 from tests.support.waiting import WaitTimeout, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -47,24 +45,8 @@ def ensure_binaries(timeout_s: float = 3600.0) -> Path:
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
     """
-    cache = Path(os.environ.get("EDL_CACHE_DIR", Path.home() / ".cache" / "edl"))
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / "controlplane.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            done = subprocess.run(
-                ["bash", str(BUILD_SCRIPT)],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            raise HarnessError(f"control-plane build ran past {timeout_s:.0f} s") from e
-    if done.returncode != 0:
-        out = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
-        raise HarnessError(f"control-plane build failed (rc={done.returncode}):\n{out}")
-    bin_dir = Path(done.stdout.strip().splitlines()[-1])
+    out = run_build(BUILD_SCRIPT, "controlplane.lock", "control-plane build", timeout_s)
+    bin_dir = Path(out.strip().splitlines()[-1])
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         if not os.access(bin_dir / name, os.X_OK):
             raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -15,6 +16,30 @@ from tests.support.net import free_port as free_port
 
 class HarnessError(RuntimeError):
     """The harness could not bring a component up (its log tail is in the message)."""
+
+
+def run_build(script: Path, lock_name: str, what: str, timeout_s: float) -> str:
+    """Runs a cached build script (instant when cached) under a lock file of EDL's cache, one
+    build at a time on the machine; returns its stdout (the last line names what it built).
+
+    Raises:
+        HarnessError: it failed or ran past `timeout_s`; the message holds its last lines.
+    """
+    cache = Path(os.environ.get("EDL_CACHE_DIR", Path.home() / ".cache" / "edl"))
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / lock_name).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            done = subprocess.run(
+                ["bash", str(script)], capture_output=True, text=True, timeout=timeout_s,
+                check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as e:
+            raise HarnessError(f"{what} ran past {timeout_s:.0f} s") from e
+    if done.returncode != 0:
+        out = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+        raise HarnessError(f"{what} failed (rc={done.returncode}):\n{out}")
+    return done.stdout
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -152,12 +152,14 @@ def _apply(kubectl: Kubectl, docs: list[dict[str, Any]]) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _adapter_kubeconfig(kubectl: Kubectl, cp: ControlPlane, path: Path) -> Path:
+def adapter_kubeconfig(
+    kubectl: Kubectl, cp: ControlPlane, path: Path, manifests: str = "manifests/base"
+) -> Path:
     """The manifests' RBAC for the adapter's ServiceAccount, and a kubeconfig with its token."""
     assert cp.pki is not None
     rbac = [
         d
-        for d in render("manifests/base")
+        for d in render(manifests)
         if d["kind"]
         in (
             "Namespace",
@@ -193,7 +195,7 @@ def sizing(
 ) -> Iterator[SizingAdapters]:
     """kube-scheduler, and two sizing adapters (A registered behind the APIServices)."""
     control_plane.start_scheduler()
-    kubeconfig = _adapter_kubeconfig(
+    kubeconfig = adapter_kubeconfig(
         kubectl, control_plane, tmp_path_factory.mktemp("sizing") / "adapter.kubeconfig"
     )
     _delete_history(kube_api)
@@ -224,6 +226,18 @@ def _decision(sizing: SizingAdapters, job: str) -> dict[str, Any]:
     (decision,) = [j for j in page["plan"]["jobs"] if j["job"] == job]
     others = [f"{j['job']}: {j['current']}->{j['desired']}" for j in page["plan"]["jobs"]]
     return {**decision, "allJobs": others}
+
+
+def linear_history(api: client.ApiClient, job: str, up_to: int = 8) -> None:
+    """The shared history says `job` (``namespace/name``) scales linearly to `up_to` workers,
+    as if it had trained at every size: only capacity (or a quota, or a queue) limits it."""
+
+    def linear(h: SizeHistory) -> bool:
+        for size in range(1, up_to + 1):
+            h.observe(job, size, 100.0 * size, time.time())
+        return True
+
+    ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY).update(linear)
 
 
 def _delete_history(api: client.ApiClient) -> None:
@@ -714,14 +728,7 @@ def test_the_plan_stops_at_the_namespaces_resource_quota(
         what="2 workers running",
         describe=e2e_ns.runner.log_tails,
     )
-    store = ConfigMapHistoryStore(api, ADAPTER_NS, HISTORY)
-
-    def linear(h: SizeHistory) -> bool:  # as if it had trained at every size up to 8
-        for size in range(1, 9):
-            h.observe(f"{ns}/quota", size, 100.0 * size, time.time())
-        return True
-
-    store.update(linear)
+    linear_history(api, f"{ns}/quota")
     wait_for(
         lambda: sizing.served(sizing.a, ns, "quota") == 3,
         timeout_s=90,

@@ -7,6 +7,7 @@ the catalogue, the alert rules and the RBAC match what manifests/ installs.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -401,3 +402,44 @@ def test_the_least_privilege_table_lists_the_verbs_the_trainer_role_grants() -> 
     role = one(template("edl-trainer", namespace="ml", release="digits"), "Role")
     granted = {r: set(rule["verbs"]) for rule in role["rules"] for r in rule["resources"]}
     assert documented == granted
+
+
+@pytest.mark.slow
+def test_with_kueue_the_chart_and_the_component_grant_the_same_reads_and_pass_the_flag(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        "resources: [{0}/manifests/base]\ncomponents: [{0}/manifests/components/kueue]\n".format(
+            Path(os.path.relpath(ROOT, tmp_path)).as_posix()
+        )
+    )
+    manifests = render(str(tmp_path))
+    chart = template("edl", sets=("sizing.kueue=true",))
+
+    def kueue_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            r
+            for d in kinds(docs, "ClusterRole")
+            for r in d["rules"]
+            if "kueue.x-k8s.io" in r["apiGroups"]
+        ]
+
+    assert (
+        kueue_rules(manifests)
+        == kueue_rules(chart)
+        == [
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["clusterqueues", "localqueues", "workloads"],
+                "verbs": ["list", "watch"],
+            }
+        ]
+    )
+    deployment = next(
+        d for d in kinds(manifests, "Deployment") if "adapter" in d["metadata"]["name"]
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    from_manifests = settings_from_args(build_parser().parse_args(container["args"]), env={})
+    assert from_manifests.sizing_kueue and adapter_settings(chart).sizing_kueue
+    assert not adapter_settings(template("edl")).sizing_kueue
+    assert not kueue_rules(template("edl"))
