@@ -277,11 +277,11 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
     assert ("/var/lib/edl/checkpoints" in mounts) is on_volume
     if wanted.get("url"):  # object storage: the URL, and the SDK's variables from the values
         assert options.checkpoints.url == wanted["url"]
-        s3 = wanted.get("s3", {})
+        s3 = wanted.get("s3", {}) if wanted["url"].startswith("s3://") else {}
         assert literal.get("AWS_ENDPOINT_URL") == s3.get("endpoint")
         assert literal.get("AWS_REGION") == s3.get("region")
-        secret = s3.get("credentialsSecret")
-        assert container.get("envFrom", []) == ([{"secretRef": {"name": secret}}] if secret else [])
+        secrets = [n for n in (wanted.get("credentialsSecret"), s3.get("credentialsSecret")) if n]
+        assert container.get("envFrom", []) == [{"secretRef": {"name": n}} for n in secrets]
     role = one(docs, "Role")
     world = one(docs, "ConfigMap")
     assert world["metadata"]["name"] == f"edl-{options.job}-world" and "data" not in world
@@ -321,7 +321,10 @@ def test_each_trainer_example_is_an_agent_invocation_its_role_and_hpa_fit(
         (("onFinished=delete",), "at '/onFinished': value must be one of 'scaleToZero', 'idle'"),
         (("failurePolicy.budget=-1",), "at '/failurePolicy/budget': minimum"),
         (("failurePolicy.window=soon",), "at '/failurePolicy/window': 'soon' does not match"),
-        (("checkpoints.url=gs://b/x",), "at '/checkpoints/url': 'gs://b/x' does not match"),
+        (("checkpoints.url=gs:/b/x",), "at '/checkpoints/url': 'gs:/b/x' does not match"),
+        (("checkpoints.url=s3://A_B/x",), "at '/checkpoints/url': 's3://A_B/x' does not match"),
+        (("checkpoints.url=file:///x",), "at '/checkpoints/url': 'not' failed"),
+        (("checkpoints.credentialsSecret=A",), "at '/checkpoints/credentialsSecret': 'A' does"),
         (("checkpoints.s3.endpoint=rgw:8080",), "at '/checkpoints/s3/endpoint': 'rgw:8080' does"),
         (("checkpoints.s3.secret=x",), "additional properties 'secret' not allowed"),
     ],
