@@ -12,9 +12,8 @@ repo="$3"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
-for pair in edl:edl edl-trainer:edl-trainer; do
-  chart="${pair%%:*}"
-  image="$repo/${pair#*:}"
+for chart in edl edl-trainer; do  # each chart's image is named as the chart is
+  image="$repo/$chart"
   cp -r "$root/charts/$chart" "$stage/$chart"
   # The first `repository:` under the top-level `image:` key; anything else stays as written.
   awk -v image="$image" '
