@@ -88,7 +88,7 @@ class SizingPolicy:
     rescale_budget_per_hour: int = 8
     """A job that rescaled this many times in the last hour (``Job.recent_rescales``) neither
     grows (but back to its request) nor gives workers to another job's growth; only
-    protected demand shrinks it."""
+    protected demand and the arrival reserve (where it gives last) shrink it."""
     arrival_reserve: float = 0.05
     """Growth beyond a job's request leaves this share of the cluster's workers free (whole
     workers of the jobs' most common size, rounded down), and when arrivals took it, the
