@@ -984,8 +984,8 @@ def _keep_reserve(
     no room takes an extra from such a job anyway, a round and an HPA sync later). Left out,
     a cluster whose extras all sat with jobs over budget kept no reserve at all (dev
     workload 15 at twice the arrival rate: 64 of 64 GPUs planned for 800 s of a burst while
-    the extras of three jobs over budget, 20 GPUs, stayed; 13 arrivals there each waited 2
-    to 20 s that static sizing did not make them wait).
+    the extras of three jobs over budget, 20 GPUs, stayed; 13 arrivals there each started
+    2 to 15 s later than under static sizing).
     """
     shape = reserve.shape
     while reserve.short:
