@@ -274,3 +274,24 @@ def test_a_job_over_its_rescale_budget_still_refills_the_arrival_reserve(
     else:
         assert outcome(plan, "spent") == (36, "fairness")
     assert "went back to arrivals (the reserve)" in plan.jobs["ns/spent"].message
+
+
+@pytest.mark.parametrize(("rescales", "expected"), [(0, 14), (8, 16)])
+def test_a_job_over_its_budget_refills_the_reserve_only_beyond_its_request(
+    rescales: int, expected: int
+) -> None:
+    """Its request, 16, is a measured dip (12 trained as fast), so its floor is its minimum and
+    within its budget it gives the reserve workers below its request. Over its budget it keeps
+    its request: growth back to the request is not held by the budget, so what the reserve
+    took below it would come straight back, round after round (198 rescales of one job)."""
+    policy = SizingPolicy(arrival_reserve=0.05)  # 40 workers' room: 2 kept free
+    dip = {(12, 3): 1010.0, (16, 4): 1000.0}  # within the hysteresis: no shrink to 12
+    spent = job("spent", replicas=16, requested=16, max_replicas=32, placed=dip,
+                last_rescale=50.0, recent_rescales=rescales)  # fmt: skip
+    arrived = job("arrived", replicas=2, requested=2, max_replicas=2, arrival=99.0)
+    pods = workers(spent, [f"node-{1 + i // 4}" for i in range(16)])
+    pods += workers(arrived, ["node-5", "node-5"])
+    pods += others([f"node-{5 + (i + 2) // 4}" for i in range(22)])
+    plan = decide(nodes(10), pods, [spent, arrived], policy, now=100.0)
+    assert plan.free.cpu == pytest.approx(0.0)
+    assert plan.jobs["ns/spent"].desired == expected
