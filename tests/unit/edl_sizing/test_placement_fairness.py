@@ -240,3 +240,58 @@ def test_spread_placements_are_predicted_from_measurements_on_as_many_nodes() ->
     assert before_any.placed_speedup(3, 2) == pytest.approx(
         before_any.speedup(3) * min(1.0, before_any.span_factor)
     )
+
+
+@pytest.mark.parametrize("also_under_budget", [False, True])
+def test_a_job_over_its_rescale_budget_still_refills_the_arrival_reserve(
+    also_under_budget: bool,
+) -> None:
+    """The reserve is the arrivals' claims made ahead of time, and a claim is not held by the
+    rescale budget. Extras held only by a job over its budget still refill the reserve (it
+    once stayed empty, and arrivals waited a round and an HPA sync for their claims); a job
+    within its budget gives first, even a worker worth more to it (its second doubles its
+    speed; the spent job's 36th adds a 36th). 40 workers' room, a 5 % reserve: 2 kept free."""
+    policy = SizingPolicy(arrival_reserve=0.05)
+    size = 36 if also_under_budget else 38
+    linear = {(n, -(-n // 4)): 100.0 * n for n in range(1, 41)}
+    spent = job("spent", replicas=size, requested=4, max_replicas=64, placed=linear,
+                last_rescale=50.0, recent_rescales=policy.rescale_budget_per_hour)  # fmt: skip
+    pods = workers(spent, [f"node-{1 + i // 4}" for i in range(size)])
+    jobs = [spent]
+    if also_under_budget:
+        fresh = job("fresh", replicas=2, requested=1, max_replicas=2,
+                    placed={(1, 1): 100.0, (2, 1): 200.0}, last_rescale=50.0)  # fmt: skip
+        pods += workers(fresh, ["node-10", "node-10"])
+        jobs.append(fresh)
+    arrived = job("arrived", replicas=2, requested=2, max_replicas=2, arrival=99.0)
+    pods += workers(arrived, ["node-10", "node-10"])
+    plan = decide(nodes(10), pods, [*jobs, arrived], policy, now=100.0)
+    assert plan.free.cpu == pytest.approx(0.0)
+    assert sum(r.cpu for r in plan.node_free.values()) == pytest.approx(2.0)
+    if also_under_budget:
+        assert outcome(plan, "fresh") == (1, "fairness")
+        assert outcome(plan, "spent") == (35, "fairness")
+    else:
+        assert outcome(plan, "spent") == (36, "fairness")
+    assert "went back to arrivals (the reserve)" in plan.jobs["ns/spent"].message
+
+
+@pytest.mark.parametrize(("rescales", "expected"), [(0, 14), (8, 16)])
+def test_a_job_over_its_budget_refills_the_reserve_only_beyond_its_request(
+    rescales: int, expected: int
+) -> None:
+    """Its request, 16, is a measured dip (12 trained as fast), so its floor is its minimum and
+    within its budget it gives the reserve workers below its request. Over its budget it keeps
+    its request: growth back to the request is not held by the budget, so what the reserve
+    took below it would come straight back, round after round (198 rescales of one job)."""
+    policy = SizingPolicy(arrival_reserve=0.05)  # 40 workers' room: 2 kept free
+    dip = {(12, 3): 1010.0, (16, 4): 1000.0}  # within the hysteresis: no shrink to 12
+    spent = job("spent", replicas=16, requested=16, max_replicas=32, placed=dip,
+                last_rescale=50.0, recent_rescales=rescales)  # fmt: skip
+    arrived = job("arrived", replicas=2, requested=2, max_replicas=2, arrival=99.0)
+    pods = workers(spent, [f"node-{1 + i // 4}" for i in range(16)])
+    pods += workers(arrived, ["node-5", "node-5"])
+    pods += others([f"node-{5 + (i + 2) // 4}" for i in range(22)])
+    plan = decide(nodes(10), pods, [spent, arrived], policy, now=100.0)
+    assert plan.free.cpu == pytest.approx(0.0)
+    assert plan.jobs["ns/spent"].desired == expected
