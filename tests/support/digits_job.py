@@ -13,7 +13,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -39,21 +38,13 @@ FRAMEWORK_OF = {"paddle": "paddle", "torch": "torch", "paddle-dp": "paddle", "to
 """Which framework each example trains with."""
 SCRIPT_ARGS = {"paddle-dp": ["--workers", "2"], "torch-ddp": ["--workers", "2"]}
 """Per example, what it gets besides `TRAIN_ARGS`: DataLoader workers on."""
+LOG_TAIL = 25
+"""Lines of an exited agent's log that `Job.describe` shows."""
 
 
 def script_args(script: str) -> list[str]:
     """The extra arguments of the example module `script` (`SCRIPT_ARGS`)."""
     return next((SCRIPT_ARGS.get(k, []) for k, v in SCRIPTS.items() if v == script), [])
-
-
-def exit_codes(procs: Mapping[str, subprocess.Popen[bytes]]) -> Callable[[], str]:
-    """For `wait_for(describe=...)`: each agent's exit status (None: still running)."""
-
-    def describe() -> str:
-        states = {n: p.poll() for n, p in procs.items()}
-        return f"agents {states}"
-
-    return describe
 
 
 class Job:
@@ -112,6 +103,22 @@ class Job:
         log = open(self.tmp / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         self.ports[name] = port
+
+    def describe(self) -> str:
+        """For `wait_for(describe=...)`: each agent's exit status (None: still running) and
+        the end of every exited agent's log, so that a failure says why the agent ended."""
+        states = {n: p.poll() for n, p in self.procs.items()}
+        lines = [f"agents {states}"]
+        for name, code in states.items():
+            if code is None:
+                continue
+            try:
+                log = (self.tmp / f"{name}.log").read_text(errors="replace")
+                tail = log.splitlines()[-LOG_TAIL:]
+            except OSError as e:
+                tail = [f"(no log: {e})"]
+            lines += [f"--- agent {name} exited {code}; the end of its log:", *tail]
+        return "\n".join(lines)
 
     def world(self) -> tuple[int, int]:
         try:

@@ -35,7 +35,6 @@ from tests.support.digits_job import (
     ROOT,
     SCRIPTS,
     Job,
-    exit_codes,
     reference_accuracy,
 )
 from tests.support.waiting import wait_for
@@ -115,7 +114,7 @@ def train_past(job: Job, kill_at: int) -> None:
         timeout_s=240,
         what=f"a world of 2 past step {kill_at}",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
 
 
@@ -133,14 +132,14 @@ def resume_to_the_end(job: Job) -> tuple[str, str, dict[str, Any], LedgerReport]
         timeout_s=300,
         what="the resumed job to finish",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     wait_for(
         lambda: all("finished at step" in job.readyz(n)[1] for n in job.procs),
         timeout_s=60,
         what="every agent idling on the finished job",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     rank0 = job.metrics("c") if metric(job.metrics("c"), "edl_trainer_rank") == 0 else ""
     rank0 = rank0 or job.metrics("d")

@@ -27,7 +27,6 @@ from tests.support.digits_job import (
     NUM_TRAIN,
     SCRIPTS,
     Job,
-    exit_codes,
     reference_accuracy,
 )
 from tests.support.waiting import wait_for
@@ -95,7 +94,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
         timeout_s=600,
         what="world of 1 training",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     job.start("b")
     job.start("c")
@@ -104,7 +103,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
         timeout_s=600,
         what="world of 3 training",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
 
     job.trainer_of("c").send_signal(signal.SIGKILL)
@@ -114,7 +113,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
         timeout_s=600,
         what="world of 2 training",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     metrics = job.metrics("a")
     rescales_seen = len(sizes) - 1  # by a, up to the world of 2
@@ -126,7 +125,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
         timeout_s=600,
         what="world of 1 training again",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     job.release()  # the events are done: the job may train to its end
     wait_for(
@@ -134,7 +133,7 @@ def test_world_1_3_2_1_with_a_killed_trainer_loses_and_repeats_nothing(
         timeout_s=600,
         what="the job to end",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
 
     assert job.procs["a"].returncode == 0
@@ -184,7 +183,7 @@ def late_agents_do_not_restart_the_finished_job(job: Job, final_step: int) -> No
         timeout_s=240,
         what="the late agent ready",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     assert f"job digits finished at step {final_step}; idling" in job.readyz("late")[1]
     wait_for(  # the agent's logged decision: from here on it starts no trainer
@@ -192,7 +191,7 @@ def late_agents_do_not_restart_the_finished_job(job: Job, final_step: int) -> No
         timeout_s=240,
         what="the late agent's decision to idle",
         interval_s=0.2,
-        describe=exit_codes(job.procs),
+        describe=job.describe,
     )
     assert job.procs["late"].poll() is None
     assert psutil.Process(job.procs["late"].pid).children() == []

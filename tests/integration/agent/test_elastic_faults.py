@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from agent.trainer.ledger import verify
-from tests.support.digits_job import NUM_TRAIN, Job, exit_codes
+from tests.support.digits_job import NUM_TRAIN, Job
 from tests.support.waiting import wait_for
 
 
@@ -41,7 +41,7 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
             timeout_s=150,
             what="world of 2",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         gen = job.world()[0]
 
@@ -51,7 +51,7 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
             timeout_s=90,
             what="a repaired world training",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         assert job.world()[1] == 2
         assert all_logs(job).count("world record invalid") == 1
@@ -66,7 +66,7 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
             timeout_s=300,
             what="30 steps trained without the store",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         time.sleep(max(0.0, away + 60 - time.monotonic()))  # the thing under test: a minute away
         shutil.move(tmp_path / "away", job.store)
@@ -78,7 +78,7 @@ def test_nonsense_record_then_a_minute_without_the_store(tmp_path: Path) -> None
             timeout_s=240,
             what="the job to end",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         assert [p.returncode for p in job.procs.values()] == [0, 0]
         assert job.world() == repaired  # the outage itself changed nothing
@@ -120,7 +120,7 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
             timeout_s=360,
             what="world of 3 training",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         job.allow_more(20)  # b stops while the world trains, not while it waits at the gate
 
@@ -133,7 +133,7 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
             timeout_s=120,
             what="b excluded",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         kids = psutil.Process(job.procs["c"].pid).children()  # its trainer may be restarting
         job.procs["c"].kill()  # the whole pod vanishes
@@ -148,7 +148,7 @@ def test_hung_trainer_and_a_member_lost_during_reinit(tmp_path: Path) -> None:
             timeout_s=300,
             what="the job to end",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         # b's trainer stood still: its member was excluded (b exits 1), a went on and finished
         assert job.procs["b"].wait(30) == 1 and job.procs["a"].returncode == 0

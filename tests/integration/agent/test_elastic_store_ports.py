@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from agent.trainer.ledger import verify
-from tests.support.digits_job import NUM_TRAIN, SCRIPTS, Job, exit_codes
+from tests.support.digits_job import NUM_TRAIN, SCRIPTS, Job
 from tests.support.net import free_port
 from tests.support.waiting import wait_for
 
@@ -123,7 +123,7 @@ def test_store_ports_held_on_other_addresses_never_stop_a_trainer(
             timeout_s=600,
             what="a world of 2 training",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         job.release()
         wait_for(
@@ -131,7 +131,7 @@ def test_store_ports_held_on_other_addresses_never_stop_a_trainer(
             timeout_s=300,
             what="the job to end",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         assert [p.returncode for p in job.procs.values()] == [0, 0]
         # the world of 2's store listened, on a port free on every address

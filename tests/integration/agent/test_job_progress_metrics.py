@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.digits_job import NUM_TRAIN, SCRIPTS, Job, exit_codes
+from tests.support.digits_job import NUM_TRAIN, SCRIPTS, Job
 from tests.support.waiting import wait_for
 
 EPOCHS = 4
@@ -60,7 +60,7 @@ def test_progress_eta_and_loss_are_exported_while_training_and_at_the_end(
             timeout_s=400,
             what="progress and an ETA on /metrics",
             interval_s=0.5,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         ratio, step = seen["edl_job_progress_ratio"], seen["edl_job_global_step"]
         # the share of the planned samples, as the global step says (one step apart at most)
@@ -90,7 +90,7 @@ def test_progress_eta_and_loss_are_exported_while_training_and_at_the_end(
             timeout_s=400,
             what="the job to finish",
             interval_s=0.5,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         assert done["edl_job_progress_ratio"] == 1.0 and done["edl_job_eta_seconds"] == 0.0
         assert done["edl_job_global_step"] == planned
