@@ -10,8 +10,11 @@ dot-object; its name carries the writer's clock, and later writes remove those o
 `STALE_SECONDS` (an object store's own unfinished uploads expire by its rules: GCS resumable
 sessions after a week, Azure's uncommitted blocks likewise). Durability is the server's:
 fsspec has no fsync; a payload lost to a crash fails its SHA-256 and the catalogue falls back.
-After any error the store makes its filesystem anew on the next call (fsspec's sftp does not
-reconnect a dropped connection).
+After any error the store makes its filesystem anew (fsspec's sftp does not reconnect a dropped
+connection) and tries the call again, `ATTEMPTS` times in all: an SSH connection a NAT dropped
+while it idled between checkpoints, or a handshake that timed out on a loaded node, costs a
+reconnect, not a checkpoint or a pod restart. What still fails after that is the caller's
+`CheckpointStoreError`.
 
 Where and as whom: the URL (``sftp://user@host:port/path``) and fsspec's configuration, read
 from ``FSSPEC_<PROTOCOL>_<OPTION>`` variables (``FSSPEC_SFTP_KEY_FILENAME=/secrets/id``,
@@ -22,13 +25,14 @@ chain (Application Default Credentials, ``AZURE_STORAGE_*``, ``~/.ssh``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from importlib.util import find_spec
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.checkpoints.errors import (
     CheckpointError,
@@ -38,6 +42,13 @@ from agent.checkpoints.errors import (
 from agent.errors import ConfigError
 from edl_common.version import install_command
 
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 3
+"""Tries per call, each on a new connection after the first: enough for a dropped connection
+or a slow handshake, few enough that an unusable store is reported within seconds."""
+BACKOFF_SECONDS = 0.5
+"""The wait before the second try; doubled before each later one."""
 STALE_SECONDS = 6 * 3600.0
 """A temporary object this old (by the clock its writer put in its name) belongs to a write
 that died; the margin covers a large upload and clock skew between pods."""
@@ -47,6 +58,8 @@ REFUSED = {
 }
 """fsspec protocols that cannot hold a job's checkpoints, and why."""
 _TEMPORARY = re.compile(r"^\.(?P<name>[^/]+)\.tmp-(?P<at>\d+)-\d+-[0-9a-f]+$")
+
+T = TypeVar("T")
 
 FileSystem = Any
 """An fsspec ``AbstractFileSystem`` (fsspec ships no type hints)."""
@@ -118,12 +131,18 @@ class FsspecFolder:
         filesystem: Callable[[], tuple[FileSystem, str]],
         stale_seconds: float = STALE_SECONDS,
         wall: Callable[[], float] = time.time,
+        attempts: int = ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, not {attempts}")
         self._url = url.rstrip("/")
         self._make = filesystem
         self._fs: tuple[FileSystem, str] | None = None
         self.stale_seconds = stale_seconds
         self._wall = wall
+        self._attempts = attempts
+        self._sleep = sleep
 
     @property
     def url(self) -> str:
@@ -135,9 +154,14 @@ class FsspecFolder:
             self._fs = self._make()
         return self._fs
 
-    def _path(self, name: str) -> str:
+    @staticmethod
+    def _check_name(name: str) -> None:
+        """A caller's mistake, raised before any connection (never retried, never wrapped)."""
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"bad object name {name!r}")
+
+    def _path(self, name: str) -> str:
+        """Where `name` lives; connects when no connection is open (so: inside `_retried`)."""
         return f"{self._folder()[1]}/{name}"
 
     @contextlib.contextmanager
@@ -157,6 +181,26 @@ class FsspecFolder:
             self._fs = None  # a dropped connection (SFTP does not reconnect): a new one next time
             raise CheckpointStoreError(f"{doing}: {type(e).__name__}: {e}") from e
 
+    def _retried(self, doing: str, call: Callable[[], T]) -> T:
+        """`call` under `_errors(doing)`, tried again on a new connection after a store error.
+
+        A missing object is an answer, not a failure: `CheckpointMissing` is never retried.
+        """
+        wait = BACKOFF_SECONDS
+        for attempt in range(1, self._attempts + 1):
+            try:
+                with self._errors(doing):
+                    return call()
+            except CheckpointMissing:
+                raise
+            except CheckpointStoreError as e:
+                if attempt == self._attempts:
+                    raise
+                log.warning("%s (try %d of %d; again in %.1f s)", e, attempt, self._attempts, wait)
+            self._sleep(wait)
+            wait *= 2
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     def _write(self, path: str, data: bytes) -> None:
         """`data` to a temporary dot-name beside `path`, then moved over it."""
         fs, root = self._folder()
@@ -175,33 +219,39 @@ class FsspecFolder:
 
     def probe(self) -> None:
         """Writes (through a move, as `put` does), reads back and removes a dot-object."""
-        where = f"checkpoint store {self.url} is not usable"
-        with self._errors(where):
+
+        def write_read_remove() -> bool:
             fs, root = self._folder()
             probe = f"{root}/.probe-{os.getpid()}-{secrets.token_hex(4)}"
             self._write(probe, b"ok")
-            ok = fs.cat_file(probe) == b"ok"
+            ok: bool = fs.cat_file(probe) == b"ok"
             fs.rm_file(probe)
-        if not ok:
+            return ok
+
+        if not self._retried(f"checkpoint store {self.url} is not usable", write_read_remove):
             raise CheckpointStoreError(f"checkpoint store {self.url} reads back other bytes")
 
     def put(self, name: str, data: bytes) -> None:
         """Temporary dot-object, moved over the name; then the sweep of dead writes."""
-        path = self._path(name)
-        with self._errors(f"cannot write {self.url}/{name}"):
-            self._write(path, data)
+        self._check_name(name)
+        self._retried(
+            f"cannot write {self.url}/{name}", lambda: self._write(self._path(name), data)
+        )
         self.sweep()
 
     def get(self, name: str) -> bytes:
         """The object's bytes."""
-        path = self._path(name)
-        with self._errors(f"cannot read {self.url}/{name}"):
-            with self._folder()[0].open(path, "rb") as f:
+        self._check_name(name)
+
+        def read() -> bytes:
+            with self._folder()[0].open(self._path(name), "rb") as f:
                 prefetch = getattr(f, "prefetch", None)
                 if callable(prefetch):  # paramiko: ask for every block at once
                     prefetch()
                 data: bytes = f.read()
             return data
+
+        return self._retried(f"cannot read {self.url}/{name}", read)
 
     def _listing(self) -> list[str]:
         """Every name in the folder, dot-objects included; none for a folder not made yet."""
@@ -215,15 +265,20 @@ class FsspecFolder:
 
     def names(self) -> list[str]:
         """Objects in the folder, dot-objects left out."""
-        with self._errors(f"cannot list {self.url}"):
-            return sorted(n for n in self._listing() if n and not n.startswith("."))
+        return self._retried(
+            f"cannot list {self.url}",
+            lambda: sorted(n for n in self._listing() if n and not n.startswith(".")),
+        )
 
     def delete(self, name: str) -> None:
         """Removes the object; no error when it is already gone."""
-        path = self._path(name)
-        with self._errors(f"cannot delete {self.url}/{name}"):
+        self._check_name(name)
+
+        def remove() -> None:
             with contextlib.suppress(FileNotFoundError):
-                self._folder()[0].rm_file(path)
+                self._folder()[0].rm_file(self._path(name))
+
+        self._retried(f"cannot delete {self.url}/{name}", remove)
 
     def sweep(self) -> list[str]:
         """Removes temporary objects whose writer's clock is over `stale_seconds` old.

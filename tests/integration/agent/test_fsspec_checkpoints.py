@@ -5,10 +5,11 @@ would, through an ``sftp://user@127.0.0.1:PORT/dir`` URL, fsspec's sftp filesyst
 and fsspec's variables (``FSSPEC_SFTP_KEY_FILENAME``). SFTP is the honest test of this store:
 an SFTP upload is not atomic (a reader sees a file grow), so the guarantees rest on what the
 store does (a temporary dot-name, then a rename), where an object store would hide a mistake.
-Round trip, a dropped connection, every pod lost (a new process restores from the server
-alone, after the writer's process is gone), a corrupt or half-gone newest checkpoint (the one
-before it is used), a writer killed midway through an upload (the previous checkpoint stays
-usable; a later write removes its temporary file), and a wrong key refused at probe time.
+Round trip, a dropped connection (reconnected within the call), every pod lost (a new
+process restores from the server alone, after the writer's process is gone), a corrupt or
+half-gone newest checkpoint (the one before it is used), a writer killed midway through an
+upload (the previous checkpoint stays usable; a later write removes its temporary file), and a
+wrong key refused at probe time.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_checkpoints_round_trip_through_the_server(server: SftpServer, remote: P
     store.delete("ckpt-0000000001-g000001-s0000000010.state")  # already gone: no error
 
 
-def test_a_dropped_connection_is_one_error_and_the_next_call_reconnects(
+def test_a_dropped_connection_costs_a_reconnect_and_no_call_fails(
     server: SftpServer, remote: Path
 ) -> None:
     store = open_url(server.url(remote / "digits"))
@@ -99,10 +100,11 @@ def test_a_dropped_connection_is_one_error_and_the_next_call_reconnects(
     first = write(c, 10, b"state at step 10")
     fs, _ = store._folder()
     fs.client.close()  # the SSH connection drops under the store (a NAT's idle timeout, a restart)
-    with pytest.raises(CheckpointStoreError, match=r"^cannot list sftp://"):
-        store.names()
-    assert store.names() == [first.manifest_name, first.payload_name]  # a new connection
+    assert store.names() == [first.manifest_name, first.payload_name]  # on a new connection
+    assert store._folder()[0] is not fs
+    store._folder()[0].client.close()  # and again, before a write
     assert write(c, 20, b"state at step 20").seq == 2
+    assert [m.step for m in c.manifests()] == [20, 10]
 
 
 WRITER = """

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.checkpoints import fsspec_store
-from agent.checkpoints.errors import CheckpointStoreError
+from agent.checkpoints.errors import CheckpointMissing, CheckpointStoreError
 from agent.checkpoints.settings import CheckpointSettings
 from agent.checkpoints.store import open_store
 from agent.errors import ConfigError
@@ -74,3 +74,101 @@ def test_the_sweep_removes_only_temporary_files_of_writers_long_gone(tmp_path: P
     assert store.names() == ["ckpt-0000000001-g000001-s0000000010.json"]
     with pytest.raises(ValueError, match="bad object name"):
         store.put(".hidden", b"x")
+
+
+class Connections:
+    """A filesystem factory whose connections a test breaks: the first `refused` connects fail
+    (a handshake that timed out), and `drop()` closes the open one under the store."""
+
+    def __init__(self, root: Path, refused: int = 0) -> None:
+        self.root = root
+        self.refused = refused
+        self.made = 0
+        self.open: Connection | None = None
+
+    def __call__(self) -> tuple[Any, str]:
+        self.made += 1
+        if self.made <= self.refused:
+            raise TimeoutError("Error reading SSH protocol banner")
+        self.open = Connection()
+        return self.open, str(self.root)
+
+    def drop(self) -> None:
+        assert self.open is not None
+        self.open.closed = True
+
+
+class Connection:
+    """A local filesystem that fails every call once closed, as paramiko's does."""
+
+    def __init__(self) -> None:
+        from fsspec.implementations.local import LocalFileSystem
+
+        self.fs = LocalFileSystem()
+        self.closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        if self.closed:
+            raise OSError("Socket is closed")
+        return getattr(self.fs, name)
+
+
+NAME = "ckpt-0000000001-g000001-s0000000010.state"
+
+
+def store_on(connections: Connections, sleeps: list[float]) -> fsspec_store.FsspecFolder:
+    return fsspec_store.FsspecFolder(
+        f"sftp://h{connections.root}", connections, sleep=sleeps.append
+    )
+
+
+def test_a_connection_dropped_between_checkpoints_costs_a_reconnect_not_the_call(
+    tmp_path: Path,
+) -> None:
+    connections, sleeps = Connections(tmp_path), list[float]()
+    store = store_on(connections, sleeps)
+    store.put(NAME, b"state")
+    connections.drop()  # a NAT forgot the idle SSH connection
+    assert store.names() == [NAME]
+    assert store.get(NAME) == b"state"
+    assert (connections.made, sleeps) == (2, [fsspec_store.BACKOFF_SECONDS])
+
+
+def test_a_handshake_that_times_out_is_tried_again_and_then_the_write_is_there(
+    tmp_path: Path,
+) -> None:
+    connections, sleeps = Connections(tmp_path, refused=2), list[float]()
+    store = store_on(connections, sleeps)
+    store.probe()
+    store.put(NAME, b"state")
+    assert (tmp_path / NAME).read_bytes() == b"state"
+    assert connections.made == 3
+    assert sleeps == [fsspec_store.BACKOFF_SECONDS, 2 * fsspec_store.BACKOFF_SECONDS]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s: s.put(NAME, b"state"), f"^cannot write sftp://h.*/{NAME}: TimeoutError"),
+        (lambda s: s.get(NAME), f"^cannot read sftp://h.*/{NAME}: TimeoutError"),
+        (lambda s: s.delete(NAME), f"^cannot delete sftp://h.*/{NAME}: TimeoutError"),
+        (lambda s: s.names(), "^cannot list sftp://h.*: TimeoutError"),
+        (lambda s: s.probe(), r"^checkpoint store sftp://h.* is not usable: TimeoutError"),
+    ],
+)
+def test_a_store_that_stays_unreachable_is_a_store_error_after_every_attempt(
+    tmp_path: Path, call: Any, message: str
+) -> None:
+    connections, sleeps = Connections(tmp_path, refused=1_000), list[float]()
+    with pytest.raises(CheckpointStoreError, match=message) as e:
+        call(store_on(connections, sleeps))
+    assert isinstance(e.value.__cause__, TimeoutError)  # the cause is kept
+    assert connections.made == fsspec_store.ATTEMPTS
+    assert len(sleeps) == fsspec_store.ATTEMPTS - 1
+
+
+def test_a_missing_object_is_an_answer_and_is_not_tried_again(tmp_path: Path) -> None:
+    connections, sleeps = Connections(tmp_path), list[float]()
+    with pytest.raises(CheckpointMissing):
+        store_on(connections, sleeps).get(NAME)
+    assert (connections.made, sleeps) == (1, [])
