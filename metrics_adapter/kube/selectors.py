@@ -24,6 +24,7 @@ lexer reads a NUL as its end-of-input mark.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import threading
 from collections.abc import Mapping
@@ -145,8 +146,13 @@ class LabelSelector:
             if r.operator is Operator.EQUALS or (r.operator is Operator.IN and len(r.values) == 1)
         }
 
-    def __str__(self) -> str:
+    @functools.cached_property
+    def _text(self) -> str:
+        # The canonical text keys the store's per-selector caches on every query: made once.
         return ",".join(str(r) for r in self.requirements)
+
+    def __str__(self) -> str:
+        return self._text
 
 
 _EVERYTHING = LabelSelector()
@@ -157,9 +163,10 @@ PARSED_SELECTORS_MAX_BYTES = 4 << 20
 
 
 def selector_bytes(selector: LabelSelector) -> int:
-    """A selector's estimated bytes with the text it was parsed from (its key)."""
+    """A selector's estimated bytes with the text it was parsed from (its key) and its
+    canonical text (made on first use)."""
     texts = [t for r in selector.requirements for t in (r.key, *r.values)]
-    return 2 * estimate_text(*texts) + (POINTER_BYTES + 64) * (len(texts) + 1) + 64
+    return 3 * estimate_text(*texts) + (POINTER_BYTES + 64) * (len(texts) + 2) + 64
 
 
 @cachetools.cached(

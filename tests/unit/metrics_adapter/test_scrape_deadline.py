@@ -42,7 +42,10 @@ def _answer(conn: socket.socket) -> None:
         data = b""
         while True:
             while b"\r\n\r\n" not in data:
-                chunk = conn.recv(4096)
+                try:
+                    chunk = conn.recv(4096)
+                except OSError:  # an idle keep-alive connection outlived its test: done
+                    return
                 if not chunk:
                     return
                 data += chunk
