@@ -13,6 +13,15 @@ if [[ -x "$bin/helm" ]]; then
 fi
 command -v go >/dev/null || { echo "helm: building needs Go (https://go.dev/dl/); none on PATH" >&2; exit 1; }
 mkdir -p "$bin"
+# One build at a time per cache (two clones building at once would race on helm.tmp): the second
+# waits, then finds the binary the first built.
+exec 9>"$bin/../.build.lock"
+flock 9
+if [[ -x "$bin/helm" ]]; then
+  echo "helm: cached in $bin (built by another run meanwhile)" >&2
+  echo "$bin/helm"
+  exit 0
+fi
 echo "helm: building ${HELM_VERSION} from the Go module proxy" >&2
 start=$(date +%s)
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
