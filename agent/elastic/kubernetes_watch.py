@@ -6,7 +6,8 @@ that re-opens it when the server ends it (every `timeout_seconds`) or it fails (
 pause). A change is a Lease that appears, vanishes or gets a new holder (a new incarnation
 of the member), or a new resourceVersion of the ConfigMap; a renewal (same holder) is none.
 A re-opened stream starts with ADDED for every existing object: those already known are no
-change. A Role without ``watch`` (403) ends the stream for good: the agent polls. Only a
+change. A follower of a coordinated job (`members` False) follows the ConfigMap alone. A Role
+without ``watch`` (403) ends the stream for good: the agent polls. Only a
 hint, like every `StoreWatch`: the agent reads the records themselves.
 """
 
@@ -42,7 +43,12 @@ class KubernetesWatch:
     """A `StoreWatch` over the API server's watch of the job's Leases and ConfigMap."""
 
     def __init__(
-        self, api: WatchApi, label_selector: str, world_name: str, timeout_seconds: int = 60
+        self,
+        api: WatchApi,
+        label_selector: str,
+        world_name: str,
+        timeout_seconds: int = 60,
+        members: bool = True,
     ) -> None:
         self._changed = threading.Event()
         self._closed = threading.Event()
@@ -50,9 +56,12 @@ class KubernetesWatch:
         self._world_version = ""
         self._warned = False
         streams: list[tuple[str, Callable[[], Iterator[bool]]]] = [
-            ("leases", lambda: self._lease_changes(api, label_selector, timeout_seconds)),
             ("world", lambda: self._world_changes(api, world_name, timeout_seconds)),
         ]
+        if members:  # a coordinator's (or every member's, uncoordinated): the Leases too
+            streams.append(
+                ("leases", lambda: self._lease_changes(api, label_selector, timeout_seconds))
+            )
         self._threads = [
             threading.Thread(target=self._follow, args=(changes,), name=f"edl-watch-{what}")
             for what, changes in streams

@@ -136,8 +136,10 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_HEARTBEAT_INTERVAL",
         duration(),
-        "1s",
-        "time between heartbeat renewals",
+        "5s",
+        "time between heartbeat renewals; on Kubernetes also how often a member checks that "
+        "the job's coordinator (the one member watching every heartbeat) is live, and re-reads "
+        "the world when no watch event came",
         MEMBERSHIP,
     ),
     Option(
@@ -145,9 +147,10 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_MEMBER_TTL",
         duration(),
-        "10s",
-        "a member whose heartbeat has not changed for this long is gone (more than two "
-        "heartbeat intervals)",
+        "15s",
+        "a member whose heartbeat has not been renewed for this long is gone (more than two "
+        "heartbeat intervals); on Kubernetes judged from the Lease's renewTime, and a "
+        "coordinator silent this long is replaced",
         MEMBERSHIP,
         bad="1",
     ),

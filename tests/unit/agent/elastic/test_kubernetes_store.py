@@ -85,6 +85,11 @@ class FakeApi:
         key, _, value = label_selector.partition("=")
         return [dict(v) for v in self.leases.values() if v["labels"].get(key) == value]
 
+    def read_lease(self, name: str) -> dict[str, Any] | None:
+        self._check()
+        found = self.leases.get(name)
+        return None if found is None else dict(found)
+
     def renew_lease(
         self,
         name: str,
@@ -128,7 +133,9 @@ class Clock:
         return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=self.now)
 
 
-SETTINGS = MembershipSettings(max_size=3, ttl=5.0, debounce=1.0, max_debounce=4.0)
+SETTINGS = MembershipSettings(
+    max_size=3, heartbeat_interval=1.0, ttl=5.0, debounce=1.0, max_debounce=4.0
+)
 
 
 def agents(api: FakeApi, clock: Clock, names: str) -> dict[str, Membership]:
