@@ -4,7 +4,8 @@ Two streams of the API server's watch (through the official client's `kubernetes
 behind `KubernetesApi.watch_leases` / `watch_config_map`), each followed by a daemon thread
 that re-opens it when the server ends it (every `timeout_seconds`) or it fails (after a
 pause). A change is a Lease that appears, vanishes or gets a new holder (a new incarnation
-of the member), or a new resourceVersion of the ConfigMap; a renewal (same holder) is none.
+of the member), or new data in the ConfigMap (a world, a coordinator named); a renewal (same
+holder) is none, nor is a write of the ConfigMap's status annotations alone.
 A re-opened stream starts with ADDED for every existing object: those already known are no
 change. A follower of a coordinated job (`members` False) follows the ConfigMap alone. A Role
 without ``watch`` (403) ends the stream for good: the agent polls. Only a
@@ -36,7 +37,7 @@ class WatchApi(Protocol):
         """(event type, Lease name, holder) until the server ends the stream."""
 
     def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
-        """(event type, resourceVersion) of ConfigMap `name`."""
+        """(event type, a digest of its data) of ConfigMap `name`."""
 
 
 class KubernetesWatch:

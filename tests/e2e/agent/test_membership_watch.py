@@ -85,7 +85,7 @@ def test_a_join_a_new_world_and_a_leave_wake_the_agent_a_renewal_does_not(
         watch.close()
 
 
-def test_a_followers_watch_wakes_for_a_new_world_not_for_a_join(
+def test_a_followers_watch_wakes_for_a_new_world_not_for_a_join_or_a_status(
     kube_api: client.ApiClient, namespace: str
 ) -> None:
     a = Member(1.0, "a", "1", "10.0.0.1", (1, 2))
@@ -100,6 +100,8 @@ def test_a_followers_watch_wakes_for_a_new_world_not_for_a_join(
             pass
         theirs.beat(b)  # a join: the coordinator's business
         assert not watch.wait(QUIET), "a join woke a follower"
+        assert theirs.write_status({"edl.paddlepaddle.org/e2e-step": "7"})
+        assert not watch.wait(QUIET), "rank 0's status report woke a follower"
         t = time.monotonic()
         assert theirs.write_world(World(2, (a, b)).to_json(), theirs.read_world().version)
         print(f"write -> follower's wake: world {woke(watch, t) * 1000:.0f} ms")
