@@ -147,6 +147,8 @@ class Membership:
         """When this follower last checked its coordinator's heartbeat."""
         self._floor = float("-inf")
         """Wall time the store came back after an outage: heartbeat ages count from it."""
+        self._adopted = ""
+        """The version of the record a follower last parsed."""
 
     @property
     def me(self) -> Member:
@@ -328,7 +330,9 @@ class Membership:
                 record = self._follow(record, now, fresh)
             self._coordinating = record.coordinator == self._me.key and not self._left
             if not self._coordinating:
-                self._adopt(self._parse(record.text)[0])  # a broken one is the coordinator's
+                if record.version != self._adopted:  # parse each version once (1,000: 160 KiB)
+                    self._adopt(self._parse(record.text)[0])  # a broken one: the coordinator's
+                    self._adopted = record.version
                 return self._known
             listed = fresh or now - self._listed_at >= interval
             if listed:
