@@ -340,7 +340,8 @@ class Membership:
             current, broken = self._parse(record.text)
             self._adopt(current)
             live, target = self._target()
-            if not listed and self._known is not None and target != self._known.members:
+            known = self._known
+            if not listed and known is not None and not known.finished and target != known.members:
                 self._list_heartbeats(now)  # a change foreseen from the last list: confirm it
                 live, target = self._target()
         except StoreUnavailable as e:

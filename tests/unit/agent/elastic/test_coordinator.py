@@ -332,3 +332,29 @@ def test_uncoordinated_every_renewal_reaches_every_member() -> None:
     n = 30
     steady, _, renewals = fan_out(n, coordinated=False)
     assert steady["lease"] == renewals * n
+
+
+def test_with_a_watch_a_steady_job_reads_once_an_interval_not_every_poll() -> None:
+    """Each member's reads in 10 steady seconds (50 rounds of 0.2 s), by kind."""
+    job = Job()
+    hub = Broadcast(job.api)
+    for name in "abcd":
+        job.add(name, job.store(name, lambda members: BroadcastWatch(hub, members)))
+
+    def wake() -> None:
+        for agent in job.agents.values():
+            agent.wait_for_change(0)
+
+    job.run(4, each=wake)
+    assert job.ids() == ["a", "b", "c", "d"] and job.coordinators() == ["a"]
+    for api in job.apis.values():
+        api.calls.clear()
+    job.run(10, each=wake)
+    once_an_interval = 10 / SETTINGS.heartbeat_interval + 1
+    assert 0 < job.apis["a"].calls["list_leases"] <= once_an_interval
+    assert job.apis["a"].calls["read_lease"] == 0
+    for name in "bcd":
+        calls = job.apis[name].calls
+        assert calls["list_leases"] == 0
+        assert 0 < calls["get_config_map"] <= once_an_interval
+        assert 0 < calls["read_lease"] <= once_an_interval
