@@ -646,6 +646,7 @@ def _make_room(
     fair: bool = False,
     ignore_free: bool = False,
     own_first: bool = False,
+    full: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
@@ -661,11 +662,41 @@ def _make_room(
     Nodes where ``exclude`` (the job that gains) already is go first among equal costs. With
     ``ignore_free`` the node's free room is left free: what is removed must hold ``requests``.
     With ``own_first``, its nodes go first whatever the cost (a job's speed depends on them).
+    With ``full`` (the caller found no node with free room for ``requests``), only the nodes
+    where a job may give a worker up are searched.
     """
     best: tuple[tuple[int, int, int, float, int, int, str], list[tuple[str, str]]] | None = None
     own = packing.workers.get(exclude, {}) if exclude is not None else {}
-    for node in packing.reclaimable(requests, who.tolerations, who.node_selector):
+    checked: set[str] = set()
+    givers: set[str] = set()
+    """Of the jobs seen (``checked``), those that may give a worker up at all (before any is
+    taken): a node without one gives nothing, so only its free room is looked at."""
+    nodes = packing.reclaimable(requests, who.tolerations, who.node_selector)
+    if full and nodes:
+        checked.update(states)
+        givers.update(
+            k for k, s in states.items()
+            if _may_give(s, k, exclude, priority, counts, requests_held, fair)
+        )  # fmt: skip
+        near = set().union(*(packing.workers.get(k, ()) for k in givers))
+        nodes = [n for n in nodes if n.name in near]
+    for node in nodes:
         room = Resources() if ignore_free else packing.free[node.name]
+        on = packing.by_node.get(node.name)
+        if on and (unseen := on.keys() - checked):
+            checked |= unseen
+            givers.update(
+                k for k in unseen
+                if (s := states.get(k)) is not None
+                and _may_give(s, k, exclude, priority, counts, requests_held, fair)
+            )  # fmt: skip
+        if not on or givers.isdisjoint(on):
+            if requests.fits_in(room):
+                mine = int(node.name not in own)
+                rank = (0, mine if own_first else 0, 0, 0.0, 0, mine, node.name)
+                if best is None or rank < best[0]:
+                    best = (rank, [])
+            continue
         taken: dict[str, int] = {}
         removed: list[tuple[str, str]] = []
         cost = 0.0
@@ -714,6 +745,25 @@ def _make_room(
     return (best[0][-1], best[1]) if best is not None else None
 
 
+def _may_give(
+    s: _State,
+    job_key: str,
+    exclude: str | None,
+    priority: int,
+    counts: Mapping[str, int] | None,
+    requests_held: bool,
+    fair: bool,
+) -> bool:
+    """Whether `_make_room` may take a worker of ``s`` before it took any (on any node)."""
+    if s.error is not None or job_key == exclude or s.job.priority > priority:
+        return False
+    left = counts[job_key] if counts is not None else s.count
+    floor = s.floor()
+    if left <= (floor if requests_held else s.job.min_replicas):
+        return False
+    return not (left <= floor and fair and s.fairness is not None and s.fairness >= 1.0)
+
+
 def _keep_granted(
     packing: Packing, valid: list[_State], policy: SizingPolicy, kueue: _Queues
 ) -> None:
@@ -759,7 +809,8 @@ def _displace(
     less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
     this round is preferred (it rescales anyway). Returns the node (its room is freed).
     When the worker would eat into the arrivals' ``reserve``, free room is not used: the
-    whole worker's room comes from donors.
+    whole worker's room comes from donors. Called when no node has free room for the
+    worker (its first fit found none) or free room is not used.
     """
     limit = s.growth_value(policy, packing) / max(1.0, policy.rescale_margin)
     donors = {
@@ -773,7 +824,7 @@ def _displace(
     found = _make_room(
         packing, donors, job.worker, job, job.priority, job.key,
         cost_limit=limit, consolidate=True, requests_held=beyond_request,
-        ignore_free=reserve is not None and not reserve.admits(job.worker),
+        ignore_free=reserve is not None and not reserve.admits(job.worker), full=True,
     )  # fmt: skip
     if found is None:
         return None
