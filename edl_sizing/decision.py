@@ -253,6 +253,8 @@ class _State:
     spill_room: tuple[int, ...] = ()
     """Workers of its size that fit on the roomiest nodes, most first (at growth's start)."""
     floor_at: int | None = None
+    local_at: tuple[Packing, int, int] | None = None
+    """(packing, its version, :meth:`local_room` there): asked again before anything moved."""
 
     @property
     def curve(self) -> ScalingCurve:
@@ -308,12 +310,17 @@ class _State:
 
     def local_room(self, packing: Packing) -> int:
         """More workers that fit on the nodes it is on."""
+        seen = self.local_at
+        if seen is not None and seen[0] is packing and seen[1] == packing.version:
+            return seen[2]
         job = self.job
-        return sum(
+        local = sum(
             _fits(job.worker, packing.free[node])
             for node in packing.workers.get(job.key, ())
             if node in packing.free
         )
+        self.local_at = (packing, packing.version, local)
+        return local
 
     def speed_if(self, packing: Packing, m: int, local: int) -> float:
         """Predicted speed-up at ``m`` workers grown node-local first, then onto new nodes.
@@ -428,9 +435,16 @@ def _log_ratio(here: float, there: float) -> float:
 
 def _fits(worker: Resources, room: Resources) -> int:
     """Workers of this size that fit in ``room`` (0 when none)."""
-    pairs = ((worker.cpu, room.cpu), (worker.memory, room.memory), (worker.gpu, room.gpu))
-    counts = [math.floor(have / need + 1e-9) for need, have in pairs if need > 0]
-    return max(0, min(counts)) if counts else 0
+    fit: int | None = None
+    if worker.cpu > 0:
+        fit = math.floor(room.cpu / worker.cpu + 1e-9)
+    if worker.memory > 0:
+        count = math.floor(room.memory / worker.memory + 1e-9)
+        fit = count if fit is None or count < fit else fit
+    if worker.gpu > 0:
+        count = math.floor(room.gpu / worker.gpu + 1e-9)
+        fit = count if fit is None or count < fit else fit
+    return max(0, fit) if fit is not None else 0
 
 
 def decide(
@@ -466,6 +480,7 @@ def decide(
             states[job.key] = _State(job, model, job.worker.dominant_share(allocatable), 0)
             states[job.key].error = job_error(job)
     packing = Packing(eligible, room)
+    bound: list[tuple[str, Resources, str | None]] = []
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.node is None:
             continue
@@ -474,9 +489,10 @@ def decide(
             owner.count += 1
         if pod.node in packing.free:
             if owner is not None and owner.error is None:
-                packing.place(pod.node, owner.job.worker, owner.job.key)
+                bound.append((pod.node, owner.job.worker, owner.job.key))
             else:
-                packing.place(pod.node, pod.requests)
+                bound.append((pod.node, pod.requests, None))
+    packing.place_all(bound)
     free = sum((r.clamped() for r in packing.free.values()), Resources())
     valid = [s for s in states.values() if s.error is None]
     for s in valid:
@@ -1375,10 +1391,15 @@ def _ahead(s: _State, limit: int, packing: Packing | None) -> float:
     """
     if packing is None:
         return s.model.ahead(s.count, limit)[0]
-    here, local = s.speed_now(packing), s.local_room(packing)
-    gains = ((s.speed_if(packing, m, local) - here) / (m - s.count)
-             for m in range(s.count + 1, limit + 1))  # fmt: skip
-    return max(gains, default=0.0)
+    local = s.local_room(packing)
+    key = (s.count, s.nodes_now(packing), local, limit, -1)  # as growth_value's memo
+    best = s.memo.get(key)
+    if best is None:
+        here = s.speed_now(packing)
+        gains = ((s.speed_if(packing, m, local) - here) / (m - s.count)
+                 for m in range(s.count + 1, limit + 1))  # fmt: skip
+        best = s.memo[key] = max(gains, default=0.0)
+    return best
 
 
 def _pays_back(s: _State, start: int, policy: SizingPolicy, end: int | None = None) -> bool:

@@ -31,6 +31,8 @@ class Packing:
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, Resources]) -> None:
         self.nodes = sorted(nodes, key=lambda n: n.name)
         self.free = dict(free)
+        self.version = 0
+        """Counts the changes of room and workers (what was computed at one is still true)."""
         self.workers: dict[str, dict[str, int]] = {}
         """job key -> node name -> workers of the job on that node."""
         self.by_node: dict[str, dict[str, int]] = {}
@@ -58,11 +60,13 @@ class Packing:
         other._lowered = []
         other._rooms = {}
         other.free = {}
+        other.version = 0
         other.restore(self)
         return other
 
     def restore(self, saved: Packing) -> None:
         """Roll back to a copy taken earlier."""
+        self.version += 1
         self.free = dict(saved.free)
         self.workers = {job: dict(per_node) for job, per_node in saved.workers.items()}
         self.by_node = {node: dict(per_job) for node, per_job in saved.by_node.items()}
@@ -194,6 +198,7 @@ class Packing:
     def place(self, node: str, requests: Resources, job: str | None = None) -> None:
         """Take room on ``node`` (for a worker of ``job`` when given)."""
         self.free[node] = self.free[node] - requests
+        self.version += 1
         for index in self._rooms.values():
             index.dirty.add(node)
         if job is None:
@@ -207,9 +212,57 @@ class Packing:
             per_job = self.by_node.setdefault(node, {})
             per_job[job] = per_job.get(job, 0) + 1
 
+    def place_all(self, pods: Sequence[tuple[str, Resources, str | None]]) -> None:
+        """`place` for each (node, requests, job), in order, as one batch (a round's bound pods).
+
+        The same sums in the same order as one `place` after another, kept as numbers until
+        the end (a room made per node, not per pod).
+        """
+        free: dict[str, list[float]] = {}
+        room: dict[str, list[float]] = {}
+        lowered = self._lowered if self._reclaimable else None
+        for node, requests, job in pods:
+            f = free.get(node)
+            if f is None:
+                have = self.free[node]
+                f = free[node] = [have.cpu, have.memory, have.gpu]
+            f[0] -= requests.cpu
+            f[1] -= requests.memory
+            f[2] -= requests.gpu
+            if job is None:
+                if lowered is not None:
+                    lowered.append(node)
+                continue
+            w = room.get(node)
+            if w is None:
+                held = self.worker_room.get(node)
+                if held is None:
+                    w = room[node] = [requests.cpu, requests.memory, requests.gpu]
+                else:
+                    w = room[node] = [held.cpu, held.memory, held.gpu]
+                    w[0] += requests.cpu
+                    w[1] += requests.memory
+                    w[2] += requests.gpu
+            else:
+                w[0] += requests.cpu
+                w[1] += requests.memory
+                w[2] += requests.gpu
+            per_node = self.workers.setdefault(job, {})
+            per_node[node] = per_node.get(node, 0) + 1
+            per_job = self.by_node.setdefault(node, {})
+            per_job[job] = per_job.get(job, 0) + 1
+        for node, f in free.items():
+            self.free[node] = Resources(f[0], f[1], f[2])
+        for node, w in room.items():
+            self.worker_room[node] = Resources(w[0], w[1], w[2])
+        self.version += len(pods)
+        for index in self._rooms.values():
+            index.dirty.update(free)
+
     def release(self, node: str, requests: Resources, job: str) -> None:
         """Give back the room of one worker of ``job`` on ``node``."""
         self.free[node] = self.free[node] + requests
+        self.version += 1
         for index in self._rooms.values():
             index.dirty.add(node)
         self.worker_room[node] = self.worker_room[node] - requests

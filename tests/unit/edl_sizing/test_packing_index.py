@@ -70,3 +70,28 @@ def test_roomiest_and_reclaimable_answer_as_a_scan(seed: int) -> None:
         elif placed:
             node, size, job = placed.pop(rnd.randrange(len(placed)))
             packing.release(node, size, job)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_placing_all_at_once_is_placing_one_after_another(seed: int) -> None:
+    rnd = random.Random(seed)
+    nodes = [Node(f"n-{i:03d}", room(rnd)) for i in range(rnd.randint(1, 20))]
+    pods = [
+        (rnd.choice(nodes).name, Resources(cpu=rnd.choice((0.1, 0.2, 0.3, 1.0)), memory=GI / 3),
+         rnd.choice(("a", "b", None)))
+        for _ in range(rnd.randint(0, 200))
+    ]  # fmt: skip
+    one, batch = (Packing(nodes, {n.name: n.allocatable for n in nodes}) for _ in range(2))
+    for node, requests, job in pods[:5]:  # some workers already there
+        one.place(node, requests, job)
+        batch.place(node, requests, job)
+    one.roomiest(Resources(cpu=1))
+    batch.roomiest(Resources(cpu=1))
+    for node, requests, job in pods[5:]:
+        one.place(node, requests, job)
+    batch.place_all(pods[5:])
+    assert batch.free == one.free  # the same floats: the same sums in the same order
+    assert batch.worker_room == one.worker_room
+    assert batch.workers == one.workers
+    assert batch.by_node == one.by_node
+    assert batch.roomiest(Resources(cpu=1)) == one.roomiest(Resources(cpu=1))
