@@ -12,7 +12,7 @@ temporary folder) beside this tree's, in the same run: each step runs in a fresh
 side, the sides taking turns (``--rounds`` times), and the table gives each side's best CPU
 time and whether both made the same plan (SHA-256 of its JSON)::
 
-    .venv/bin/python bench/scale_decide.py --compare 77649384
+    .venv/bin/python bench/scale_decide.py --compare f38ed68e
 """
 
 from __future__ import annotations
