@@ -11,7 +11,8 @@ trainer chart with `gang.enabled` and `workers.min=3` (1 CPU per worker):
 2. a second node joins: all three are bound and run;
 3. `helm upgrade` to `workers.min=2` fails as docs/sizing.md says (helm 3.22's compiled-in
    PodSpec has no `workloadRef`), and `helm upgrade --force`, the workaround documented there,
-   replaces the Workload with `digits-trainer-min2` and the pods with two of that gang.
+   replaces the Workload with `digits-trainer-min2` and the pods with two of that gang; a
+   third worker beyond that minimum is then bound on its own.
 
 The stand-in kubelet (harness/podrunner.py) runs a sleep in place of `edl-agent` (a Helm
 post-renderer swaps the command): what a container runs plays no part in admission, and the
@@ -265,6 +266,9 @@ def test_no_worker_is_bound_until_min_fit_then_all_are(
     raw = c.kubectl("get", "pods", "-n", NS, "-l", SELECTOR, "-o",
                     "jsonpath={.items[*].spec.workloadRef.name}")  # fmt: skip
     assert raw.split() == ["digits-trainer-min2"] * 2, raw
+    # Beyond the minimum a worker is bound on its own: growth is not held for a gang.
+    c.kubectl("scale", "deployment", DEPLOYMENT, "-n", NS, "--replicas=3")
+    _all_bound_and_running(c, 3)
 
 
 def test_without_the_gang_the_pods_that_fit_are_bound_at_once(
