@@ -205,9 +205,18 @@ def _held_and_refused(c: GangCluster, fit: int, count: int) -> list[Any]:
 
 
 def _all_bound_and_running(c: GangCluster, count: int) -> list[Any]:
+    """Waits until the release has `count` pods, each bound and Running, and none going (a pod
+    being deleted is still Running: the old pods of an upgrade must not count)."""
+
     def seen() -> list[Any] | None:
         pods = c.pods()
-        done = [p for p in pods if p.spec.node_name and p.status.phase == "Running"]
+        done = [
+            p
+            for p in pods
+            if p.spec.node_name
+            and p.status.phase == "Running"
+            and p.metadata.deletion_timestamp is None
+        ]
         return pods if len(pods) == len(done) == count else None
 
     return wait_for(seen, timeout_s=180, what=f"{count} pods bound and Running",
