@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import config
 
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.nodes import NodeSpec
@@ -52,6 +52,7 @@ WORKLOADS = f"/apis/scheduling.k8s.io/v1alpha1/namespaces/{NS}/workloads"
 HELD_S = 10.0
 """How long the held pods are watched for a binding after the scheduler showed it has placed
 them (nominated) and refused the third. A slower machine only makes the watch weaker."""
+Pod = dict[str, Any]
 VALUES = {
     "workers": {"min": 3, "max": 3, "initial": 3},
     "autoscaling": {"mode": "none"},  # no adapter here: the replicas are workers.initial
@@ -76,7 +77,6 @@ class GangCluster:
     """The gated control plane, kubectl and helm on it, and a stand-in kubelet per node."""
 
     cp: ControlPlane
-    api: client.ApiClient
     kubectl: Kubectl
     helm_env: dict[str, str]
     post_renderer: Path
@@ -109,9 +109,12 @@ class GangCluster:
             runner.stop()
             LOG_SOURCES.remove(runner)
 
-    def pods(self) -> list[Any]:
-        core = client.CoreV1Api(self.api)
-        return list(core.list_namespaced_pod(NS, label_selector=SELECTOR).items)
+    def pods(self) -> list[Pod]:
+        """The release's pods as the API serves them (the kubernetes client's model has no
+        `workloadRef`)."""
+        url = f"/api/v1/namespaces/{NS}/pods?labelSelector={SELECTOR}"
+        items: list[Pod] = self.cp.request("GET", url).json()["items"]
+        return items
 
     def describe(self) -> str:
         return self.kubectl("get", "pods,workloads", "-n", NS, "-o", "wide")
@@ -141,7 +144,6 @@ def gang_cluster() -> Iterator[GangCluster]:
         kubectl = Kubectl(shutil.which("kubectl") or "/usr/bin/kubectl", cp.kubeconfig)
         yield GangCluster(
             cp=cp,
-            api=config.new_client_from_config(config_file=str(cp.kubeconfig)),
             kubectl=kubectl,
             helm_env={**os.environ, "KUBECONFIG": str(cp.kubeconfig), **homes},
             post_renderer=post,
@@ -181,19 +183,31 @@ def _install(c: GangCluster, tmp_path: Path, *extra: str) -> None:
            "--post-renderer", str(c.post_renderer), *extra)  # fmt: skip
 
 
-def _unschedulable(pod: Any) -> bool:
+def _unschedulable(pod: Pod) -> bool:
     return any(
-        cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable"
-        for cond in pod.status.conditions or []
+        cond["type"] == "PodScheduled"
+        and cond["status"] == "False"
+        and cond.get("reason") == "Unschedulable"
+        for cond in pod["status"].get("conditions", [])
     )
 
 
-def _held_and_refused(c: GangCluster, fit: int, count: int) -> list[Any]:
+def _node(pod: Pod) -> str | None:
+    name: str | None = pod["spec"].get("nodeName")
+    return name
+
+
+def _workload(pod: Pod) -> str | None:
+    name: str | None = pod["spec"].get("workloadRef", {}).get("name")
+    return name
+
+
+def _held_and_refused(c: GangCluster, fit: int, count: int) -> list[Pod]:
     """Waits until `fit` pods are nominated to a node and the rest are Unschedulable."""
 
-    def seen() -> list[Any] | None:
+    def seen() -> list[Pod] | None:
         pods = c.pods()
-        nominated = [p for p in pods if p.status.nominated_node_name]
+        nominated = [p for p in pods if p["status"].get("nominatedNodeName")]
         refused = [p for p in pods if _unschedulable(p)]
         ok = len(pods) == count and len(nominated) == fit and len(refused) == count - fit
         return pods if ok else None
@@ -204,23 +218,24 @@ def _held_and_refused(c: GangCluster, fit: int, count: int) -> list[Any]:
     )  # fmt: skip
 
 
-def _all_bound_and_running(c: GangCluster, count: int) -> list[Any]:
-    """Waits until the release has `count` pods, each bound and Running, and none going (a pod
-    being deleted is still Running: the old pods of an upgrade must not count)."""
+def _all_bound_and_running(c: GangCluster, count: int, workload: str) -> list[Pod]:
+    """Waits until the release has `count` pods, all of `workload`'s gang, each bound and
+    Running, and no other (the old pods of an upgrade go in steps, some still Running)."""
 
-    def seen() -> list[Any] | None:
+    def seen() -> list[Pod] | None:
         pods = c.pods()
         done = [
             p
             for p in pods
-            if p.spec.node_name
-            and p.status.phase == "Running"
-            and p.metadata.deletion_timestamp is None
+            if _node(p)
+            and p["status"].get("phase") == "Running"
+            and _workload(p) == workload
+            and "deletionTimestamp" not in p["metadata"]
         ]
         return pods if len(pods) == len(done) == count else None
 
-    return wait_for(seen, timeout_s=180, what=f"{count} pods bound and Running",
-                    describe=c.describe)  # fmt: skip
+    return wait_for(seen, timeout_s=180, describe=c.describe,
+                    what=f"{count} pods of {workload} bound and Running, no other")  # fmt: skip
 
 
 def test_no_worker_is_bound_until_min_fit_then_all_are(
@@ -236,20 +251,19 @@ def test_no_worker_is_bound_until_min_fit_then_all_are(
         "podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 3}}}],
     }
     pods = _held_and_refused(c, fit=2, count=3)
-    assert {p.status.nominated_node_name for p in pods} == {"gang-small", None}
-    refs = c.kubectl("get", "pods", "-n", NS, "-l", SELECTOR, "-o",
-                     "jsonpath={.items[*].spec.workloadRef.name}")  # fmt: skip
-    assert refs.split() == ["digits-trainer-min3"] * 3, refs
+    assert {p["status"].get("nominatedNodeName") for p in pods} == {"gang-small", None}
+    assert [_workload(p) for p in pods] == ["digits-trainer-min3"] * 3
     deadline = time.monotonic() + HELD_S
     while time.monotonic() < deadline:  # held: the two that fit are not bound without the third
-        bound = {p.metadata.name: p.spec.node_name for p in c.pods() if p.spec.node_name}
+        pods = c.pods()
+        bound = {p["metadata"]["name"]: _node(p) for p in pods if _node(p)}
         assert bound == {}, bound
-        assert all(p.status.phase == "Pending" for p in c.pods())
+        assert all(p["status"].get("phase") == "Pending" for p in pods)
         time.sleep(0.5)
 
     c.join(NodeSpec("gang-spare", cpu="2", memory="8Gi"))
-    pods = _all_bound_and_running(c, 3)
-    per_node = Counter(p.spec.node_name for p in pods)
+    pods = _all_bound_and_running(c, 3, "digits-trainer-min3")
+    per_node = Counter(_node(p) for p in pods)
     assert set(per_node) == {"gang-small", "gang-spare"}, per_node
     assert max(per_node.values()) <= 2, per_node  # 2 CPUs a node
 
@@ -266,18 +280,15 @@ def test_no_worker_is_bound_until_min_fit_then_all_are(
     c.helm(*upgrade, "--force")
     names = {w["metadata"]["name"] for w in c.cp.request("GET", WORKLOADS).json()["items"]}
     assert names == {"digits-trainer-min2"}
-    template = c.cp.request("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{DEPLOYMENT}")
-    spec = template.json()["spec"]
+    deployment = c.cp.request("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{DEPLOYMENT}")
+    spec = deployment.json()["spec"]
     assert spec["strategy"] == {"type": "Recreate"}
     assert spec["template"]["spec"]["workloadRef"] == {
         "name": "digits-trainer-min2", "podGroup": "workers"}  # fmt: skip
-    _all_bound_and_running(c, 2)
-    raw = c.kubectl("get", "pods", "-n", NS, "-l", SELECTOR, "-o",
-                    "jsonpath={.items[*].spec.workloadRef.name}")  # fmt: skip
-    assert raw.split() == ["digits-trainer-min2"] * 2, raw
+    _all_bound_and_running(c, 2, "digits-trainer-min2")
     # Beyond the minimum a worker is bound on its own: growth is not held for a gang.
     c.kubectl("scale", "deployment", DEPLOYMENT, "-n", NS, "--replicas=3")
-    _all_bound_and_running(c, 3)
+    _all_bound_and_running(c, 3, "digits-trainer-min2")
 
 
 def test_without_the_gang_the_pods_that_fit_are_bound_at_once(
@@ -290,10 +301,10 @@ def test_without_the_gang_the_pods_that_fit_are_bound_at_once(
     c.join(NodeSpec("gang-small", cpu="2", memory="8Gi"))
     _install(c, tmp_path)
 
-    def two_run_one_refused() -> list[Any] | None:
+    def two_run_one_refused() -> list[Pod] | None:
         pods = c.pods()
-        run = [p for p in pods if p.spec.node_name == "gang-small" and p.status.phase == "Running"]
-        refused = [p for p in pods if _unschedulable(p) and not p.spec.node_name]
+        run = [p for p in pods if _node(p) == "gang-small" and p["status"]["phase"] == "Running"]
+        refused = [p for p in pods if _unschedulable(p) and not _node(p)]
         return pods if len(pods) == 3 and len(run) == 2 and len(refused) == 1 else None
 
     wait_for(two_run_one_refused, timeout_s=120, describe=c.describe,
