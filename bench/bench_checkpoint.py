@@ -208,7 +208,7 @@ def part2() -> None:
 def whole_job_loss(tmp: Path, kill: bool) -> str:
     """One row of part 2: the job stopped whole after step 45, resumed by new agents."""
     from agent.trainer.ledger import verify
-    from tests.support.digits_job import NUM_TRAIN, Job, exit_codes
+    from tests.support.digits_job import NUM_TRAIN, Job
     from tests.support.waiting import wait_for
 
     job = Job(tmp, ["--epochs", str(PART2_EPOCHS), "--seed", "1"], step_sleep=0.1)
@@ -225,7 +225,7 @@ def whole_job_loss(tmp: Path, kill: bool) -> str:
             timeout_s=300,
             what="a world of 2 past step 45",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         stop(job, kill)
         last, gen = job.steps_done(), job.world()[0]
@@ -238,7 +238,7 @@ def whole_job_loss(tmp: Path, kill: bool) -> str:
             timeout_s=300,
             what="the resumed job",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
         resumed_after = time.monotonic() - t0
         wait_for(
@@ -246,7 +246,7 @@ def whole_job_loss(tmp: Path, kill: bool) -> str:
             timeout_s=300,
             what="the end of the job",
             interval_s=0.2,
-            describe=exit_codes(job.procs),
+            describe=job.describe,
         )
     finally:
         job.stop_all()

@@ -8,8 +8,10 @@ samples, inclusive (the function and what it calls) and self (the function's own
 percentages are of the time the process ran Python code (one thread at a time: the GIL), the
 time a request costs the process.
 
-Run: ``.venv/bin/python bench/profile_adapter.py [--pods 1000] [--query pods|pod|deploy]
-[--seconds 10] [--clients 1] [--top 25]`` (py-spy comes with the ``dev`` extra).
+Run: ``.venv/bin/python bench/profile_adapter.py [--pods 1000]
+[--query pods|pod|deploy|distinct] [--seconds 10] [--clients 1] [--top 25]`` (py-spy comes with
+the ``dev`` extra). ``distinct`` is the ``pods/*`` read with a new ``metricLabelSelector`` on
+every request (``gpu=0``, ``gpu=1``...): no answer or item is reused, the adapter's cold path.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--pods", type=int, default=1000)
-    ap.add_argument("--query", choices=["pods", "pod", "deploy"], default="pods")
+    ap.add_argument("--query", choices=["pods", "pod", "deploy", "distinct"], default="pods")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
@@ -95,7 +97,9 @@ def main() -> None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         raise SystemExit("profile_adapter: py-spy not found (pip install -e '.[dev]')")
-    query = {"pods": QUERY, "pod": QUERIES["pod"], "deploy": QUERIES["deploy"]}[args.query]
+    query = {"pods": QUERY, "pod": QUERIES["pod"], "deploy": QUERIES["deploy"]}.get(
+        args.query, QUERY + "&metricLabelSelector=gpu%3D{n}"
+    )
     with tempfile.TemporaryDirectory(prefix="profile-adapter-") as tmp:
         work = Path(tmp)
         port = free_port()
@@ -129,7 +133,7 @@ def main() -> None:
             def client(k: int) -> None:
                 conn = RawClient(port, False)
                 while time.monotonic() < stop:
-                    conn.get(query)
+                    conn.get(query.format(n=f"{k}-{counts[k]}"))
                     counts[k] += 1
                 conn.close()
 

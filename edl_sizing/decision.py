@@ -253,6 +253,8 @@ class _State:
     spill_room: tuple[int, ...] = ()
     """Workers of its size that fit on the roomiest nodes, most first (at growth's start)."""
     floor_at: int | None = None
+    local_at: tuple[Packing, int, int] | None = None
+    """(packing, its version, :meth:`local_room` there): asked again before anything moved."""
 
     @property
     def curve(self) -> ScalingCurve:
@@ -308,12 +310,17 @@ class _State:
 
     def local_room(self, packing: Packing) -> int:
         """More workers that fit on the nodes it is on."""
+        seen = self.local_at
+        if seen is not None and seen[0] is packing and seen[1] == packing.version:
+            return seen[2]
         job = self.job
-        return sum(
+        local = sum(
             _fits(job.worker, packing.free[node])
             for node in packing.workers.get(job.key, ())
             if node in packing.free
         )
+        self.local_at = (packing, packing.version, local)
+        return local
 
     def speed_if(self, packing: Packing, m: int, local: int) -> float:
         """Predicted speed-up at ``m`` workers grown node-local first, then onto new nodes.
@@ -428,9 +435,16 @@ def _log_ratio(here: float, there: float) -> float:
 
 def _fits(worker: Resources, room: Resources) -> int:
     """Workers of this size that fit in ``room`` (0 when none)."""
-    pairs = ((worker.cpu, room.cpu), (worker.memory, room.memory), (worker.gpu, room.gpu))
-    counts = [math.floor(have / need + 1e-9) for need, have in pairs if need > 0]
-    return max(0, min(counts)) if counts else 0
+    fit: int | None = None
+    if worker.cpu > 0:
+        fit = math.floor(room.cpu / worker.cpu + 1e-9)
+    if worker.memory > 0:
+        count = math.floor(room.memory / worker.memory + 1e-9)
+        fit = count if fit is None or count < fit else fit
+    if worker.gpu > 0:
+        count = math.floor(room.gpu / worker.gpu + 1e-9)
+        fit = count if fit is None or count < fit else fit
+    return max(0, fit) if fit is not None else 0
 
 
 def decide(
@@ -466,6 +480,7 @@ def decide(
             states[job.key] = _State(job, model, job.worker.dominant_share(allocatable), 0)
             states[job.key].error = job_error(job)
     packing = Packing(eligible, room)
+    bound: list[tuple[str, Resources, str | None]] = []
     for pod in sorted(pods, key=lambda p: p.key):
         if pod.node is None:
             continue
@@ -474,9 +489,10 @@ def decide(
             owner.count += 1
         if pod.node in packing.free:
             if owner is not None and owner.error is None:
-                packing.place(pod.node, owner.job.worker, owner.job.key)
+                bound.append((pod.node, owner.job.worker, owner.job.key))
             else:
-                packing.place(pod.node, pod.requests)
+                bound.append((pod.node, pod.requests, None))
+    packing.place_all(bound)
     free = sum((r.clamped() for r in packing.free.values()), Resources())
     valid = [s for s in states.values() if s.error is None]
     for s in valid:
@@ -646,6 +662,7 @@ def _make_room(
     fair: bool = False,
     ignore_free: bool = False,
     own_first: bool = False,
+    full: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """The cheapest node and the extra workers to remove there so that ``requests`` fits.
 
@@ -661,11 +678,41 @@ def _make_room(
     Nodes where ``exclude`` (the job that gains) already is go first among equal costs. With
     ``ignore_free`` the node's free room is left free: what is removed must hold ``requests``.
     With ``own_first``, its nodes go first whatever the cost (a job's speed depends on them).
+    With ``full`` (the caller found no node with free room for ``requests``), only the nodes
+    where a job may give a worker up are searched.
     """
     best: tuple[tuple[int, int, int, float, int, int, str], list[tuple[str, str]]] | None = None
     own = packing.workers.get(exclude, {}) if exclude is not None else {}
-    for node in packing.reclaimable(requests, who.tolerations, who.node_selector):
+    checked: set[str] = set()
+    givers: set[str] = set()
+    """Of the jobs seen (``checked``), those that may give a worker up at all (before any is
+    taken): a node without one gives nothing, so only its free room is looked at."""
+    nodes = packing.reclaimable(requests, who.tolerations, who.node_selector)
+    if full and nodes:
+        checked.update(states)
+        givers.update(
+            k for k, s in states.items()
+            if _may_give(s, k, exclude, priority, counts, requests_held, fair)
+        )  # fmt: skip
+        near = set().union(*(packing.workers.get(k, ()) for k in givers))
+        nodes = [n for n in nodes if n.name in near]
+    for node in nodes:
         room = Resources() if ignore_free else packing.free[node.name]
+        on = packing.by_node.get(node.name)
+        if on and (unseen := on.keys() - checked):
+            checked |= unseen
+            givers.update(
+                k for k in unseen
+                if (s := states.get(k)) is not None
+                and _may_give(s, k, exclude, priority, counts, requests_held, fair)
+            )  # fmt: skip
+        if not on or givers.isdisjoint(on):
+            if requests.fits_in(room):
+                mine = int(node.name not in own)
+                rank = (0, mine if own_first else 0, 0, 0.0, 0, mine, node.name)
+                if best is None or rank < best[0]:
+                    best = (rank, [])
+            continue
         taken: dict[str, int] = {}
         removed: list[tuple[str, str]] = []
         cost = 0.0
@@ -714,6 +761,25 @@ def _make_room(
     return (best[0][-1], best[1]) if best is not None else None
 
 
+def _may_give(
+    s: _State,
+    job_key: str,
+    exclude: str | None,
+    priority: int,
+    counts: Mapping[str, int] | None,
+    requests_held: bool,
+    fair: bool,
+) -> bool:
+    """Whether `_make_room` may take a worker of ``s`` before it took any (on any node)."""
+    if s.error is not None or job_key == exclude or s.job.priority > priority:
+        return False
+    left = counts[job_key] if counts is not None else s.count
+    floor = s.floor()
+    if left <= (floor if requests_held else s.job.min_replicas):
+        return False
+    return not (left <= floor and fair and s.fairness is not None and s.fairness >= 1.0)
+
+
 def _keep_granted(
     packing: Packing, valid: list[_State], policy: SizingPolicy, kueue: _Queues
 ) -> None:
@@ -759,7 +825,8 @@ def _displace(
     less than ``1 / rescale_margin`` of the worker gained. A donor already giving workers up
     this round is preferred (it rescales anyway). Returns the node (its room is freed).
     When the worker would eat into the arrivals' ``reserve``, free room is not used: the
-    whole worker's room comes from donors.
+    whole worker's room comes from donors. Called when no node has free room for the
+    worker (its first fit found none) or free room is not used.
     """
     limit = s.growth_value(policy, packing) / max(1.0, policy.rescale_margin)
     donors = {
@@ -773,7 +840,7 @@ def _displace(
     found = _make_room(
         packing, donors, job.worker, job, job.priority, job.key,
         cost_limit=limit, consolidate=True, requests_held=beyond_request,
-        ignore_free=reserve is not None and not reserve.admits(job.worker),
+        ignore_free=reserve is not None and not reserve.admits(job.worker), full=True,
     )  # fmt: skip
     if found is None:
         return None
@@ -1324,10 +1391,15 @@ def _ahead(s: _State, limit: int, packing: Packing | None) -> float:
     """
     if packing is None:
         return s.model.ahead(s.count, limit)[0]
-    here, local = s.speed_now(packing), s.local_room(packing)
-    gains = ((s.speed_if(packing, m, local) - here) / (m - s.count)
-             for m in range(s.count + 1, limit + 1))  # fmt: skip
-    return max(gains, default=0.0)
+    local = s.local_room(packing)
+    key = (s.count, s.nodes_now(packing), local, limit, -1)  # as growth_value's memo
+    best = s.memo.get(key)
+    if best is None:
+        here = s.speed_now(packing)
+        gains = ((s.speed_if(packing, m, local) - here) / (m - s.count)
+                 for m in range(s.count + 1, limit + 1))  # fmt: skip
+        best = s.memo[key] = max(gains, default=0.0)
+    return best
 
 
 def _pays_back(s: _State, start: int, policy: SizingPolicy, end: int | None = None) -> bool:

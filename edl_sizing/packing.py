@@ -5,12 +5,18 @@ Lookups stay cheap on large clusters: the nodes a pod may use are computed once 
 (tolerations, node selector), and a first-fit search resumes where the last one for the
 same request stopped (room only shrinks until something is released). A search for room
 to make (`reclaimable`) skips the nodes where even every job worker's room would not be
-enough: that bound (free room plus the workers' room) only shrinks during a round, so the
-nodes left for one request are kept and filtered further, not found again.
+enough: that bound (free room plus the workers' room) only shrinks during a round, and only
+where a pod that is no job's worker is placed (a worker placed or released moves room between
+the two), so the nodes left for one request are kept and only those nodes are checked again,
+not all of them. The node with
+room for the most pods of a size (`roomiest`) is looked up in an index of the nodes by how
+many fit, kept up to date with the nodes whose room changed since the last look-up, not
+found by scanning every node.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 
 from edl_sizing.cluster import Node, Toleration
@@ -25,6 +31,8 @@ class Packing:
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, Resources]) -> None:
         self.nodes = sorted(nodes, key=lambda n: n.name)
         self.free = dict(free)
+        self.version = 0
+        """Counts the changes of room and workers (what was computed at one is still true)."""
         self.workers: dict[str, dict[str, int]] = {}
         """job key -> node name -> workers of the job on that node."""
         self.by_node: dict[str, dict[str, int]] = {}
@@ -34,7 +42,13 @@ class Packing:
         self.worker_room: dict[str, Resources] = {}
         """node name -> the room of the job workers placed there (with `free`: the most that
         removing workers could free, which only pods placed without a job lower)."""
-        self._reclaimable: dict[tuple[Resources, _Shape], list[Node]] = {}
+        self._reclaimable: dict[tuple[Resources, _Shape], tuple[list[Node], int]] = {}
+        """`reclaimable` by request: the nodes, and how much of `_lowered` they were checked
+        against."""
+        self._lowered: list[str] = []
+        """Nodes where a pod of no job was placed (their bound fell) since the first
+        `reclaimable`, in order."""
+        self._rooms: dict[tuple[Resources, _Shape], _RoomIndex] = {}
 
     def copy(self) -> Packing:
         """An independent copy (a transaction to roll back to)."""
@@ -43,18 +57,24 @@ class Packing:
         other._candidates = self._candidates
         other._hints = {}
         other._reclaimable = {}
+        other._lowered = []
+        other._rooms = {}
         other.free = {}
+        other.version = 0
         other.restore(self)
         return other
 
     def restore(self, saved: Packing) -> None:
         """Roll back to a copy taken earlier."""
+        self.version += 1
         self.free = dict(saved.free)
         self.workers = {job: dict(per_node) for job, per_node in saved.workers.items()}
         self.by_node = {node: dict(per_job) for node, per_job in saved.by_node.items()}
         self.worker_room = dict(saved.worker_room)
         self._hints = {}
         self._reclaimable = {}
+        self._lowered = []
+        self._rooms = {}
 
     def candidates(
         self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
@@ -92,11 +112,20 @@ class Packing:
         bound is checked with a margin far above rounding (a node in doubt stays in).
         """
         key = (requests, (tolerations, tuple(sorted(node_selector.items()))))
-        found = self._reclaimable.get(key)
-        if found is None:
-            found = self.candidates(tolerations, node_selector)
-        found = [n for n in found if _could_fit(requests, self._reclaim(n.name))]
-        self._reclaimable[key] = found
+        cached = self._reclaimable.get(key)
+        if cached is None:
+            nodes = self.candidates(tolerations, node_selector)
+            found = [n for n in nodes if _could_fit(requests, self._reclaim(n.name))]
+        else:
+            found, checked = cached
+            if checked < len(self._lowered):
+                lowered = set(self._lowered[checked:])
+                found = [
+                    n
+                    for n in found
+                    if n.name not in lowered or _could_fit(requests, self._reclaim(n.name))
+                ]
+        self._reclaimable[key] = (found, len(self._lowered))
         return found
 
     def _reclaim(self, node: str) -> Resources:
@@ -151,23 +180,31 @@ class Packing:
         tolerations: tuple[Toleration, ...] = (),
         node_selector: Mapping[str, str] | None = None,
     ) -> str | None:
-        """The node with room for the most pods of ``requests`` (first by name on a tie)."""
-        best: tuple[float, str] | None = None
-        for node in self.candidates(tolerations, node_selector or {}):
-            free = self.free[node.name]
-            if not requests.fits_in(free):
-                continue
-            pairs = ((requests.cpu, free.cpu), (requests.memory, free.memory),
-                     (requests.gpu, free.gpu))  # fmt: skip
-            count = min((have / need for need, have in pairs if need > 0), default=0.0)
-            if best is None or count > best[0] + 1e-9:
-                best = (count, node.name)
-        return best[1] if best is not None else None
+        """The node with room for the most pods of ``requests`` (first by name on a tie).
+
+        As scanning the nodes in name order and keeping the first whose count beats the best
+        so far by more than 1e-9 (:class:`_RoomIndex`).
+        """
+        selector = node_selector or {}
+        key = (requests, (tolerations, tuple(sorted(selector.items()))))
+        index = self._rooms.get(key)
+        if index is None:
+            nodes = self.candidates(tolerations, selector)
+            index = self._rooms[key] = _RoomIndex(requests, nodes, self.free)
+        elif index.dirty:
+            index.update(self.free)
+        return index.best()
 
     def place(self, node: str, requests: Resources, job: str | None = None) -> None:
         """Take room on ``node`` (for a worker of ``job`` when given)."""
         self.free[node] = self.free[node] - requests
-        if job is not None:
+        self.version += 1
+        for index in self._rooms.values():
+            index.dirty.add(node)
+        if job is None:
+            if self._reclaimable:
+                self._lowered.append(node)
+        else:
             room = self.worker_room.get(node)
             self.worker_room[node] = requests if room is None else room + requests
             per_node = self.workers.setdefault(job, {})
@@ -175,9 +212,59 @@ class Packing:
             per_job = self.by_node.setdefault(node, {})
             per_job[job] = per_job.get(job, 0) + 1
 
+    def place_all(self, pods: Sequence[tuple[str, Resources, str | None]]) -> None:
+        """`place` for each (node, requests, job), in order, as one batch (a round's bound pods).
+
+        The same sums in the same order as one `place` after another, kept as numbers until
+        the end (a room made per node, not per pod).
+        """
+        free: dict[str, list[float]] = {}
+        room: dict[str, list[float]] = {}
+        lowered = self._lowered if self._reclaimable else None
+        for node, requests, job in pods:
+            f = free.get(node)
+            if f is None:
+                have = self.free[node]
+                f = free[node] = [have.cpu, have.memory, have.gpu]
+            f[0] -= requests.cpu
+            f[1] -= requests.memory
+            f[2] -= requests.gpu
+            if job is None:
+                if lowered is not None:
+                    lowered.append(node)
+                continue
+            w = room.get(node)
+            if w is None:
+                held = self.worker_room.get(node)
+                if held is None:
+                    w = room[node] = [requests.cpu, requests.memory, requests.gpu]
+                else:
+                    w = room[node] = [held.cpu, held.memory, held.gpu]
+                    w[0] += requests.cpu
+                    w[1] += requests.memory
+                    w[2] += requests.gpu
+            else:
+                w[0] += requests.cpu
+                w[1] += requests.memory
+                w[2] += requests.gpu
+            per_node = self.workers.setdefault(job, {})
+            per_node[node] = per_node.get(node, 0) + 1
+            per_job = self.by_node.setdefault(node, {})
+            per_job[job] = per_job.get(job, 0) + 1
+        for node, f in free.items():
+            self.free[node] = Resources(f[0], f[1], f[2])
+        for node, w in room.items():
+            self.worker_room[node] = Resources(w[0], w[1], w[2])
+        self.version += len(pods)
+        for index in self._rooms.values():
+            index.dirty.update(free)
+
     def release(self, node: str, requests: Resources, job: str) -> None:
         """Give back the room of one worker of ``job`` on ``node``."""
         self.free[node] = self.free[node] + requests
+        self.version += 1
+        for index in self._rooms.values():
+            index.dirty.add(node)
         self.worker_room[node] = self.worker_room[node] - requests
         self._hints.clear()
         _decrement(self.workers[job], node)
@@ -186,6 +273,91 @@ class Packing:
     def workers_on(self, job: str, node: str) -> int:
         """Workers of ``job`` placed on ``node``."""
         return self.by_node.get(node, {}).get(job, 0)
+
+
+class _RoomIndex:
+    """The nodes with room for a pod of one size, grouped by how many such pods fit.
+
+    ``best`` answers what scanning the nodes in name order answers, keeping the first node
+    whose count beats the best so far by more than 1e-9: of nodes with equal counts only
+    the first by name can be kept; a count that beats every lower one by more than 1e-9
+    is kept whatever came before, and no lower count can replace it. So only the highest
+    counts are scanned, down to the first one the next lower count does not come within
+    1e-9 of (most often only the highest), and of each only its first node.
+    """
+
+    __slots__ = ("allowed", "count", "dirty", "groups", "levels", "requests")
+
+    def __init__(self, requests: Resources, nodes: Sequence[Node], free: Mapping[str, Resources]):
+        self.requests = requests
+        self.allowed = frozenset(n.name for n in nodes)
+        self.count: dict[str, float] = {}
+        """node -> pods that fit (nodes where none fits are left out)."""
+        self.groups: dict[float, set[str]] = {}
+        """count -> the nodes with that count."""
+        self.levels: list[float] = []
+        """The counts in ``groups``, ascending."""
+        self.dirty: set[str] = set()
+        """Nodes whose room changed since the counts were taken."""
+        for node in nodes:
+            count = _room_count(requests, free[node.name])
+            if count is not None:
+                self._add(node.name, count)
+
+    def _add(self, node: str, count: float) -> None:
+        self.count[node] = count
+        group = self.groups.get(count)
+        if group is None:
+            self.groups[count] = {node}
+            bisect.insort(self.levels, count)
+        else:
+            group.add(node)
+
+    def _remove(self, node: str) -> None:
+        count = self.count.pop(node)
+        group = self.groups[count]
+        group.discard(node)
+        if not group:
+            del self.groups[count]
+            del self.levels[bisect.bisect_left(self.levels, count)]
+
+    def update(self, free: Mapping[str, Resources]) -> None:
+        """Takes the counts of the nodes whose room changed."""
+        for node in self.dirty:
+            if node not in self.allowed:
+                continue
+            count = _room_count(self.requests, free[node])
+            if node in self.count:
+                if self.count[node] == count:
+                    continue
+                self._remove(node)
+            if count is not None:
+                self._add(node, count)
+        self.dirty.clear()
+
+    def best(self) -> str | None:
+        """The node the name-order scan keeps (None: no node has room)."""
+        levels = self.levels
+        if not levels:
+            return None
+        low = len(levels) - 1
+        while low > 0 and not levels[low] > levels[low - 1] + 1e-9:
+            low -= 1
+        if low == len(levels) - 1:
+            return min(self.groups[levels[low]])
+        best: tuple[float, str] | None = None
+        for node, count in sorted((min(self.groups[c]), c) for c in levels[low:]):
+            if best is None or count > best[0] + 1e-9:
+                best = (count, node)
+        return best[1] if best is not None else None
+
+
+def _room_count(requests: Resources, free: Resources) -> float | None:
+    """How many pods of ``requests`` fit ``free`` (as `Packing.roomiest` counts; None: none)."""
+    if not requests.fits_in(free):
+        return None
+    pairs = ((requests.cpu, free.cpu), (requests.memory, free.memory), (requests.gpu, free.gpu))
+    return min((have / need for need, have in pairs if need > 0), default=0.0)
 
 
 def _could_fit(requests: Resources, bound: Resources) -> bool:

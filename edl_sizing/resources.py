@@ -75,8 +75,23 @@ class Resources:
         return Resources(max(0.0, self.cpu), max(0.0, self.memory), max(0.0, self.gpu))
 
     def fits_in(self, room: Resources) -> bool:
-        """Whether this amount fits into ``room`` (every resource)."""
-        return _le(self.cpu, room.cpu) and _le(self.memory, room.memory) and _le(self.gpu, room.gpu)
+        """Whether this amount fits into ``room`` (every resource).
+
+        `_le` for each resource, written out: the decision asks this hundreds of thousands of
+        times a round at 5,000 nodes.
+        """
+        have = room.cpu
+        if not self.cpu <= have + _EPSILON * (
+            have if have > 1.0 else -have if have < -1.0 else 1.0
+        ):
+            return False
+        have = room.memory
+        if not self.memory <= have + _EPSILON * (
+            have if have > 1.0 else -have if have < -1.0 else 1.0
+        ):
+            return False
+        have = room.gpu
+        return self.gpu <= have + _EPSILON * (have if have > 1.0 else -have if have < -1.0 else 1.0)
 
     @property
     def is_zero(self) -> bool:

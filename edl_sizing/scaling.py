@@ -158,6 +158,10 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
     return x
 
 
+_PLACED_CACHE = 65536
+"""Placements one model remembers (:meth:`SizeModel.placed_speedup`); then it starts over."""
+
+
 class SizeModel:
     """What the sizer predicts for a job at each size and placement.
 
@@ -234,6 +238,9 @@ class SizeModel:
         self._residual = {n: x / r for n, x in points.items() if (r := self._raw(n)) > 0}
         self._one = self._predict(1)
         self._cache: dict[int, float] = {}
+        self._placed_cache: dict[tuple[int, int], float] = {}
+        """(workers, nodes) -> :meth:`placed_speedup` (the decision asks for the same ones
+        many times a round, and rounds share the model)."""
         self._spread_ratios: dict[int, list[tuple[int, float]]] = {}
         """Nodes -> (workers, measured over packed) of the spread measurements."""
         for (n, k), x in sorted(self.spread_points.items()):
@@ -295,6 +302,14 @@ class SizeModel:
 
     def placed_speedup(self, n: int, nodes: int) -> float:
         """Predicted X(n workers on ``nodes`` nodes) / X(1); packed when ``nodes`` is not more."""
+        cached = self._placed_cache.get((n, nodes))
+        if cached is None:
+            if len(self._placed_cache) >= _PLACED_CACHE:
+                self._placed_cache.clear()
+            cached = self._placed_cache[(n, nodes)] = self._placed_speedup(n, nodes)
+        return cached
+
+    def _placed_speedup(self, n: int, nodes: int) -> float:
         if n <= 0:
             return 0.0
         if nodes <= self.packed_nodes(n):

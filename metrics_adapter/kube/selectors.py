@@ -163,8 +163,7 @@ PARSED_SELECTORS_MAX_BYTES = 4 << 20
 
 
 def selector_bytes(selector: LabelSelector) -> int:
-    """A selector's estimated bytes with the text it was parsed from (its key) and its
-    canonical text (made on first use)."""
+    """A selector's estimated bytes, with the text it was parsed from and its own text."""
     texts = [t for r in selector.requirements for t in (r.key, *r.values)]
     return 3 * estimate_text(*texts) + (POINTER_BYTES + 64) * (len(texts) + 2) + 64
 

@@ -21,7 +21,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.checkpoints.enabled (not .Values.checkpoints.url) -}}true{{- end -}}
 {{- end -}}
 
+{{/* The gang's Workload: its spec is immutable, so a new workers.min is a new Workload. */}}
+{{- define "trainer.workload" -}}
+{{- printf "%s-min%d" (include "trainer.name" .) (int .Values.workers.min) -}}
+{{- end -}}
+
 {{- define "trainer.validate" -}}
+{{- if and .Values.gang.enabled (not (semverCompare "~1.35.0-0" .Capabilities.KubeVersion.Version)) -}}
+{{- fail (printf "gang.enabled: Kubernetes %s has no scheduling.k8s.io/v1alpha1 Workload with pod spec.workloadRef (only 1.35 has it; 1.36 replaced it): set gang.enabled=false" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .Values.job)) -}}
 {{- fail (printf "job %q: must be a DNS label (lower case letters, digits, '-')" (toString .Values.job)) -}}
 {{- end -}}

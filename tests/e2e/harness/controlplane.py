@@ -75,7 +75,11 @@ class ControlPlaneSettings:
     ready_timeout_s: float = 180.0
     """Bound on each component's wait for health."""
     extra_feature_gates: dict[str, bool] = field(default_factory=dict)
-    """Feature gates set on both kube-apiserver and kube-controller-manager."""
+    """Feature gates set on kube-apiserver, kube-controller-manager and kube-scheduler (an
+    alpha feature such as gang scheduling needs the same gates on each)."""
+    runtime_config: tuple[str, ...] = ()
+    """kube-apiserver's `--runtime-config` entries, e.g. `scheduling.k8s.io/v1alpha1=true` (an
+    alpha API is not served without it, whatever the gates say)."""
     etcd_quota_bytes: int = 1 << 30
     """etcd's `--quota-backend-bytes` (the scale bench holds 150,000 pods: more)."""
     apiserver_extra_args: tuple[str, ...] = ()
@@ -154,6 +158,9 @@ class ControlPlane:
             f"--cert-dir={self.work_dir / 'scheduler-certs'}",
             "--v=2",
         ]
+        gates = self._feature_gates()
+        if gates:
+            argv.append(f"--feature-gates={gates}")
         self.scheduler = ManagedProcess("kube-scheduler", argv, self.log_dir / "kube-scheduler.log")
         self.scheduler.start()
 
@@ -250,6 +257,8 @@ class ControlPlane:
         ]
         if gates:
             argv.append(f"--feature-gates={gates}")
+        if self.settings.runtime_config:
+            argv.append(f"--runtime-config={','.join(self.settings.runtime_config)}")
         self.apiserver = ManagedProcess("kube-apiserver", argv, self.log_dir / "kube-apiserver.log")
         self.apiserver.start()
 

@@ -146,3 +146,21 @@ def test_the_charts_and_the_docs_claim_the_range_this_test_checks() -> None:
     for chart in ("edl", "edl-trainer"):
         with pytest.raises(HelmFailed, match="kubeVersion"):
             helm("template", "r", str(CHARTS / chart), "--kube-version", below)
+
+
+def test_the_trainer_chart_gang_is_valid_on_1_35_and_what_older_releases_do_not_serve() -> None:
+    """`gang.enabled` is off in the examples above: its Workload kind and the pod's
+    `workloadRef` exist in 1.35 only (alpha, behind feature gates; 1.36 replaced them), and the
+    chart refuses to render it for another minor (tests/unit/charts/test_chart_gang.py). Where
+    it renders, its objects are valid; the oldest release claimed serves neither."""
+    newest, oldest = SUPPORTED[-1], SUPPORTED[0]
+    assert minor(newest) == (1, 35), "the newest release claimed moved: revisit gang.enabled"
+    args = ["template", "r", str(CHARTS / "edl-trainer"), "--namespace", "ml",
+            "--kube-version", newest, "--set", "gang.enabled=true",
+            "--set", "workers.min=2"]  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(helm(*args)) if d]
+    assert {d["kind"] for d in docs} >= {"Workload", "Deployment"}
+    assert problems(newest, docs) == []
+    found = problems(oldest, docs)
+    assert any("scheduling.k8s.io/v1alpha1 Workload is not served" in f for f in found), found
+    assert any("unknown field 'workloadRef'" in f for f in found), found
