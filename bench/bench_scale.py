@@ -22,8 +22,8 @@ registered behind the aggregator; then, over ``--window`` seconds:
   adapter read (``/proc/<pid>/io``).
 
 Then the membership of one job of 100 / 500 / 1,000 members through the Kubernetes
-backend, as today's agents make it (bench/scale_membership.py). Figures go to stdout and
-``<work dir>/bench-scale.json``. The machine's load is printed beside them: on 2 shared
+backend, before and after issue 38's coordinator (bench/scale_membership.py). Figures go to
+stdout and ``<work dir>/bench-scale.json``. The machine's load is printed beside them: on 2 shared
 cores every figure includes the other processes' share.
 
     make bench-scale                                   # every step, then membership
@@ -413,6 +413,12 @@ def main() -> None:
     )
     ap.add_argument("--no-membership", action="store_true")
     ap.add_argument("--membership-sizes", default="100,500,1000")
+    ap.add_argument(
+        "--membership-modes",
+        default="before,after",
+        help="membership before issue 38 (every member watches every Lease, renewals every "
+        "1 s) and/or after (one coordinator, renewals every 5 s)",
+    )
     ap.add_argument("--no-sizer", action="store_true")
     args = ap.parse_args()
     steps = [tuple(int(x) for x in s.split(":")) for s in args.steps.split(",") if s]
@@ -438,7 +444,8 @@ def main() -> None:
             from bench.scale_membership import measure_membership
 
             sizes = [int(x) for x in args.membership_sizes.split(",") if x]
-            membership = measure_membership(cluster.cp, sizes, say)
+            modes = tuple(m for m in args.membership_modes.split(",") if m)
+            membership = measure_membership(cluster.cp, sizes, say, modes)
         if not args.no_sizer:
             for nodes, jobs in steps:
                 try:

@@ -16,6 +16,7 @@ write access to their Deployment to say the job is done (`agent.elastic.finished
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -42,6 +43,9 @@ LAST_FAILURE = "edl.paddlepaddle.org/last-failure"
 FINISHED_STEP = "edl.paddlepaddle.org/finished-at-step"
 FINISHED_TIME = "edl.paddlepaddle.org/finished-at"
 WORLD_KEY = "world"
+COORDINATOR_KEY = "coordinator"
+"""The world ConfigMap's key naming the job's coordinator (a `Member.key`), beside the record:
+the one member that watches the heartbeats (`agent.elastic.coordinator`)."""
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -69,6 +73,9 @@ class KubernetesApi(Protocol):
     def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
         """Leases as ``{"name", "holder", "renew_time", "annotations"}``."""
 
+    def read_lease(self, name: str) -> dict[str, Any] | None:
+        """One Lease as `list_leases` gives them, or None when it does not exist."""
+
     def renew_lease(
         self,
         name: str,
@@ -88,7 +95,11 @@ class KubernetesApi(Protocol):
         """The API server's watch of the Leases: (event type, name, holder) until it ends."""
 
     def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
-        """The watch of ConfigMap `name`: (event type, resourceVersion) until it ends."""
+        """The watch of ConfigMap `name`: (event type, a digest of its data) until it ends.
+
+        The digest changes with the world record or the coordinator's name, not with the
+        status annotations rank 0 rewrites every 10 s: those wake nobody.
+        """
 
 
 def load_client_config() -> None:
@@ -150,11 +161,22 @@ def parse_micro_time(text: str) -> float:
 
 
 class KubernetesStore:
-    """A `MembershipStore` made of Leases and one ConfigMap in one namespace."""
+    """A `MembershipStore` made of Leases and one ConfigMap in one namespace.
 
-    def __init__(self, api: KubernetesApi, job: str, clock: Any = None) -> None:
+    Coordinated (`agent.elastic.coordinator`): the ConfigMap's ``coordinator`` key names the
+    one member that watches the Leases; the others watch the ConfigMap alone. `coordinated`
+    False is the membership before issue 38 (every member watches every Lease), kept for the
+    bench's *before* figures (`bench/scale_membership.py`).
+    """
+
+    def __init__(
+        self, api: KubernetesApi, job: str, clock: Any = None, coordinated: bool = True
+    ) -> None:
         self._api = api
         self._job = job
+        self._coordinated = coordinated
+        self._claim: tuple[str, str] = ("", "")
+        """(version, coordinator) as last read: a world write with that version keeps it."""
         self._now = clock or (lambda: datetime.now(UTC))
         self._world_name = dns_name("edl", job, "world")
         self._status: tuple[str, dict[str, str]] = ("", {})
@@ -170,9 +192,19 @@ class KubernetesStore:
         """
         return cls(ClientApi.connect(job_namespace(env), pod_owner(env)), job)
 
-    def watch(self) -> StoreWatch:
-        """The API server's watch on the job's Leases and world ConfigMap."""
-        return KubernetesWatch(self._api, f"{LABEL_JOB}={dns_name(self._job)}", self._world_name)
+    @property
+    def coordinated(self) -> bool:
+        """True (but for the bench's *before*): one member coordinates."""
+        return self._coordinated
+
+    def watch(self, members: bool = True) -> StoreWatch:
+        """The API server's watch on the world ConfigMap, and the job's Leases with `members`."""
+        return KubernetesWatch(
+            self._api,
+            f"{LABEL_JOB}={dns_name(self._job)}",
+            self._world_name,
+            members=members or not self._coordinated,
+        )
 
     def _lease_name(self, member: Member) -> str:
         return dns_name("edl", self._job, member.id)
@@ -193,16 +225,31 @@ class KubernetesStore:
 
     def heartbeats(self) -> list[Heartbeat]:
         """Every Lease of the job that describes a member."""
-        out = []
-        for lease in self._api.list_leases(f"{LABEL_JOB}={dns_name(self._job)}"):
-            raw = (lease.get("annotations") or {}).get(ANNOTATION_MEMBER)
-            renew = str(lease.get("renew_time") or "")
-            try:
-                member = Member.from_dict(json.loads(raw or ""))
-            except (ValueError, WorldRecordInvalid):
-                continue
-            out.append(Heartbeat(member, renew, parse_micro_time(renew)))
-        return out
+        leases = self._api.list_leases(f"{LABEL_JOB}={dns_name(self._job)}")
+        return [hb for hb in map(_heartbeat, leases) if hb is not None]
+
+    def heartbeat_of(self, member_id: str) -> Heartbeat | None:
+        """The Lease of member `member_id` (one object: a follower's check of its coordinator)."""
+        lease = self._api.read_lease(dns_name("edl", self._job, member_id))
+        return None if lease is None else _heartbeat(lease)
+
+    def claim(self, key: str, expected_version: str) -> bool:
+        """Names `key` the coordinator in the ConfigMap (created without a world if need be).
+
+        Compare-and-swap on the resourceVersion read: the world, labels and annotations stay.
+        """
+        if not expected_version:
+            labels = {LABEL_JOB: dns_name(self._job)}
+            return self._api.create_config_map(self._world_name, {COORDINATOR_KEY: key}, labels, {})
+        found = self._api.get_config_map(self._world_name)
+        if found is None or found[1] != expected_version:
+            return False
+        data, version, annotations = found
+        labels, _ = self._world_meta(data.get(WORLD_KEY, ""))
+        if PHASE_KEY in annotations:
+            labels.setdefault(PHASE_KEY, annotations[PHASE_KEY])
+        data = {**data, COORDINATOR_KEY: key}
+        return self._api.replace_config_map(self._world_name, data, version, labels, annotations)
 
     def read_world(self) -> VersionedRecord:
         """The ``world`` key of the ConfigMap and its resourceVersion."""
@@ -211,15 +258,23 @@ class KubernetesStore:
             return VersionedRecord(None, "")
         data, version, annotations = found
         self._status = (version, {k: v for k, v in annotations.items() if k in STATUS_KEYS})
+        coordinator = data.get(COORDINATOR_KEY, "") if self._coordinated else ""
+        self._claim = (version, coordinator)
+        if WORLD_KEY not in data and set(data) == {COORDINATOR_KEY}:
+            return VersionedRecord(None, version, coordinator)  # claimed before a first world
         # A ConfigMap without the key was emptied by hand: hand the parser "" so it repairs.
-        return VersionedRecord(data.get(WORLD_KEY, ""), version)
+        return VersionedRecord(data.get(WORLD_KEY, ""), version, coordinator)
 
     def write_world(self, text: str, expected_version: str) -> bool:
         """Create (version "") or replace with the resourceVersion we read.
 
-        The labels and annotations say whether the record is finished.
+        The labels and annotations say whether the record is finished; the coordinator named
+        at the version read stays named.
         """
         data = {WORLD_KEY: text}
+        claim_version, coordinator = self._claim
+        if expected_version and claim_version == expected_version and coordinator:
+            data[COORDINATOR_KEY] = coordinator
         labels, annotations = self._world_meta(text)
         version, status = self._status
         if expected_version and version == expected_version:  # the status stays as it was
@@ -272,6 +327,23 @@ class KubernetesStore:
         if written:
             self._status = ("", {})  # the version moved on: the next read caches it again
         return written
+
+
+def data_digest(data: Mapping[str, str]) -> str:
+    """A short digest of a ConfigMap's data: the same exactly while the data is."""
+    text = json.dumps(dict(data), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _heartbeat(lease: Mapping[str, Any]) -> Heartbeat | None:
+    """The member a Lease describes (None: not a member's Lease, or unreadable)."""
+    raw = (lease.get("annotations") or {}).get(ANNOTATION_MEMBER)
+    renew = str(lease.get("renew_time") or "")
+    try:
+        member = Member.from_dict(json.loads(raw or ""))
+    except (ValueError, WorldRecordInvalid):
+        return None
+    return Heartbeat(member, renew, parse_micro_time(renew))
 
 
 class ClientApi:
@@ -371,18 +443,17 @@ class ClientApi:
             self._ns,
             label_selector=label_selector,
         )
-        out = []
-        for lease in leases.items:
-            renew = lease.spec.renew_time
-            out.append(
-                {
-                    "name": lease.metadata.name,
-                    "holder": lease.spec.holder_identity,
-                    "renew_time": micro_time(renew) if isinstance(renew, datetime) else renew,
-                    "annotations": dict(lease.metadata.annotations or {}),
-                }
-            )
-        return out
+        return [_lease_dict(lease) for lease in leases.items]
+
+    def read_lease(self, name: str) -> dict[str, Any] | None:
+        """See `KubernetesApi` (a list by name: the trainer's Role may list, not get)."""
+        leases = self._call(
+            "read lease",
+            self._coord.list_namespaced_lease,
+            self._ns,
+            field_selector=f"metadata.name={name}",
+        )
+        return next((_lease_dict(lease) for lease in leases.items), None)
 
     def renew_lease(
         self,
@@ -431,7 +502,7 @@ class ClientApi:
             field_selector=f"metadata.name={name}",
             timeout_seconds=timeout_seconds,
         ):
-            yield kind, str(cm.metadata.resource_version)
+            yield kind, data_digest(cm.data or {})
 
     def _stream(self, what: str, list_fn: Any, **kw: Any) -> Iterator[tuple[str, Any]]:
         """(event type, object) of one watch stream; errors as `StoreUnavailable`."""
@@ -453,3 +524,14 @@ class ClientApi:
             raise StoreUnavailable(f"{what}: {e}") from e
         finally:
             stream.stop()  # type: ignore[no-untyped-call]
+
+
+def _lease_dict(lease: Any) -> dict[str, Any]:
+    """A Lease of the client as `KubernetesApi.list_leases` gives it."""
+    renew = lease.spec.renew_time
+    return {
+        "name": lease.metadata.name,
+        "holder": lease.spec.holder_identity,
+        "renew_time": micro_time(renew) if isinstance(renew, datetime) else renew,
+        "annotations": dict(lease.metadata.annotations or {}),
+    }

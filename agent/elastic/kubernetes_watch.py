@@ -4,9 +4,11 @@ Two streams of the API server's watch (through the official client's `kubernetes
 behind `KubernetesApi.watch_leases` / `watch_config_map`), each followed by a daemon thread
 that re-opens it when the server ends it (every `timeout_seconds`) or it fails (after a
 pause). A change is a Lease that appears, vanishes or gets a new holder (a new incarnation
-of the member), or a new resourceVersion of the ConfigMap; a renewal (same holder) is none.
+of the member), or new data in the ConfigMap (a world, a coordinator named); a renewal (same
+holder) is none, nor is a write of the ConfigMap's status annotations alone.
 A re-opened stream starts with ADDED for every existing object: those already known are no
-change. A Role without ``watch`` (403) ends the stream for good: the agent polls. Only a
+change. A follower of a coordinated job (`members` False) follows the ConfigMap alone. A Role
+without ``watch`` (403) ends the stream for good: the agent polls. Only a
 hint, like every `StoreWatch`: the agent reads the records themselves.
 """
 
@@ -35,14 +37,19 @@ class WatchApi(Protocol):
         """(event type, Lease name, holder) until the server ends the stream."""
 
     def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
-        """(event type, resourceVersion) of ConfigMap `name`."""
+        """(event type, a digest of its data) of ConfigMap `name`."""
 
 
 class KubernetesWatch:
     """A `StoreWatch` over the API server's watch of the job's Leases and ConfigMap."""
 
     def __init__(
-        self, api: WatchApi, label_selector: str, world_name: str, timeout_seconds: int = 60
+        self,
+        api: WatchApi,
+        label_selector: str,
+        world_name: str,
+        timeout_seconds: int = 60,
+        members: bool = True,
     ) -> None:
         self._changed = threading.Event()
         self._closed = threading.Event()
@@ -50,9 +57,12 @@ class KubernetesWatch:
         self._world_version = ""
         self._warned = False
         streams: list[tuple[str, Callable[[], Iterator[bool]]]] = [
-            ("leases", lambda: self._lease_changes(api, label_selector, timeout_seconds)),
             ("world", lambda: self._world_changes(api, world_name, timeout_seconds)),
         ]
+        if members:  # a coordinator's (or every member's, uncoordinated): the Leases too
+            streams.append(
+                ("leases", lambda: self._lease_changes(api, label_selector, timeout_seconds))
+            )
         self._threads = [
             threading.Thread(target=self._follow, args=(changes,), name=f"edl-watch-{what}")
             for what, changes in streams

@@ -56,8 +56,16 @@ class LocalStore:
         """The directory holding this job's records."""
         return self._root
 
-    def watch(self) -> StoreWatch:
-        """An inotify watch on the records; a `PollingWatch` where inotify is unavailable."""
+    @property
+    def coordinated(self) -> bool:
+        """False: on one machine every member watches every heartbeat (cheap: files)."""
+        return False
+
+    def watch(self, members: bool = True) -> StoreWatch:
+        """An inotify watch on the records; a `PollingWatch` where inotify is unavailable.
+
+        Always on the heartbeats too (`members` is for coordinated stores).
+        """
         try:
             return LocalWatch(self._root)
         except OSError as e:  # no inotify (another OS, the instance limit), or no directory
@@ -116,6 +124,14 @@ class LocalStore:
             except (OSError, ValueError, KeyError, TypeError, WorldRecordInvalid) as e:
                 log.warning("ignoring unreadable heartbeat %s: %s", path, e)
         return out
+
+    def heartbeat_of(self, member_id: str) -> Heartbeat | None:
+        """The heartbeat of `member_id`, from the heartbeats."""
+        return next((hb for hb in self.heartbeats() if hb.member.id == member_id), None)
+
+    def claim(self, key: str, expected_version: str) -> bool:
+        """Never: a local store names no coordinator (`coordinated` is False)."""
+        return False
 
     def read_world(self) -> VersionedRecord:
         """The record; its version is the digest of the text itself (read in one go)."""

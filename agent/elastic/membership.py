@@ -7,6 +7,12 @@ step, a rolling restart) into one generation. A record that does not parse, or w
 generation went backwards, is logged once and replaced by a consistent world built from the
 last good world this agent saw. Once the job is finished (`finish`), nothing proposes a new
 generation any more, and a repair writes the finished world again: a job is never un-finished.
+
+On a coordinated store (`MembershipStore.coordinated`: Kubernetes) only the coordinator the
+record names watches and lists the heartbeats and proposes the worlds that joins and expiries
+make (`agent.elastic.coordinator`); the others renew their own heartbeat, follow the world
+record through a watch of it alone, and take the role over when its holder is gone. A member's
+own writes (a planned leave, a finish, a failure, a forced generation) are the same for all.
 """
 
 from __future__ import annotations
@@ -17,6 +23,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from agent.elastic.coordinator import (
+    Claim,
+    coordinator_is_gone,
+    expired_long_ago,
+    live_members,
+    member_id,
+)
 from agent.elastic.errors import StoreUnavailable, WorldRecordInvalid
 from agent.elastic.failures import FailurePolicy, TrainerFailure
 from agent.elastic.option_table import DEFAULTS
@@ -39,7 +52,9 @@ class MembershipSettings:
     max_size: int = DEFAULTS["max_world"]
     """EDL_MAX_WORLD: members beyond this wait as stand-bys."""
     heartbeat_interval: float = DEFAULTS["heartbeat_interval"]
-    """EDL_HEARTBEAT_INTERVAL: seconds between heartbeat renewals."""
+    """EDL_HEARTBEAT_INTERVAL: seconds between heartbeat renewals; on a coordinated store also
+    how often a follower checks its coordinator and re-reads the world without a wake, and
+    the coordinator re-lists the heartbeats."""
     ttl: float = DEFAULTS["ttl"]
     """EDL_MEMBER_TTL: a member whose heartbeat has not changed for this long is gone."""
     debounce: float = DEFAULTS["debounce"]
@@ -117,6 +132,23 @@ class Membership:
         self._unreachable_since: float | None = None
         self._left = False
         self._watch: StoreWatch | None = None
+        self._watch_members = True
+        """Whether the open watch follows the heartbeats too (a coordinator's)."""
+        self._woken = False
+        """The watch reported a change since the last tick (coordinated store)."""
+        self._coordinating = False
+        self._record: VersionedRecord | None = None
+        """The world record as last read (coordinated store: re-read on a wake or when old)."""
+        self._read_at = float("-inf")
+        self._beats: list[Heartbeat] = []
+        """The heartbeats as the coordinator last listed them."""
+        self._listed_at = float("-inf")
+        self._checked_at = float("-inf")
+        """When this follower last checked its coordinator's heartbeat."""
+        self._floor = float("-inf")
+        """Wall time the store came back after an outage: heartbeat ages count from it."""
+        self._adopted = ""
+        """The version of the record a follower last parsed."""
 
     @property
     def me(self) -> Member:
@@ -129,6 +161,15 @@ class Membership:
         return self._known
 
     @property
+    def coordinating(self) -> bool:
+        """This agent is the job's coordinator.
+
+        Always False on a store that is not coordinated, where every member watches every
+        heartbeat.
+        """
+        return self._coordinating
+
+    @property
     def settings(self) -> MembershipSettings:
         """The agreement settings."""
         return self._settings
@@ -137,11 +178,22 @@ class Membership:
         """Blocks up to `timeout` s; True as soon as the store says something changed.
 
         A member came or went, or the world record was replaced: read it now. The watch is
-        opened on first use and kept.
+        opened on first use and kept; on a coordinated store a follower's watch is on the
+        world record alone, the coordinator's on the heartbeats too (re-opened on a change of
+        role).
         """
+        members = self._coordinating or not self._store.coordinated
+        if self._watch is not None and self._watch_members != members:
+            self._watch.close()
+            self._watch = None
         if self._watch is None:
-            self._watch = self._store.watch()
-        return self._watch.wait(timeout)
+            self._watch = self._store.watch(members=members)
+            self._watch_members = members
+            self._woken = True  # nothing was watched before: read everything once
+        if self._watch.wait(timeout):
+            self._woken = True
+            return True
+        return False
 
     def close(self) -> None:
         """Releases the store watch."""
@@ -244,6 +296,8 @@ class Membership:
         now = self._clock()
         if not self._left:
             self._renew()
+        if self._store.coordinated:
+            return self._tick_coordinated(now)
         try:
             heartbeats = self._store.heartbeats()
             record = self._store.read_world()
@@ -255,6 +309,95 @@ class Membership:
         current, broken = self._parse(record.text)
         self._adopt(current)
         target = next_members(self._known, live, self._settings.min_size, self._settings.max_size)
+        return self._decide(record, target, live, broken, now)
+
+    def _tick_coordinated(self, now: float) -> World | None:
+        """A round on a coordinated store: follow the record, or coordinate when it names us.
+
+        Without an open watch (`wait_for_change` never called) every round reads everything,
+        as on a store that is not coordinated; with one, a round reads what a wake said
+        changed, and the rest once a heartbeat interval (the safety net of a lost event).
+        """
+        woken, self._woken = self._woken, False
+        fresh = woken or self._watch is None
+        interval = self._settings.heartbeat_interval
+        try:
+            record = self._record
+            if fresh or record is None or now - self._read_at >= interval:
+                record = self._read_world_now(now)
+                self._note_reachable()  # first: ages count from now on after an outage
+            if record.coordinator != self._me.key:
+                record = self._follow(record, now, fresh)
+            self._coordinating = record.coordinator == self._me.key and not self._left
+            if not self._coordinating:
+                if record.version != self._adopted:  # parse each version once (1,000: 160 KiB)
+                    self._adopt(self._parse(record.text)[0])  # a broken one: the coordinator's
+                    self._adopted = record.version
+                return self._known
+            listed = fresh or now - self._listed_at >= interval
+            if listed:
+                self._list_heartbeats(now)
+            current, broken = self._parse(record.text)
+            self._adopt(current)
+            live, target = self._target()
+            known = self._known
+            if not listed and known is not None and not known.finished and target != known.members:
+                self._list_heartbeats(now)  # a change foreseen from the last list: confirm it
+                live, target = self._target()
+        except StoreUnavailable as e:
+            self._note_unreachable(e)
+            return self._known
+        return self._decide(record, target, live, broken, now)
+
+    def _read_world_now(self, now: float) -> VersionedRecord:
+        self._record, self._read_at = self._store.read_world(), now
+        return self._record
+
+    def _list_heartbeats(self, now: float) -> None:
+        self._beats, self._listed_at = self._store.heartbeats(), now
+
+    def _target(self) -> tuple[list[Member], tuple[Member, ...]]:
+        live = self._observe(self._beats, self._clock())
+        settings = self._settings
+        return live, next_members(self._known, live, settings.min_size, settings.max_size)
+
+    def _follow(self, record: VersionedRecord, now: float, fresh: bool) -> VersionedRecord:
+        """A follower's check of its coordinator; claims the role when it is gone.
+
+        Checked when the record changed or names nobody, else once a heartbeat interval.
+        Returns the record to go on with (re-read after a claim, won or lost).
+        """
+        claim = record.coordinator
+        if self._left or not (fresh or not claim or now - self._checked_at >= self._interval):
+            return record
+        if self._known is not None and self._known.finished:
+            return record  # a finished job needs no coordinator
+        self._checked_at = now
+        beat = self._store.heartbeat_of(member_id(claim)) if claim else None
+        ttl = self._settings.ttl
+        if not coordinator_is_gone(Claim(claim, beat), self._wall(), ttl, self._floor):
+            return record
+        won = self._store.claim(self._me.key, record.version)
+        record = self._read_world_now(now)
+        if won:
+            before = f"{claim} is gone" if claim else "none named yet"
+            log.info("coordinating the job's membership (%s)", before)
+            self._listed_at = float("-inf")  # a new coordinator lists every heartbeat first
+        return record
+
+    @property
+    def _interval(self) -> float:
+        return self._settings.heartbeat_interval
+
+    def _decide(
+        self,
+        record: VersionedRecord,
+        target: tuple[Member, ...],
+        live: list[Member],
+        broken: str,
+        now: float,
+    ) -> World | None:
+        """Repair, keep or propose, once the records are read (every coordinating member)."""
         if broken:
             # Repair now: a broken record blocks everyone; no reason to wait for a debounce.
             self._propose(target, record.version, broken, after=_generation_in(record.text))
@@ -372,6 +515,7 @@ class Membership:
 
     def _swap(self, world: World, version: str) -> bool | None:
         """Compare-and-swap `world` in; None when the store could not be reached."""
+        self._record = None  # whatever happens, the version read is spent
         try:
             return self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:
@@ -419,8 +563,11 @@ class Membership:
             # We could not watch anyone's heartbeat while blind: start their clocks afresh.
             for seen in self._seen.values():
                 seen.changed_at = now
+            self._floor = self._wall()
 
     def _observe(self, heartbeats: list[Heartbeat], now: float) -> list[Member]:
+        if self._store.coordinated:
+            return self._observe_renewals(heartbeats)
         keys = set()
         for hb in heartbeats:
             key = hb.member.key
@@ -439,6 +586,25 @@ class Membership:
         if not self._left:
             live.append(self._me)
         self._collect_garbage(now)
+        return live
+
+    def _observe_renewals(self, heartbeats: list[Heartbeat]) -> list[Member]:
+        """The live members by each heartbeat's own renewal time (a coordinated store)."""
+        wall, ttl = self._wall(), self._settings.ttl
+        live = [
+            m for m in live_members(heartbeats, wall, ttl, self._floor) if m.key != self._me.key
+        ]
+        if not self._left:
+            live.append(self._me)
+        gone = {m.key for m in expired_long_ago(heartbeats, wall, ttl, self._floor)}
+        gone.discard(self._me.key)
+        for hb in heartbeats:
+            if hb.member.key in gone:
+                try:
+                    self._store.remove(hb.member)
+                except StoreUnavailable:
+                    break
+        self._beats = [hb for hb in self._beats if hb.member.key not in gone]
         return live
 
     def _collect_garbage(self, now: float) -> None:
@@ -532,6 +698,7 @@ class Membership:
         world = World(generation=generation, members=members)
         if known is not None:  # its marks and failures carry on; a finished job keeps its members
             world = known.successor(generation, known.members if known.finished else members)
+        self._record = None  # whatever happens, the version read is spent
         try:
             won = self._store.write_world(world.to_json(writer=self._me.key), version)
         except StoreUnavailable as e:

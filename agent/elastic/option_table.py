@@ -136,8 +136,11 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_HEARTBEAT_INTERVAL",
         duration(),
-        "1s",
-        "time between heartbeat renewals",
+        "5s",
+        "time between heartbeat renewals (local: membership 1s; with only EDL_MEMBER_TTL set, at "
+        "most a third of it); on Kubernetes also how often a member checks that the job's "
+        "coordinator (the one member watching every heartbeat) is live, and re-reads the world "
+        "when no watch event came",
         MEMBERSHIP,
     ),
     Option(
@@ -145,11 +148,12 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_MEMBER_TTL",
         duration(),
-        "10s",
-        "a member whose heartbeat has not changed for this long is gone (more than two "
-        "heartbeat intervals)",
+        "15s",
+        "a member whose heartbeat has not been renewed for this long is gone (more than two "
+        "heartbeat intervals; local: membership 10s; with only EDL_HEARTBEAT_INTERVAL set, at "
+        "least three of it); on Kubernetes judged from the Lease's renewTime, and a "
+        "coordinator silent this long is replaced",
         MEMBERSHIP,
-        bad="1",
     ),
     Option(
         "debounce",

@@ -127,8 +127,7 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
             MembershipSettings,
             min_size=values["min_world"],
             max_size=values["max_world"],
-            heartbeat_interval=values["heartbeat_interval"],
-            ttl=values["ttl"],
+            **_liveness(values, env, membership),
             debounce=values["debounce"],
             max_debounce=values["max_debounce"],
             poll_interval=values["poll_interval"],
@@ -145,6 +144,34 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
             failures=FailurePolicy(values["failure_budget"], values["failure_window"]),
         ),
     )
+
+
+LOCAL_LIVENESS = {"heartbeat_interval": 1.0, "ttl": 10.0}
+"""`local:` membership's defaults: renewing a file costs no API server anything, so a member
+there keeps the fast detection the Kubernetes defaults (5 s, 15 s) trade for a linear cost."""
+
+
+def _liveness(
+    values: Mapping[str, Any], env: Mapping[str, str], membership: str
+) -> dict[str, float]:
+    """The heartbeat interval and TTL: the backend's defaults where not set.
+
+    A TTL set alone takes an interval of a third of it where the default would not fit twice
+    in it (a job that set ``EDL_MEMBER_TTL=8s`` before the 5 s default still starts); an
+    interval set alone takes a TTL of three of them where the default is shorter.
+    """
+    given = {
+        "heartbeat_interval": bool(env.get("EDL_HEARTBEAT_INTERVAL", "").strip()),
+        "ttl": bool(env.get("EDL_MEMBER_TTL", "").strip()),
+    }
+    chosen = {k: float(values[k]) for k in given}
+    if membership.startswith("local:"):
+        chosen.update({k: v for k, v in LOCAL_LIVENESS.items() if not given[k]})
+    if given["ttl"] and not given["heartbeat_interval"]:
+        chosen["heartbeat_interval"] = min(chosen["heartbeat_interval"], chosen["ttl"] / 3)
+    if given["heartbeat_interval"] and not given["ttl"]:
+        chosen["ttl"] = max(chosen["ttl"], 3 * chosen["heartbeat_interval"])
+    return chosen
 
 
 def _check_store_ports(env: Mapping[str, str]) -> None:

@@ -35,6 +35,9 @@ class VersionedRecord:
     """None when no world record exists yet."""
     version: str
     """Opaque; "" when the record does not exist."""
+    coordinator: str = ""
+    """The `Member.key` the record names as the job's coordinator ("": none; always "" on a
+    store that is not `MembershipStore.coordinated`)."""
 
 
 class StoreWatch(Protocol):
@@ -66,8 +69,21 @@ class PollingWatch:
 class MembershipStore(Protocol):
     """Where one job's heartbeats and world record live. Errors: `StoreUnavailable`."""
 
-    def watch(self) -> StoreWatch:
-        """A watch on this job's records (a `PollingWatch` where the backend cannot notify)."""
+    @property
+    def coordinated(self) -> bool:
+        """Whether one member coordinates.
+
+        True: one member, the coordinator the record names, watches the heartbeats and writes
+        the worlds they make; the others follow the record (`agent.elastic.coordinator`).
+        False: every member watches every heartbeat (files on one machine).
+        """
+
+    def watch(self, members: bool = True) -> StoreWatch:
+        """A watch on this job's records (a `PollingWatch` where the backend cannot notify).
+
+        `members` False: on the world record alone (a coordinated store's follower); a store
+        that is not coordinated may watch the heartbeats all the same.
+        """
 
     def beat(self, member: Member) -> None:
         """Create or renew this member's heartbeat."""
@@ -77,6 +93,15 @@ class MembershipStore(Protocol):
 
     def heartbeats(self) -> list[Heartbeat]:
         """All heartbeat records of the job, live or stale; unreadable ones are skipped."""
+
+    def heartbeat_of(self, member_id: str) -> Heartbeat | None:
+        """The heartbeat record of member `member_id` (None: there is none, or unreadable)."""
+
+    def claim(self, key: str, expected_version: str) -> bool:
+        """Names `key` the coordinator in the world record (the world itself unchanged).
+
+        Only if the record's version is still `expected_version`; False if it is not.
+        """
 
     def read_world(self) -> VersionedRecord:
         """The current world record."""

@@ -86,6 +86,7 @@ class Job:
             "EDL_SAMPLE_LEDGER": str(self.ledger),
             "EDL_STEP_GATE": str(self.gate.path),
             "EDL_DEBOUNCE": "2",
+            "EDL_HEARTBEAT_INTERVAL": "1",
             "EDL_MEMBER_TTL": "8",
             "EDL_DRAIN_TIMEOUT": "30",
             # A bound for a trainer that never joins, not a speed: on a loaded 2-core box a

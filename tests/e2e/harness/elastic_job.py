@@ -140,6 +140,7 @@ def elastic_container(
         # > 2 s); the debounce must cover that spread for one scale to be one generation.
         {"name": "EDL_DEBOUNCE", "value": "4"},
         {"name": "EDL_MAX_DEBOUNCE", "value": "12"},
+        {"name": "EDL_HEARTBEAT_INTERVAL", "value": "1"},
         {"name": "EDL_MEMBER_TTL", "value": "10"},
         {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
         {"name": "EDL_DRAIN_TIMEOUT", "value": "30"},

@@ -169,7 +169,10 @@ def test_flags_and_variables_are_unique_per_cli() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"EDL_MEMBER_TTL": "1"}, "EDL_MEMBER_TTL=1s must exceed two heartbeat intervals"),
+        (
+            {"EDL_HEARTBEAT_INTERVAL": "1", "EDL_MEMBER_TTL": "2"},
+            "EDL_MEMBER_TTL=2s must exceed two heartbeat intervals",
+        ),
         ({"EDL_DRAIN_TIMEOUT": "soon"}, "EDL_DRAIN_TIMEOUT='soon': invalid duration"),
     ],
 )

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -28,107 +27,11 @@ from agent.elastic.kubernetes_store import (
 )
 from agent.elastic.membership import Membership, MembershipSettings
 from agent.elastic.world import Member, World
+from tests.unit.agent.elastic.helpers import Clock, FakeApi
 
-
-class FakeApi:
-    """In-memory API server: resourceVersion bumps on every write, 409 on a stale one."""
-
-    def __init__(self) -> None:
-        self.config_maps: dict[str, tuple[dict[str, str], str]] = {}
-        self.meta: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
-        """Labels and annotations of each ConfigMap, as last written."""
-        self.leases: dict[str, dict[str, Any]] = {}
-        self.version = 0
-        self.down = False
-
-    def _check(self) -> None:
-        if self.down:
-            raise StoreUnavailable("connection refused")
-
-    def _bump(self) -> str:
-        self.version += 1
-        return str(self.version)
-
-    def get_config_map(self, name: str) -> tuple[dict[str, str], str, dict[str, str]] | None:
-        self._check()
-        found = self.config_maps.get(name)
-        return (dict(found[0]), found[1], dict(self.meta[name][1])) if found else None
-
-    def create_config_map(
-        self, name: str, data: dict[str, str], labels: dict[str, str], annotations: dict[str, str]
-    ) -> bool:
-        self._check()
-        if name in self.config_maps:
-            return False
-        self.config_maps[name] = (dict(data), self._bump())
-        self.meta[name] = (dict(labels), dict(annotations))
-        return True
-
-    def replace_config_map(
-        self,
-        name: str,
-        data: dict[str, str],
-        resource_version: str,
-        labels: dict[str, str],
-        annotations: dict[str, str],
-    ) -> bool:
-        self._check()
-        found = self.config_maps.get(name)
-        if found is None or found[1] != resource_version:
-            return False
-        self.config_maps[name] = (dict(data), self._bump())
-        self.meta[name] = (dict(labels), dict(annotations))
-        return True
-
-    def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
-        self._check()
-        key, _, value = label_selector.partition("=")
-        return [dict(v) for v in self.leases.values() if v["labels"].get(key) == value]
-
-    def renew_lease(
-        self,
-        name: str,
-        holder: str,
-        renew_time: str,
-        annotations: dict[str, str],
-        labels: dict[str, str],
-    ) -> None:
-        self._check()
-        self.leases[name] = {
-            "name": name,
-            "holder": holder,
-            "renew_time": renew_time,
-            "annotations": annotations,
-            "labels": labels,
-        }
-
-    def delete_lease(self, name: str) -> None:
-        self._check()
-        self.leases.pop(name, None)
-
-    def watch_leases(
-        self, label_selector: str, timeout_seconds: int
-    ) -> Iterator[tuple[str, str, str]]:
-        self._check()  # no server push here: the stream ends at once, like a server timeout
-        yield from ()
-
-    def watch_config_map(self, name: str, timeout_seconds: int) -> Iterator[tuple[str, str]]:
-        self._check()
-        yield from ()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def wall(self) -> datetime:
-        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=self.now)
-
-
-SETTINGS = MembershipSettings(max_size=3, ttl=5.0, debounce=1.0, max_debounce=4.0)
+SETTINGS = MembershipSettings(
+    max_size=3, heartbeat_interval=1.0, ttl=5.0, debounce=1.0, max_debounce=4.0
+)
 
 
 def agents(api: FakeApi, clock: Clock, names: str) -> dict[str, Membership]:

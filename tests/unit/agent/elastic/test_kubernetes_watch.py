@@ -133,3 +133,16 @@ def test_a_role_without_watch_leaves_the_agent_polling() -> None:
     finally:
         watch.close()
         streams.release.set()
+
+
+def test_a_followers_watch_opens_the_world_stream_alone() -> None:
+    """Issue 38: a follower is woken by a new world, and never sent a Lease event."""
+    streams = ScriptedStreams(leases=[[("ADDED", "a", "a/1")]], world=[[("ADDED", "3")]])
+    watch = KubernetesWatch(streams, "job=x", "edl-x-world", members=False)
+    try:
+        assert watch.wait(WAIT)  # the world's opening replay
+        assert [t.name for t in watch._threads] == ["edl-watch-world"]
+        assert streams.opened == {"leases": 0, "world": 1}
+    finally:
+        watch.close()
+        streams.release.set()

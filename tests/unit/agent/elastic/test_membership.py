@@ -13,7 +13,9 @@ from agent.elastic.world import Member, World
 SETTINGS = MembershipSettings(
     min_size=1, max_size=3, heartbeat_interval=1.0, ttl=5.0, debounce=1.0, max_debounce=4.0
 )
-WIDE = MembershipSettings(max_size=8, ttl=5.0, debounce=1.0, max_debounce=4.0)
+WIDE = MembershipSettings(
+    max_size=8, heartbeat_interval=1.0, ttl=5.0, debounce=1.0, max_debounce=4.0
+)
 
 
 class Clock:
@@ -98,7 +100,9 @@ def test_dead_member_expires_after_ttl(tmp_path: Path) -> None:
 
 
 def test_below_min_pauses(tmp_path: Path) -> None:
-    settings = MembershipSettings(min_size=2, max_size=3, ttl=5.0, debounce=0.5)
+    settings = MembershipSettings(
+        min_size=2, max_size=3, heartbeat_interval=1.0, ttl=5.0, debounce=0.5
+    )
     job = Job(tmp_path, settings)
     job.add("a")
     job.run(2)

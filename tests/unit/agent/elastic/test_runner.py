@@ -56,6 +56,34 @@ def test_ports_auto_and_explicit() -> None:
 
 
 @pytest.mark.parametrize(
+    ("membership", "env", "interval", "ttl"),
+    [
+        ("kubernetes", {}, 5.0, 15.0),  # a Lease write and a watch event per renewal: 5 s
+        ("local:/tmp/m", {}, 1.0, 10.0),  # a file: fast detection costs nothing
+        ("kubernetes", {"EDL_MEMBER_TTL": "8s"}, 8 / 3, 8.0),  # set before 5 s was the default
+        ("kubernetes", {"EDL_MEMBER_TTL": "60s"}, 5.0, 60.0),
+        ("local:/tmp/m", {"EDL_MEMBER_TTL": "2s"}, 2 / 3, 2.0),
+        ("kubernetes", {"EDL_HEARTBEAT_INTERVAL": "10s"}, 10.0, 30.0),
+        ("local:/tmp/m", {"EDL_HEARTBEAT_INTERVAL": "2s"}, 2.0, 10.0),
+        ("kubernetes", {"EDL_HEARTBEAT_INTERVAL": "1s", "EDL_MEMBER_TTL": "10s"}, 1.0, 10.0),
+    ],
+)
+def test_liveness_defaults_follow_the_backend_and_what_was_set(
+    membership: str, env: dict[str, str], interval: float, ttl: float
+) -> None:
+    opts = options_from({**BASE, "membership": membership}, env)
+    assert opts is not None
+    settings = opts.membership_settings
+    assert settings.heartbeat_interval == pytest.approx(interval)
+    assert settings.ttl == pytest.approx(ttl)
+
+
+def test_a_ttl_within_two_set_intervals_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^EDL_MEMBER_TTL=8s must exceed two heartbeat"):
+        options_from(BASE, {"EDL_HEARTBEAT_INTERVAL": "5s", "EDL_MEMBER_TTL": "8s"})
+
+
+@pytest.mark.parametrize(
     ("flags", "env"),
     [
         ({"elastic": True}, {}),
