@@ -15,8 +15,6 @@ change meant to change decisions, in a commit that says so)::
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,8 +22,8 @@ from typing import Any
 
 from bench import bench_sizing
 from edl_sizing import Resources, SizingPolicy
-from tests.unit.edl_sizing import test_decide_complexity
-from tests.unit.edl_sizing.plan_cases import GI, Case, generated, plan_digest
+from tests.unit.edl_sizing import plan_cases, test_decide_complexity
+from tests.unit.edl_sizing.plan_cases import GI, Case, generated
 
 GOLDEN = Path(__file__).with_name("equivalence_golden.json")
 FULL = ("many-0001", "pending-0002")
@@ -75,29 +73,8 @@ def cases() -> Iterator[Case]:
 
 def golden() -> dict[str, Any]:
     """What the code now decides for every case (the golden file's content)."""
-    digests: dict[str, str] = {}
-    full: dict[str, Any] = {}
-    for case in cases():
-        plan = case.plan()
-        digests[case.name] = plan_digest(plan)
-        if case.name in FULL:
-            full[case.name] = plan.to_dict()
-    return {"digests": digests, "plans": full}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--bless", action="store_true", help=f"rewrite {GOLDEN.name}")
-    args = parser.parse_args()
-    data = golden()
-    if args.bless:
-        GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {len(data['digests'])} plan digests to {GOLDEN}")
-    else:
-        stored = json.loads(GOLDEN.read_text())["digests"]
-        changed = sorted(k for k, v in data["digests"].items() if stored.get(k) != v)
-        print(f"{len(changed)} of {len(data['digests'])} plans differ: {changed[:20]}")
+    return plan_cases.golden(cases(), FULL)
 
 
 if __name__ == "__main__":
-    main()
+    plan_cases.main(GOLDEN, golden, __doc__.split("\n", 1)[0])

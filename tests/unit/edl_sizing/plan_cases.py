@@ -22,7 +22,7 @@ import argparse
 import hashlib
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,28 +254,35 @@ def cases() -> Iterator[Case]:
     yield bench_shape("bench-1000x100", 1000, 100)
 
 
-def golden() -> dict[str, Any]:
-    """What the code now decides for every case (the golden file's content)."""
+def golden(every: Iterable[Case] | None = None, full: tuple[str, ...] = FULL) -> dict[str, Any]:
+    """What the code now decides for every case (a golden file's content): each plan's
+    digest, and the plans named in `full` whole (a diff then shows what changed)."""
     digests: dict[str, str] = {}
-    full: dict[str, Any] = {}
-    for case in cases():
+    kept: dict[str, Any] = {}
+    for case in cases() if every is None else every:
         plan = case.plan()
         digests[case.name] = plan_digest(plan)
-        if case.name in FULL:
-            full[case.name] = plan.to_dict()
-    return {"digests": digests, "plans": full}
+        if case.name in full:
+            kept[case.name] = plan.to_dict()
+    return {"digests": digests, "plans": kept}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--bless", action="store_true", help=f"rewrite {GOLDEN.name}")
+def main(
+    path: Path = GOLDEN,
+    make: Callable[[], dict[str, Any]] = golden,
+    description: str = __doc__.split("\n", 1)[0],
+) -> None:
+    """``--bless`` rewrites the golden file at `path` from `make()`; without it, says which
+    plans differ from it."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--bless", action="store_true", help=f"rewrite {path.name}")
     args = parser.parse_args()
-    data = golden()
+    data = make()
     if args.bless:
-        GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {len(data['digests'])} plan digests to {GOLDEN}")
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {len(data['digests'])} plan digests to {path}")
     else:
-        stored = json.loads(GOLDEN.read_text())["digests"]
+        stored = json.loads(path.read_text())["digests"]
         changed = sorted(k for k, v in data["digests"].items() if stored.get(k) != v)
         print(f"{len(changed)} of {len(data['digests'])} plans differ: {changed[:20]}")
 
