@@ -360,6 +360,10 @@ class Timeline:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
+    def record_now(self) -> None:
+        """One sample now, on the caller's thread: the state before anything can act on it."""
+        self.rows.append(self.sample())
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="sizing-timeline", daemon=True)
         self._thread.start()
@@ -470,6 +474,11 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
     apps.create_namespaced_deployment(
         ns, as_body(trainer_deployment("trainer", "digits", 1, container, 1, 3, SERVICE_ACCOUNT))
     )
+    world = WorldWatch(core, ns, tmp_path / "ledger")
+    timeline = Timeline(core, apps, ns, "trainer", "digits", world, sizing)
+    # The first row is the Deployment as created, before the HPA exists: on a fast machine the
+    # HPA scales 1 -> 2 within the timeline's first second (CI saw a first row of 2).
+    timeline.record_now()
     autoscaling = client.AutoscalingV2Api(api)
     autoscaling.create_namespaced_horizontal_pod_autoscaler(
         ns, as_body(sizing_hpa("trainer", "digits", 3, "0"))
@@ -479,8 +488,6 @@ def test_job_grows_into_free_room_gives_it_back_and_grows_again(
     ).json()
     assert stored["spec"]["behavior"]["scaleUp"]["tolerance"] == "0"  # kept by the 1.35 server
 
-    world = WorldWatch(core, ns, tmp_path / "ledger")
-    timeline = Timeline(core, apps, ns, "trainer", "digits", world, sizing)
     logs = e2e_ns.runner.log_tails
     checkpoints: list[str] = []
 
