@@ -42,11 +42,10 @@ class PodView:
         """Pod keys changed since the last view (None: every pod)."""
         self._selectors: tuple[Hashable, ...] | None = None
         self._owners: dict[str, SelectorIndex] = {}
-        self._viewed: dict[str, Pod] = {}
-        """Pod key -> the pod as the view has it (releasing pods absent)."""
         self._viewed_keys: list[str] = []
         self._viewed_pods: list[Pod] = []
-        """`_viewed` in key order: two lists kept side by side, so that a view is one copy."""
+        """The pods as the view has them (releasing pods left out), in key order: two lists
+        side by side (no dict beside them: 150,000 keys cost megabytes), a view is one copy."""
         self._job_of: dict[str, str] = {}
         self._members: dict[str, dict[str, float]] = {}
         """Job key -> its pods' keys -> their creation times."""
@@ -110,7 +109,7 @@ class PodView:
     def _rebuild(self, deps: list[DeploymentRecord], selectors: tuple[Hashable, ...]) -> None:
         self._selectors = selectors
         self._owners = owner_indexes(deps)
-        self._viewed, self._job_of, self._members = {}, {}, {}
+        self._job_of, self._members = {}, {}
         self._viewed_keys, self._viewed_pods = [], []
         for key in self._keys:
             self._update(key, appending=True)
@@ -130,14 +129,14 @@ class PodView:
             if not members:
                 del self._members[job]
         record = self._records.get(key)
-        was = key in self._viewed
-        at = len(self._viewed_keys) if appending else bisect.bisect_left(self._viewed_keys, key)
+        keys = self._viewed_keys
+        at = len(keys) if appending else bisect.bisect_left(keys, key)
+        was = at < len(keys) and keys[at] == key
         if record is None or record.releasing:
             if was:
-                del self._viewed[key], self._viewed_keys[at], self._viewed_pods[at]
+                del keys[at], self._viewed_pods[at]
             return
         pod = attribute(record, self._owners)
-        self._viewed[key] = pod
         if was:
             self._viewed_pods[at] = pod
         else:
