@@ -16,6 +16,13 @@ same snapshot and made the same plan in every round (SHA-256 of its JSON).
     .venv/bin/python bench/scale_round.py                    # 500 ... 5,000 nodes
     .venv/bin/python bench/scale_round.py --steps 5000:1000 --rounds 10
     .venv/bin/python bench/scale_round.py --steps 5000:1000 --profile   # the scratch view
+
+``--compare REF`` runs the *scratch* side with the ``metrics_adapter``, ``edl_sizing`` and
+``edl_common`` packages of a git ref (``git archive`` into a temporary folder: the adapter's
+round as it was there) and the *events* side with this tree's, each step in a fresh process
+per side, the same seeded churn, and compares the plans of every round::
+
+    .venv/bin/python bench/scale_round.py --compare main
 """
 
 from __future__ import annotations
@@ -24,18 +31,23 @@ import argparse
 import cProfile
 import hashlib
 import json
+import os
 import pstats
 import random
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # after PYTHONPATH: --compare's ref packages come first
 
 from bench import scale_world as world  # noqa: E402
 from edl_sizing import MemoryHistoryStore, SizingPolicy  # noqa: E402
@@ -56,8 +68,10 @@ from metrics_adapter.sizing.kube_objects import (  # noqa: E402
     priority_class_from,
 )
 from metrics_adapter.sizing.metrics import SizingMetrics  # noqa: E402
-from metrics_adapter.sizing.pod_view import PodView  # noqa: E402
 from metrics_adapter.sizing.sizer import Sizer  # noqa: E402
+
+if TYPE_CHECKING:
+    from metrics_adapter.sizing.pod_view import PodView
 
 STEPS = "500:100,1000:300,2000:300,5000:1000"
 T0 = 1_796_000_000.0
@@ -108,7 +122,11 @@ class Side:
         def convert(obj: KubeObject) -> PodRecord | None:
             return pod_from(obj, shared)
 
-        self.view: PodView | None = PodView(convert) if incremental else None
+        self.view: PodView | None = None
+        if incremental:  # not in a ref from before it
+            from metrics_adapter.sizing.pod_view import PodView
+
+            self.view = PodView(convert)
         self.store: RecordStore[PodRecord] | None = (
             None if incremental else RecordStore(convert, ordered=True)
         )
@@ -131,9 +149,8 @@ class Side:
         w = self.world
         deps = list(w.deployments.values())
         if self.view is not None:
-            self.last = assemble(
-                w.nodes, (), deps, w.classes, JobDefaults(), attributed=self.view.attributed(deps)
-            )
+            attributed = self.view.attributed(deps)
+            self.last = assemble(w.nodes, (), deps, w.classes, JobDefaults(), attributed=attributed)
         else:
             assert self.store is not None
             self.last = assemble(
@@ -258,20 +275,76 @@ def step(nodes: int, jobs: int, rounds: int, churn: int, profile: bool) -> None:
         for side in sides if r % 2 == 0 else sides[::-1]:
             side.round()
         same_view = same_view and sides[0].last == sides[1].last
-    same_plan = sides[0].digests == sides[1].digests
+    same = same_view and sides[0].digests == sides[1].digests
     for side in sides:
-        first, rest = side.parts[0], side.parts[1:]
-        view, decide, total = ([p[x] for p in rest] for x in (0, 1, 3))
-        print(f"{nodes:>6} {count:>7} {jobs:>5} {side.name:>8} {first[0]:>7.2f} {first[3]:>7.2f}   "
-              f"{pct(view, .5):>5.3f}/{pct(view, .99):<5.3f}  "
-              f"{pct(decide, .5):>5.2f}/{pct(decide, .99):<5.2f}  "
-              f"{pct(total, .5):>5.2f}/{pct(total, .99):<5.2f}  "
-              f"{'yes' if same_view and same_plan else 'NO'}")  # fmt: skip
+        row(nodes, count, jobs, side.name, side.parts, same)
     view_ = sides[1].view
     assert view_ is not None
     print(f"{'':>21} events side: {view_.rebuilds} full attribution(s), "
           f"{view_.updated} pods attributed again over {rounds} rounds")  # fmt: skip
     sys.stdout.flush()
+
+
+def row(nodes: int, pods: int, jobs: int, name: str, parts: list[Any], same: bool) -> None:
+    first, rest = parts[0], parts[1:]
+    view, decide, total = ([p[x] for p in rest] for x in (0, 1, 3))
+    print(f"{nodes:>6} {pods:>7} {jobs:>5} {name:>8} {first[0]:>7.2f} {first[3]:>7.2f}   "
+          f"{pct(view, .5):>5.3f}/{pct(view, .99):<5.3f}  "
+          f"{pct(decide, .5):>5.2f}/{pct(decide, .99):<5.2f}  "
+          f"{pct(total, .5):>5.2f}/{pct(total, .99):<5.2f}  "
+          f"{'yes' if same else 'NO'}", flush=True)  # fmt: skip
+
+
+def one_side(nodes: int, jobs: int, rounds: int, churn: int, incremental: bool) -> dict[str, Any]:
+    """One side alone (a --compare child): its parts and plan digests, where its code is."""
+    import metrics_adapter
+
+    w = World(nodes, jobs)
+    side = Side("events" if incremental else "scratch", incremental, w)
+    side.sink.replace(pods_of(nodes, jobs))
+    count = len(side.sink.records())
+    for r in range(rounds + 1):
+        for kind, obj in w.churn(churn) if r else []:
+            side.sink.apply(kind, obj)
+        side.round()
+    code = str(Path(metrics_adapter.__file__).parent)
+    return {"pods": count, "parts": side.parts, "digests": side.digests, "code": code}
+
+
+def export(ref: str, into: Path) -> None:
+    """The adapter's, the sizer's and the common packages as they are at ``ref``."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", ref, "metrics_adapter", "edl_sizing", "edl_common"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    tar = into / "ref.tar"
+    tar.write_bytes(archive)
+    with tarfile.open(tar) as f:
+        f.extractall(into, filter="data")
+
+
+def child(code: Path, nodes: int, jobs: int, args: argparse.Namespace, side: str) -> Any:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys((str(code), str(ROOT))))}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", f"{nodes}:{jobs}", "--side", side,
+         "--rounds", str(args.rounds), "--churn", str(args.churn)],
+        env=env, cwd=ROOT, check=True, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["code"] == str(code / "metrics_adapter"), result["code"]
+    return result
+
+
+def compare(ref: str, steps: list[tuple[int, int]], args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        export(ref, Path(tmp))
+        print(f"scratch: the adapter at {ref}; events: this tree; one process per side and step")
+        for n, j in steps:
+            old = child(Path(tmp), n, j, args, "scratch")
+            new = child(ROOT, n, j, args, "events")
+            same = old["digests"] == new["digests"]
+            row(n, old["pods"], j, f"ref {ref}"[:8], old["parts"], same)
+            row(n, new["pods"], j, "events", new["parts"], same)
 
 
 def main() -> None:
@@ -280,14 +353,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="rounds after the first, per side")
     ap.add_argument("--churn", type=int, default=100, help="pods deleted and created per round")
     ap.add_argument("--profile", action="store_true", help="cProfile one scratch view per step")
+    ap.add_argument("--compare", metavar="REF", help="the scratch side with REF's adapter")
+    ap.add_argument("--child", metavar="NODES:JOBS", help=argparse.SUPPRESS)
+    ap.add_argument("--side", choices=("scratch", "events"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rounds = max(1, min(args.rounds, 100))
+    rounds = args.rounds = max(1, min(args.rounds, 100))
+    if args.child:
+        n, j = (int(x) for x in args.child.split(":"))
+        print(json.dumps(one_side(n, j, rounds, args.churn, args.side == "events")))
+        return
+    steps = [(int(a), int(b)) for a, b in (t.split(":") for t in args.steps.split(","))]
     print(f"CPU seconds per round (thread time), {rounds} rounds per side after the first, "
           f"{args.churn} pods deleted + {args.churn} created between rounds")  # fmt: skip
     print(f"{'nodes':>6} {'pods':>7} {'jobs':>5} {'side':>8} {'1st view':>7} {'1st rnd':>7}   "
           f"{'view p50/p99':<12} {'decide p50/p99':<12} {'round p50/p99':<12} same")  # fmt: skip
-    for text in args.steps.split(","):
-        n, j = (int(x) for x in text.split(":"))
+    if args.compare:
+        compare(args.compare, steps, args)
+        return
+    for n, j in steps:
         step(n, j, rounds, args.churn, args.profile)
 
 
