@@ -4,7 +4,8 @@ bench/bench_scale.py measures the real adapter behind a real kube-apiserver, but
 with 150,000 pods takes hours on 2 shared cores. This measures, in one process, what grows
 with the pods in the adapter: the watches' stores, filled the way the adapter fills them
 (`metrics_adapter.sizing.cluster_watch.WATCHED`'s decode and convert, pages of 500 as a
-list arrives, into an ordered `RecordStore`), and a round's cluster view (`assemble`), for
+list arrives, into the `PodView` the adapter keeps them in), and a round's cluster view
+(`assemble` with the pods attributed by the `PodView`, which keeps that attribution), for
 the pods of bench/scale_world.py's cluster (with a uid, a managed-fields entry and a
 status, as a list returns them). Per step: the process's RSS after
 the first list, its peak (VmHWM, the list and a view included), and the time of one view.
@@ -30,16 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import scale_world as world  # noqa: E402
-from metrics_adapter.kube.reflector import RecordStore  # noqa: E402
 from metrics_adapter.kube.shared_values import SharedValues  # noqa: E402
 from metrics_adapter.sizing.cluster_watch import WATCHED  # noqa: E402
 from metrics_adapter.sizing.kube_objects import (  # noqa: E402
+    DeploymentRecord,
     JobDefaults,
     assemble,
     deployment_from,
     node_from,
     priority_class_from,
 )
+from metrics_adapter.sizing.pod_view import PodView  # noqa: E402
 
 PAGE = 500
 
@@ -95,8 +97,10 @@ def main() -> None:
     assert pods_row.decode is not None
     decode = pods_row.decode
     shared = SharedValues()
-    store: RecordStore[Any] = RecordStore(lambda o: pods_row.convert(o, shared), ordered=True)
-    deployments = [deployment_from(world.job_deployment(j)) for j in range(args.jobs)]
+    store = PodView(lambda o: pods_row.convert(o, shared))
+    deployments: list[DeploymentRecord] = [
+        d for d in (deployment_from(world.job_deployment(j)) for j in range(args.jobs)) if d
+    ]
     classes = [priority_class_from(o) for o in world.priority_classes()]
     gc.collect()
     base = proc.memory_info().rss
@@ -113,13 +117,12 @@ def main() -> None:
             obj.update(world.node_status(i))
             node_records.append(node_from(obj))
         t0 = time.monotonic()
-        pods = store.records()
         view = assemble(
-            node_records, pods, [d for d in deployments if d], classes, JobDefaults(), [],
-            pods_in_key_order=True,
+            node_records, (), deployments, classes, JobDefaults(), [],
+            attributed=store.attributed(deployments),
         )  # fmt: skip
         viewed = time.monotonic() - t0
-        del view, pods
+        del view
         gc.collect()
         rss = proc.memory_info().rss
         count = len(store.records())

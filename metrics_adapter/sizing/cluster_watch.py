@@ -2,9 +2,12 @@
 
 Each kind has a `metrics_adapter.kube.reflector.Reflector` (one thread: list, watch, resync,
 backoff) filling a `RecordStore` of the compact records of
-:mod:`metrics_adapter.sizing.kube_objects`, so memory grows with what the sizer reads, not
-with the objects' size; what records have in common (namespaces, node names, request
-shapes, label sets) is kept once per kind (`SharedValues`). `WATCHED` is the table of kinds:
+:mod:`metrics_adapter.sizing.kube_objects` (the pods a `PodView`, which also keeps each
+pod's attribution to its job from one round to the next: a round redoes only the pods
+whose events came since the last; with Kueue the pods are attributed every round), so
+memory grows with what the sizer reads, not with the objects' size; what records have in
+common (namespaces, node names, request shapes, label sets) is kept once per kind
+(`SharedValues`). `WATCHED` is the table of kinds:
 a new kind is one row there and one argument of `assemble`. Deployments are watched with
 the job label as selector; the rest cluster-wide (RBAC: get/list/watch on nodes, pods,
 priorityclasses, deployments, resourcequotas). With ``kueue`` (``--sizing-kueue``), also
@@ -54,6 +57,7 @@ from metrics_adapter.sizing.kueue_objects import (
     with_workloads,
     workload_from,
 )
+from metrics_adapter.sizing.pod_view import PodView
 
 
 @dataclass(frozen=True)
@@ -129,11 +133,14 @@ class KubernetesCapacitySource:
     ) -> None:
         self._defaults = defaults or JobDefaults()
         self._kueue = kueue
-        self._stores: dict[str, RecordStore[Any]] = {}
+        self._stores: dict[str, RecordStore[Any] | PodView] = {}
         self._reflectors: list[Reflector] = []
         for row in WATCHED + (KUEUE_WATCHED if kueue else ()):
-            store: RecordStore[Any] = RecordStore(
-                _with_shared(row.convert, SharedValues()), ordered=row.ordered
+            convert = _with_shared(row.convert, SharedValues())
+            store: RecordStore[Any] | PodView = (
+                PodView(convert)
+                if row.kind == "pods"
+                else RecordStore(convert, ordered=row.ordered)
             )
             selector = {"label_selector": row.label_selector} if row.label_selector else {}
             self._stores[row.kind] = store
@@ -163,14 +170,17 @@ class KubernetesCapacitySource:
         if not self.synced:
             return None
         nodes: list[Node] = self.records("nodes")
-        pods: list[PodRecord] = self.records("pods")
         deployments: list[DeploymentRecord] = self.records("deployments")
         classes: list[PriorityClassRecord] = self.records("priorityclasses")
         quotas: list[Quota] = self.records("resourcequotas")
         if not self._kueue:
+            pod_view = self._stores["pods"]
+            assert isinstance(pod_view, PodView)
             return assemble(
-                nodes, pods, deployments, classes, self._defaults, quotas, pods_in_key_order=True
-            )
+                nodes, (), deployments, classes, self._defaults, quotas,
+                attributed=pod_view.attributed(deployments),
+            )  # fmt: skip
+        pods: list[PodRecord] = self.records("pods")
         cluster_queues: list[ClusterQueueRecord] = self.records("clusterqueues")
         local_queues: list[LocalQueueRecord] = self.records("localqueues")
         workloads: list[WorkloadRecord | WaitingWorkload] = self.records("workloads")

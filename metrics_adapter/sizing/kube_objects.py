@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import msgspec
 
@@ -450,8 +450,12 @@ def job_from(
     d: DeploymentRecord,
     classes: Mapping[str, PriorityClassRecord],
     defaults: JobDefaults,
+    last_rescale: float | None = None,
 ) -> Job:
-    """The sizer's Job for a trainer Deployment (``error`` set when it cannot be sized)."""
+    """The sizer's Job for a trainer Deployment (``error`` set when it cannot be sized).
+
+    ``last_rescale``: when its latest pod was created (None: no pod, or none known).
+    """
     a = d.annotations
     low, e1 = _annotation(a, MIN_WORKERS, defaults.min_workers, True)
     high, e2 = _annotation(a, MAX_WORKERS, defaults.max_workers, True)
@@ -485,6 +489,7 @@ def job_from(
         arrival=d.created,
         requested=int(requested),
         job_class=d.job_class,
+        last_rescale=last_rescale,
         tolerations=d.tolerations,
         node_selector=d.node_selector,
         error="; ".join(errors) or None,
@@ -503,6 +508,7 @@ def assemble(
     local_queues: Mapping[tuple[str, str], str] | None = None,
     waiting: Iterable[WaitingWorkload] = (),
     holding: Collection[str] = (),
+    attributed: AttributedPods | None = None,
 ) -> ClusterSnapshot:
     """The cluster view: pods attributed to their job, jobs with priority and last growth.
 
@@ -516,55 +522,59 @@ def assemble(
     ``waiting`` Workloads without a pod (batch Jobs) as demand on their ClusterQueue.
     A pod in ``holding`` (``namespace/name``: its Workload holds quota) is admitted though
     its gate is not gone yet: counted once, in its queue's usage, never also as waiting.
+
+    With ``attributed`` (kept up to date from the pods' watch events by
+    :class:`~metrics_adapter.sizing.pod_view.PodView`, for the same Deployments' selectors),
+    ``pods`` is not read: the pods and each job's latest pod creation come from it (not with
+    ``queues``: Kueue's usage is counted pod by pod).
+
+    Raises:
+        ValueError: ``attributed`` given with ``queues``.
     """
     by_class = {c.name: c for c in classes}
     deps = sorted(deployments, key=lambda d: (d.namespace, d.name))
-    per_namespace: dict[str, list[DeploymentRecord]] = {}
+    last_growth: dict[str, float] = {}
+    admitted: dict[str, int] = {}
+    out_pods: list[Pod] = []
+    usage = QueueUsage(local_queues or {})
+    if attributed is not None:
+        if queues is not None:
+            raise ValueError("pods attributed beforehand cannot be counted in Kueue's queues")
+        last_growth = dict(attributed.last_growth)
+    else:
+        owners = owner_indexes(deps)
+        ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
+        for record in ordered:
+            pod = record.pod
+            if record.releasing:
+                continue
+            queued = record.queued and pod.key not in holding
+            if queues is not None:
+                usage.add(pod.namespace, record.labels, pod.requests, queued)
+            owned = attribute(record, owners)
+            if owned.job is not None:
+                key = owned.job
+                last_growth[key] = max(last_growth.get(key, 0.0), record.created)
+                admitted[key] = admitted.get(key, 0) + (not queued)
+            elif queued and queues is not None:  # another workload waiting in a queue
+                target = usage.cluster_queue(pod.namespace, record.labels)
+                if target is not None:
+                    owned = replace(pod, queue=target)
+            out_pods.append(owned)
     claimed: dict[tuple[str, str], list[str]] = {}
     for d in deps:
-        per_namespace.setdefault(d.namespace, []).append(d)
         claimed.setdefault((d.namespace, d.job), []).append(d.name)
     jobs: dict[str, Job] = {}
     names: dict[str, str] = {}
     for d in deps:
-        job = job_from(d, by_class, defaults or JobDefaults())
+        grown = last_growth.get(f"{d.namespace}/{d.name}")
+        job = job_from(d, by_class, defaults or JobDefaults(), grown or None)
         others = [n for n in claimed[(d.namespace, d.job)] if n != d.name]
         if others:
             clash = f"Deployments {', '.join(sorted([d.name, *others]))} carry {JOB_LABEL}={d.job}"
             job = _with_error(job, clash)
         jobs[job.key] = job
         names[job.key] = d.job
-    last_growth: dict[str, float] = {}
-    admitted: dict[str, int] = {}
-    out_pods = []
-    owners = {ns: _SelectorIndex(ds) for ns, ds in per_namespace.items()}
-    ordered = pods if pods_in_key_order else sorted(pods, key=lambda r: r.pod.key)
-    usage = QueueUsage(local_queues or {})
-    for record in ordered:
-        pod = record.pod
-        if record.releasing:
-            continue
-        queued = record.queued and pod.key not in holding
-        if queues is not None:
-            usage.add(pod.namespace, record.labels, pod.requests, queued)
-        index = owners.get(pod.namespace)
-        owner = index.owner(record.labels) if index is not None else None
-        if owner is not None:
-            key = f"{owner.namespace}/{owner.name}"
-            pod = Pod(
-                pod.namespace, pod.name, pod.requests, pod.priority, pod.node, key,
-                pod.tolerations, pod.node_selector,
-            )  # fmt: skip
-            last_growth[key] = max(last_growth.get(key, 0.0), record.created)
-            admitted[key] = admitted.get(key, 0) + (not queued)
-        elif queued and queues is not None:  # another workload waiting in a queue
-            target = usage.cluster_queue(pod.namespace, record.labels)
-            if target is not None:
-                pod = replace(pod, queue=target)
-        out_pods.append(pod)
-    for key, when in last_growth.items():
-        if when:
-            jobs[key] = replace(jobs[key], last_rescale=when)
     quotas_of_queues: tuple[QueueQuota, ...] = ()
     if queues is not None:
         for d in deps:
@@ -577,7 +587,7 @@ def assemble(
         quotas_of_queues = queue_quotas(queues, usage)
     return ClusterSnapshot(
         tuple(sorted(nodes, key=lambda n: n.name)),
-        tuple(out_pods),
+        attributed.pods if attributed is not None else tuple(out_pods),
         tuple(jobs[k] for k in sorted(jobs)),
         job_names=names,
         quotas=tuple(sorted(quotas, key=lambda q: (q.namespace, q.name))),
@@ -586,7 +596,40 @@ def assemble(
     )
 
 
-class _SelectorIndex:
+class AttributedPods(NamedTuple):
+    """The view's pods, attributed to their jobs, and each job's latest pod creation."""
+
+    pods: tuple[Pod, ...]
+    """Key order, releasing pods left out; a job's worker carries its job's key."""
+    last_growth: Mapping[str, float]
+    """Job key -> the latest creation time of its pods (0 when none was known)."""
+
+
+def owner_indexes(deployments: Iterable[DeploymentRecord]) -> dict[str, SelectorIndex]:
+    """Per namespace, the index that finds a pod's owning Deployment.
+
+    ``deployments`` in (namespace, name) order: the first match by name owns the pod.
+    """
+    per_namespace: dict[str, list[DeploymentRecord]] = {}
+    for d in deployments:
+        per_namespace.setdefault(d.namespace, []).append(d)
+    return {ns: SelectorIndex(ds) for ns, ds in per_namespace.items()}
+
+
+def attribute(record: PodRecord, owners: Mapping[str, SelectorIndex]) -> Pod:
+    """The record's pod as the view has it: with its job's key when a Deployment owns it."""
+    pod = record.pod
+    index = owners.get(pod.namespace)
+    owner = index.owner(record.labels) if index is not None else None
+    if owner is None:
+        return pod
+    return Pod(
+        pod.namespace, pod.name, pod.requests, pod.priority, pod.node,
+        f"{owner.namespace}/{owner.name}", pod.tolerations, pod.node_selector,
+    )  # fmt: skip
+
+
+class SelectorIndex:
     """Finds the first Deployment (by name) whose selector matches a pod's labels.
 
     Selectors that start with an equality (``app=trainer``) are indexed by it, so a pod is
@@ -608,6 +651,7 @@ class _SelectorIndex:
                 self._other.append(d)
 
     def owner(self, labels: Mapping[str, str]) -> DeploymentRecord | None:
+        """The first Deployment by name whose selector matches ``labels`` (None: none)."""
         found = [
             d
             for key in self._keys

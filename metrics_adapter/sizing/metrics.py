@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -76,6 +77,8 @@ class SizingMetrics:
             registry=registry,
         )
         self._labels: dict[str, tuple[str, str, str]] = {}
+        self._series: dict[tuple[str, str, str], _JobSeries] = {}
+        """Each job's labelled series, looked up once (not 15 lookups per job per round)."""
 
     def timed(self, snapshot_s: float, decide_s: float, round_s: float, cpu_s: float) -> None:
         """One round's durations and its CPU time (seconds)."""
@@ -95,20 +98,46 @@ class SizingMetrics:
             namespace, _, deployment = key.partition("/")
             labels = (namespace, names.get(key, deployment), deployment)
             fresh[key] = labels
-            self.desired.labels(*labels).set(d.desired)
-            self.current.labels(*labels).set(d.current)
-            self.min.labels(*labels).set(d.min_replicas)
-            self.max.labels(*labels).set(d.max_replicas)
-            self.marginal.labels(*labels).set(d.marginal_speedup)
-            for reason in Reason:
-                self.limited_by.labels(*labels, reason.value).set(d.limited_by is reason)
+            series = self._series.get(labels)
+            if series is None:
+                series = self._series[labels] = self._job_series(labels)
+            series.desired.set(d.desired)
+            series.current.set(d.current)
+            series.min.set(d.min_replicas)
+            series.max.set(d.max_replicas)
+            series.marginal.set(d.marginal_speedup)
+            for reason, gauge in series.limited_by:
+                gauge.set(d.limited_by is reason)
         for key, labels in self._labels.items():
             if fresh.get(key) != labels:
-                for gauge in (self.desired, self.current, self.min, self.max, self.marginal):
-                    gauge.remove(*labels)
+                for job_gauge in (self.desired, self.current, self.min, self.max, self.marginal):
+                    job_gauge.remove(*labels)
                 for reason in Reason:
                     self.limited_by.remove(*labels, reason.value)
+                self._series.pop(labels, None)
         self._labels = fresh
+
+    def _job_series(self, labels: tuple[str, str, str]) -> _JobSeries:
+        return _JobSeries(
+            self.desired.labels(*labels),
+            self.current.labels(*labels),
+            self.min.labels(*labels),
+            self.max.labels(*labels),
+            self.marginal.labels(*labels),
+            tuple((r, self.limited_by.labels(*labels, r.value)) for r in Reason),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _JobSeries:
+    """One job's labelled gauges."""
+
+    desired: Gauge
+    current: Gauge
+    min: Gauge
+    max: Gauge
+    marginal: Gauge
+    limited_by: tuple[tuple[Reason, Gauge], ...]
 
 
 def _set_resources(gauge: Gauge, r: Resources) -> None:
