@@ -16,8 +16,10 @@ for EDL, the start's state broadcast included) and, for EDL, over its steady sta
 ledger's step starts, the first step left out), with each figure's ratio to plain DDP's. Each
 version runs `--repeats` times, the versions interleaved (every repetition in a rotated order,
 so the machine's drift spreads over all of them); the medians are compared and every run's
-figure is printed. `--before` adds elastic DDP with ``EDL_STOP_VOTE=step`` (the stop vote as an
-all-reduce of its own at every step boundary, as before it rode with the gradients).
+figure is printed; *paired* is the median of each repetition's own ratio (a version against
+the plain DDP run of the same repetition, minutes apart). `--before` adds elastic DDP with
+``EDL_STOP_VOTE=step`` (the stop vote as an all-reduce of its own at every step boundary, as
+before it rode with the gradients).
 
 Part 2, the pause of a rescale (2 -> 3 by a joiner, 3 -> 2 by a SIGTERM), `--rounds` times,
 in-process: the pause the surviving agent recorded (`edl_trainer_rescale_pause_seconds`) and
@@ -131,7 +133,7 @@ def fixed_worlds(tmp: Path, args: argparse.Namespace) -> None:
           f"{STEPS_PER_EPOCH} steps; median of {args.repeats} runs per version, the versions "
           "interleaved (each repetition in a rotated order)")  # fmt: skip
     print(f"{'world':>5} {'workers':>7}  {'version':<26} {'steps/s':>8} {'ratio':>6} "
-          f"{'steady':>8} {'ratio':>6}  runs (steps/s)")  # fmt: skip
+          f"{'steady':>8} {'ratio':>6} {'paired':>6}  runs (steps/s)")  # fmt: skip
     for world in args.worlds:
         for workers in args.workers:
             where = tmp / f"w{world}-k{workers}"
@@ -152,7 +154,11 @@ def fixed_worlds(tmp: Path, args: argparse.Namespace) -> None:
                     line += f" {steady_rate:>8.3f} {steady_rate / plain:>6.2f}"
                 else:
                     line += f" {'':>8} {'':>6}"
-                line += "  " + " ".join(f"{r['steps/s']:.3f}" for r in runs[name])
+                paired = statistics.median(
+                    r["steps/s"] / p["steps/s"]
+                    for r, p in zip(runs[name], runs["plain DDP"], strict=True)
+                )
+                line += f" {paired:>6.2f}  " + " ".join(f"{r['steps/s']:.3f}" for r in runs[name])
                 print(line, flush=True)
 
 
