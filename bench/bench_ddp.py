@@ -17,9 +17,7 @@ ledger's step starts, the first step left out), with each figure's ratio to plai
 version runs `--repeats` times, the versions interleaved (every repetition in a rotated order,
 so the machine's drift spreads over all of them); the medians are compared and every run's
 figure is printed; *paired* is the median of each repetition's own ratio (a version against
-the plain DDP run of the same repetition, minutes apart). `--before` adds elastic DDP with
-``EDL_STOP_VOTE=step`` (the stop vote as an all-reduce of its own at every step boundary, as
-before it rode with the gradients).
+the plain DDP run of the same repetition, minutes apart).
 
 Part 2, the pause of a rescale (2 -> 3 by a joiner, 3 -> 2 by a SIGTERM), `--rounds` times,
 in-process: the pause the surviving agent recorded (`edl_trainer_rescale_pause_seconds`) and
@@ -90,12 +88,8 @@ def elastic(
     hidden: int,
     epochs: int,
     workers: int | None,
-    env: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """`world` agents, the job trained only in a world of all of them; rank 0's figures.
-
-    `env`: more variables for the agents and their trainers (``EDL_STOP_VOTE=step``).
-    """
+    """`world` agents, the job trained only in a world of all of them; rank 0's figures."""
     result = tmp / "result.json"
     extra = ["--hidden", str(hidden), "--global-batch", str(GLOBAL_BATCH), "--result", str(result)]
     if workers is not None:
@@ -103,18 +97,9 @@ def elastic(
     agents = Agents(
         tmp, 1.0, "auto", script, tuple(extra), min_world=world, epochs=epochs, step_sleep=0.0
     )
-    saved = {name: os.environ.get(name) for name in env or {}}
     try:
-        try:
-            os.environ.update(env or {})  # the agents start with this process's environment
-            for rank in range(world):
-                agents.start(f"m{rank}")
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        for rank in range(world):
+            agents.start(f"m{rank}")
         wait_for(result.exists, timeout_s=3600, what="the job's result", interval_s=0.5)
         time.sleep(0.5)  # the result file is written whole, then read
         seconds = float(json.loads(result.read_text())["train_seconds"])
@@ -132,7 +117,7 @@ def fixed_worlds(tmp: Path, args: argparse.Namespace) -> None:
           f"parameters), global batch {GLOBAL_BATCH}, {args.epochs} epochs of "
           f"{STEPS_PER_EPOCH} steps; median of {args.repeats} runs per version, the versions "
           "interleaved (each repetition in a rotated order)")  # fmt: skip
-    print(f"{'world':>5} {'workers':>7}  {'version':<26} {'steps/s':>8} {'ratio':>6} "
+    print(f"{'world':>5} {'workers':>7}  {'version':<20} {'steps/s':>8} {'ratio':>6} "
           f"{'steady':>8} {'ratio':>6} {'paired':>6}  runs (steps/s)")  # fmt: skip
     for world in args.worlds:
         for workers in args.workers:
@@ -147,7 +132,7 @@ def fixed_worlds(tmp: Path, args: argparse.Namespace) -> None:
             plain = statistics.median(r["steps/s"] for r in runs["plain DDP"])
             for name in names:
                 rate = statistics.median(r["steps/s"] for r in runs[name])
-                line = f"{world:>5} {workers:>7}  {name:<26} {rate:>8.3f} {rate / plain:>6.2f}"
+                line = f"{world:>5} {workers:>7}  {name:<20} {rate:>8.3f} {rate / plain:>6.2f}"
                 steadies = [r["steady steps/s"] for r in runs[name] if "steady steps/s" in r]
                 if steadies:
                     steady_rate = statistics.median(steadies)
@@ -171,10 +156,6 @@ def fixed_world_versions(
         "plain DDP": lambda d: plain_ddp(d, world, hidden, epochs, workers),
         "elastic DDP": lambda d: elastic(d, ELASTIC, world, hidden, epochs, workers),
     }
-    if args.before:  # the stop vote as an all-reduce of its own at every boundary
-        versions["elastic DDP, vote per step"] = lambda d: elastic(
-            d, ELASTIC, world, hidden, epochs, workers, {"EDL_STOP_VOTE": "step"}
-        )
     if workers == 0 and args.explicit:  # the sample-id example has no DataLoader
         versions["explicit all-reduce"] = lambda d: elastic(
             d, EXPLICIT, world, hidden, epochs, None
@@ -227,9 +208,6 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=5000, help="5000: ~25M parameters")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="runs per version (medians)")
-    parser.add_argument(
-        "--before", action="store_true", help="also elastic DDP with EDL_STOP_VOTE=step"
-    )
     parser.add_argument(
         "--no-explicit", dest="explicit", action="store_false",
         help="leave the explicit all-reduce out",

@@ -58,7 +58,6 @@ from agent.trainer.settings import ElasticTrainerSettings
 from agent.trainer.state import TrainingState
 from agent.trainer.step_gate import StepGate
 from agent.trainer.step_loop import StepLoop
-from agent.trainer.stop_vote import StopVotes
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +111,7 @@ class ElasticTrainer:
         )
         self.handoff = StateHandoff(self.joiner, collective, settings, checkpointer)
         gate = StepGate(settings.step_gate) if settings.step_gate is not None else None
-        self.loop = StepLoop(
-            self.joiner,
-            self.handoff,
-            session.recorder,
-            self._rescale,
-            gate,
-            StopVotes(settings.stop_vote),
-        )
+        self.loop = StepLoop(self.joiner, self.handoff, session.recorder, self._rescale, gate)
         self._listeners: list[WorldListener] = []
         self._reducer: Reducer | None = None
         self._reinits = 0
@@ -162,11 +154,6 @@ class ElasticTrainer:
     def share(self) -> float:
         """This rank's part of the current step's global batch (its gradient weight)."""
         return self.loop.share
-
-    @property
-    def votes(self) -> StopVotes:
-        """The step's stop vote, which a data-parallel model casts with its gradients."""
-        return self.loop.votes
 
     @classmethod
     def start(

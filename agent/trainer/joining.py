@@ -35,7 +35,6 @@ from agent.trainer.frameworks.base import Collective, Framework, ReduceOp
 from agent.trainer.rendezvous import RendezvousHost, Superseded, meet
 from agent.trainer.session import TrainingSession
 from agent.trainer.settings import ElasticTrainerSettings
-from agent.trainer.stop_vote import Ballot
 
 log = logging.getLogger(__name__)
 
@@ -262,14 +261,8 @@ class WorldJoiner:
             return True
         return self.channel is not None and self.channel.drain_requested(self.generation)
 
-    def stop_agreed(self, ballot: Ballot | None = None) -> bool:
-        """Whether any rank was asked to stop: every rank then stops at this boundary.
-
-        `ballot`: the vote of this step, cast already behind the gradients
-        (`agent.trainer.stop_vote`); else the ranks all-reduce their flags now.
-        """
-        if ballot is not None:
-            return bool(self.guarded(ballot))
+    def stop_agreed(self) -> bool:
+        """Whether any rank was asked to stop: every rank then stops at this boundary."""
         local = self.drain_requested()
         if self.world_size == 1:
             return local

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from agent.errors import ConfigError
 from agent.protocol import env as names
-from agent.trainer.stop_vote import IN_GRADIENTS, parse_mode
 from edl_common.ports import parse_port_range
 
 
@@ -93,10 +92,6 @@ class ElasticTrainerSettings:
     store_ports: range | None = None
     """EDL_STORE_PORTS (``LOW-HIGH``): the ports rank 0's store of a generation may take
     (a firewall's opening); unset: any port the kernel finds free on every address."""
-    stop_vote: str = IN_GRADIENTS
-    """EDL_STOP_VOTE: ``gradients`` (the per-step stop vote goes out behind a data-parallel
-    model's gradient all-reduce) or ``step`` (an all-reduce of its own at every boundary):
-    `agent.trainer.stop_vote`."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ElasticTrainerSettings:
@@ -120,7 +115,6 @@ class ElasticTrainerSettings:
             reinit_wait_seconds=_number(env, names.REINIT_WAIT, cls.reinit_wait_seconds),
             reinit_limit=limit,
             store_ports=_store_ports(env.get(names.STORE_PORTS, "")),
-            stop_vote=parse_mode(env.get(names.STOP_VOTE, "")),
         )
 
 

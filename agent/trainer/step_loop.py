@@ -4,10 +4,8 @@ Each step is the next global batch of the sampler, split across the current worl
 script's work on it the loop records the step (`agent.trainer.recording`), logs its sample ids
 before any gradient is computed (the test-mode ledger), commits it (the sampler moves, the
 global step grows), writes a due checkpoint, and asks every rank whether a stop was requested:
-a stop agreed by all ranks ends the world at this boundary (`rescale`, the trainer's). That
-vote was normally cast during backward, behind the gradient all-reduce of a data-parallel
-model (`agent.trainer.stop_vote`); the boundary then only reads it. A step gate (tests) holds
-every rank at a boundary, still answering rescales.
+a stop agreed by all ranks ends the world at this boundary (`rescale`, the trainer's). A step
+gate (tests) holds every rank at a boundary, still answering rescales.
 
 Importing this module imports no framework.
 """
@@ -25,7 +23,6 @@ from agent.trainer.ledger import SampleLedger
 from agent.trainer.recording import StepRecorder
 from agent.trainer.sampler import StepPlan
 from agent.trainer.step_gate import StepGate
-from agent.trainer.stop_vote import Ballot, StopVotes
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +34,8 @@ class LoopWorld(WorldLink, Protocol):
         """This rank was asked to stop."""
         ...
 
-    def stop_agreed(self, ballot: Ballot | None = None) -> bool:
-        """Some rank was asked to stop (every rank gets the same answer).
-
-        `ballot`: the step's vote, cast already (else the ranks vote now).
-        """
+    def stop_agreed(self) -> bool:
+        """Some rank was asked to stop (every rank gets the same answer)."""
         ...
 
     def mark(self, milestone: str, **values: float | int) -> None:
@@ -59,21 +53,17 @@ class StepLoop:
         recorder: StepRecorder,
         rescale: Callable[[], None],
         gate: StepGate | None = None,
-        votes: StopVotes | None = None,
     ) -> None:
         """The loop of `world`, over the state `handoff` keeps.
 
         `rescale` ends the world at an agreed boundary (it returns in the next world, or
-        never); `gate` holds every step when the script's own call passes none; `votes`
-        takes the stop votes a data-parallel model casts early (default: early votes on).
+        never); `gate` holds every step when the script's own call passes none.
         """
         self.world = world
         self.handoff = handoff
         self.recorder = recorder
         self.gate = gate
         self._rescale = rescale
-        self.votes = votes if votes is not None else StopVotes()
-        """The stop vote of the current step, when one was cast during backward."""
         self.ledger: SampleLedger | None = None
         """The test-mode sample ledger of this world (None: not recording)."""
         self.current: StepPlan | None = None
@@ -98,7 +88,6 @@ class StepLoop:
         if self.ledger is not None:
             self.ledger.close()
         self.ledger = ledger
-        self.votes.clear()
         self._first_step_reported = False
         self.last_step_end = None
 
@@ -141,7 +130,7 @@ class StepLoop:
                 self._first_step_reported = True
                 handoff.copy_behind()
             handoff.checkpoint_if_due()
-            if world.stop_agreed(self.votes.take()):
+            if world.stop_agreed():
                 self._rescale()
             handoff.save_if_due()
 

@@ -29,7 +29,6 @@ from agent.protocol.trainer_world import TrainerWorld
 
 if TYPE_CHECKING:
     from agent.trainer.recording import StepRecorder
-    from agent.trainer.stop_vote import StopVotes
 
 Reducer = Callable[[], float]
 """A gradient all-reduce: averages the gradients in place and returns the seconds spent in comm."""
@@ -69,13 +68,6 @@ class DataParallelHost(Protocol):
     @property
     def recorder(self) -> StepRecorder:
         """Where communication is recorded."""
-
-    @property
-    def votes(self) -> StopVotes:
-        """The step's stop vote, cast behind the gradient all-reduce (`agent.trainer.stop_vote`)."""
-
-    def drain_requested(self) -> bool:
-        """This rank was asked to stop (its flag in the stop vote)."""
 
     def add_listener(self, listener: WorldListener) -> None:
         """`listener` hears of every world change."""

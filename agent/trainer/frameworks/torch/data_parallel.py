@@ -21,11 +21,6 @@ step spent waiting for the network (`edl_trainer_comm_seconds_total`); the overl
 hidden and not counted. A failed all-reduce marks the wrapper (`communication_failed`): the
 exception that ends the script is then a lost peer, not a crash.
 
-The hook also casts the step's stop vote (`agent.trainer.stop_vote`): with the last bucket of
-the step it launches the one-integer all-reduce of this rank's stop flag right behind that
-bucket's, so the step boundary reads an answer that arrived with the gradients instead of
-blocking on an all-reduce of its own.
-
 This module imports torch; the agent process never imports it.
 """
 
@@ -40,12 +35,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from agent.trainer.frameworks.base import DataParallelHost
-
-
-def _to_host(future: Any) -> torch.Tensor:
-    """The vote's reduced flag, copied to the host once its all-reduce is over."""
-    flag: torch.Tensor = future.value()[0].cpu()
-    return flag
 
 
 class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is untyped here
@@ -108,20 +97,7 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
         buffer.mul_(self._host.share)
         self._ready.append(time.perf_counter())
         self._bytes += buffer.numel() * buffer.element_size()
-        reduced = dist.all_reduce(buffer, async_op=True).get_future().then(self._reduced)
-        if bucket.is_last():
-            self._cast_stop_vote(buffer.device)
-        return reduced
-
-    def _cast_stop_vote(self, device: torch.device) -> None:
-        """The step's stop vote, behind its last bucket (once a step, on every rank alike)."""
-        votes = self._host.votes
-        if not votes.wanted():
-            return
-        flag = torch.tensor([1 if self._host.drain_requested() else 0], device=device)
-        result = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True).get_future()
-        on_host = result.then(_to_host)
-        votes.cast(lambda: int(on_host.wait().item()) > 0)
+        return dist.all_reduce(buffer, async_op=True).get_future().then(self._reduced)
 
     def _reduced(self, future: Any) -> Any:
         """Runs when a bucket's all-reduce is over (on the backend's thread)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +83,8 @@ class Ranks:
     def drain_requested(self) -> bool:
         return self.drain
 
-    def stop_agreed(self, ballot: Callable[[], bool] | None = None) -> bool:
-        return ballot() if ballot is not None else self.drain
+    def stop_agreed(self) -> bool:
+        return self.drain
 
     def mark(self, milestone: str, **values: float | int) -> None:
         self.marks.append(milestone)

@@ -8,10 +8,6 @@ the trainer (`Host`), and prints one JSON line of what it saw. Cases:
   may be empty: it computes on a stand-in sample weighted 0); the gradients must be the
   global batch's mean gradient, as one process computes it. Then the world "changes" (the
   same ranks, a new group: DDP dropped and rebuilt) and a second step must agree again.
-- ``vote``: (PyTorch) the last rank is asked to stop during the first step only; every rank's
-  stop vote, cast with the gradients (`agent.trainer.stop_vote`), must say so for that step
-  and only that one, once a step even when backward runs twice; with early votes off none is
-  cast.
 - ``lose``: the last rank dies before its backward; the others must see the failure as a lost
   peer (`communication_failed`, or the host's `peer_lost` for Paddle), never an abort.
 """
@@ -28,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from agent.trainer.recording import StepRecorder
-from agent.trainer.stop_vote import StopVotes
 
 GLOBAL = [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
 """The global batch of 10 samples, split 4/3/3 over 3 ranks (rank r trains GLOBAL[r])."""
@@ -53,11 +48,6 @@ class Host:
         self.recorder = StepRecorder()
         self.listeners: list[Any] = []
         self.hooks: list[Callable[[], None]] = []
-        self.votes = StopVotes()
-        self.drain = False
-
-    def drain_requested(self) -> bool:
-        return self.drain
 
     def add_listener(self, listener: Any) -> None:
         self.listeners.append(listener)
@@ -112,8 +102,6 @@ def torch_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
         model.zero_grad()
         return grads
 
-    if case == "vote":
-        return torch_votes(rank, size, host, wrapped, step)
     if case == "lose":
         if rank == size - 1:
             os._exit(9)
@@ -143,33 +131,6 @@ def torch_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
         out["one_process"][name] = [p.grad.flatten().tolist() for p in model.parameters()]
         model.zero_grad()
     return out
-
-
-def torch_votes(
-    rank: int, size: int, host: Host, wrapped: Any, step: Callable[[list[list[int]]], Any]
-) -> dict[str, Any]:
-    """Each step's stop vote as every rank reads it (None: none was cast)."""
-
-    def vote() -> bool | None:
-        ballot = host.votes.take()
-        return None if ballot is None else ballot()
-
-    seen: list[bool | None] = []
-    host.drain = rank == size - 1
-    step(GLOBAL)
-    seen.append(vote())
-    host.drain = False
-    step(GLOBAL)
-    seen.append(vote())
-    casts = host.votes.cast_count
-    step(GLOBAL)  # two backward passes in one step: one vote
-    step(GLOBAL)
-    seen.append(vote())
-    twice = host.votes.cast_count - casts
-    host.votes.enabled = False
-    step(GLOBAL)
-    seen.append(vote())
-    return {"votes": seen, "cast_in_double_step": twice}
 
 
 def paddle_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:

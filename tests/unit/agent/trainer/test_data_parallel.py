@@ -79,15 +79,6 @@ def test_pytorch_ddp_gradients_are_the_global_batch_mean_however_it_is_split() -
     assert ranks[0][1]["uneven"] == ranks[2][1]["uneven"]
 
 
-def test_pytorch_stop_vote_rides_with_the_gradients_and_every_rank_reads_the_same() -> None:
-    """A drain asked of one rank stops every rank at that step's boundary, and no other."""
-    ranks = world("torch", "vote")
-    for code, result, err in ranks:
-        assert code == 0, err
-        assert result["votes"] == [True, False, False, None]
-        assert result["cast_in_double_step"] == 1
-
-
 def test_pytorch_ranks_that_lose_a_peer_see_a_failed_all_reduce() -> None:
     pytest.importorskip("torch")
     survivors = world("torch", "lose")[:-1]

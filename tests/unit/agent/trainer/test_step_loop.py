@@ -129,29 +129,3 @@ def test_a_new_world_reports_its_first_step_again(tmp_path: Path) -> None:
     loop.enter_world(None)  # as an in-process rescale does
     next(steps)
     assert world.marks == ["first_step", "first_step"]
-
-
-def test_a_vote_cast_with_the_gradients_decides_the_boundary(tmp_path: Path) -> None:
-    """The boundary reads the vote cast during the step instead of this rank's flag now."""
-    loop, world, rescales = loop_of(tmp_path)
-    steps = loop.steps()
-    next(steps)
-    loop.votes.cast(lambda: True)  # another rank was asked to stop (ours was not)
-    next(steps)
-    assert rescales == [1]
-    world.drain = True  # asked after this step's vote went out: seen at the next boundary
-    loop.votes.cast(lambda: False)
-    next(steps)
-    assert rescales == [1]
-    next(steps)  # no vote cast in this step (no gradient all-reduce): the ranks ask now
-    assert rescales == [1, 3]
-
-
-def test_a_vote_cast_in_a_world_that_ended_is_never_read(tmp_path: Path) -> None:
-    loop, _, rescales = loop_of(tmp_path)
-    steps = loop.steps()
-    next(steps)
-    loop.votes.cast(lambda: True)
-    loop.enter_world(None)
-    next(steps)
-    assert rescales == []
