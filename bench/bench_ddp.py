@@ -13,7 +13,11 @@ gradient all-reduce matters, trained on CPU over gloo with a global batch of 64:
 Part 1, a fixed world of 2 and of 4 ranks, without and with two DataLoader workers per rank:
 steps/s over the whole training (the scripts' own ``train_seconds``: the first step's set-up and,
 for EDL, the start's state broadcast included) and, for EDL, over its steady state (the sample
-ledger's step starts, the first step left out), with each figure's ratio to plain DDP's.
+ledger's step starts, the first step left out), with each figure's ratio to plain DDP's. Each
+version runs `--repeats` times, the versions interleaved (every repetition in a rotated order,
+so the machine's drift spreads over all of them); the medians are compared and every run's
+figure is printed; *paired* is the median of each repetition's own ratio (a version against
+the plain DDP run of the same repetition, minutes apart).
 
 Part 2, the pause of a rescale (2 -> 3 by a joiner, 3 -> 2 by a SIGTERM), `--rounds` times,
 in-process: the pause the surviving agent recorded (`edl_trainer_rescale_pause_seconds`) and
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +82,12 @@ def steady(ledger: Path) -> float | None:
 
 
 def elastic(
-    tmp: Path, script: str, world: int, hidden: int, epochs: int, workers: int | None
+    tmp: Path,
+    script: str,
+    world: int,
+    hidden: int,
+    epochs: int,
+    workers: int | None,
 ) -> dict[str, float]:
     """`world` agents, the job trained only in a world of all of them; rank 0's figures."""
     result = tmp / "result.json"
@@ -105,30 +115,52 @@ def elastic(
 def fixed_worlds(tmp: Path, args: argparse.Namespace) -> None:
     print(f"\n== fixed world, {args.hidden} hidden units (~{params(args.hidden) / 1e6:.1f}M "
           f"parameters), global batch {GLOBAL_BATCH}, {args.epochs} epochs of "
-          f"{STEPS_PER_EPOCH} steps")  # fmt: skip
+          f"{STEPS_PER_EPOCH} steps; median of {args.repeats} runs per version, the versions "
+          "interleaved (each repetition in a rotated order)")  # fmt: skip
     print(f"{'world':>5} {'workers':>7}  {'version':<20} {'steps/s':>8} {'ratio':>6} "
-          f"{'steady':>8} {'ratio':>6}")  # fmt: skip
+          f"{'steady':>8} {'ratio':>6} {'paired':>6}  runs (steps/s)")  # fmt: skip
     for world in args.worlds:
         for workers in args.workers:
             where = tmp / f"w{world}-k{workers}"
-            base = plain_ddp(where / "plain", world, args.hidden, args.epochs, workers)
-            rows = [("plain DDP", base)]
-            rows.append(
-                ("elastic DDP",
-                 elastic(where / "ddp", ELASTIC, world, args.hidden, args.epochs, workers))
-            )  # fmt: skip
-            if workers == 0:  # the sample-id example has no DataLoader
-                rows.append(
-                    ("explicit all-reduce",
-                     elastic(where / "explicit", EXPLICIT, world, args.hidden, args.epochs, None))
-                )  # fmt: skip
-            plain = base["steps/s"]
-            for name, row in rows:
-                rate, steady_rate = row["steps/s"], row.get("steady steps/s")
+            versions = fixed_world_versions(world, workers, args)
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in versions}
+            names = list(versions)
+            for rep in range(args.repeats):
+                order = names[rep % len(names) :] + names[: rep % len(names)]
+                for name in order:
+                    runs[name].append(versions[name](where / f"{name.replace(' ', '-')}-{rep}"))
+            plain = statistics.median(r["steps/s"] for r in runs["plain DDP"])
+            for name in names:
+                rate = statistics.median(r["steps/s"] for r in runs[name])
                 line = f"{world:>5} {workers:>7}  {name:<20} {rate:>8.3f} {rate / plain:>6.2f}"
-                if steady_rate is not None:
+                steadies = [r["steady steps/s"] for r in runs[name] if "steady steps/s" in r]
+                if steadies:
+                    steady_rate = statistics.median(steadies)
                     line += f" {steady_rate:>8.3f} {steady_rate / plain:>6.2f}"
+                else:
+                    line += f" {'':>8} {'':>6}"
+                paired = statistics.median(
+                    r["steps/s"] / p["steps/s"]
+                    for r, p in zip(runs[name], runs["plain DDP"], strict=True)
+                )
+                line += f" {paired:>6.2f}  " + " ".join(f"{r['steps/s']:.3f}" for r in runs[name])
                 print(line, flush=True)
+
+
+def fixed_world_versions(
+    world: int, workers: int, args: argparse.Namespace
+) -> dict[str, Callable[[Path], dict[str, float]]]:
+    """The versions compared at one world and DataLoader worker count, by name."""
+    hidden, epochs = args.hidden, args.epochs
+    versions: dict[str, Callable[[Path], dict[str, float]]] = {
+        "plain DDP": lambda d: plain_ddp(d, world, hidden, epochs, workers),
+        "elastic DDP": lambda d: elastic(d, ELASTIC, world, hidden, epochs, workers),
+    }
+    if workers == 0 and args.explicit:  # the sample-id example has no DataLoader
+        versions["explicit all-reduce"] = lambda d: elastic(
+            d, EXPLICIT, world, hidden, epochs, None
+        )
+    return versions
 
 
 def params(hidden: int) -> int:
@@ -175,6 +207,11 @@ def main() -> int:
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 2])
     parser.add_argument("--hidden", type=int, default=5000, help="5000: ~25M parameters")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per version (medians)")
+    parser.add_argument(
+        "--no-explicit", dest="explicit", action="store_false",
+        help="leave the explicit all-reduce out",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="rescale rounds (0: none)")
     parser.add_argument("--pause-hidden", type=int, default=5000)
     parser.add_argument("--skip-throughput", action="store_true")
