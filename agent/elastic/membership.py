@@ -354,7 +354,18 @@ class Membership:
         return self._record
 
     def _list_heartbeats(self, now: float) -> None:
+        """Lists every heartbeat, and removes those silent for three TTLs (once a list)."""
         self._beats, self._listed_at = self._store.heartbeats(), now
+        wall, ttl = self._wall(), self._settings.ttl
+        gone = {m.key for m in expired_long_ago(self._beats, wall, ttl, self._floor)}
+        gone.discard(self._me.key)
+        for hb in self._beats:
+            if hb.member.key in gone:
+                try:
+                    self._store.remove(hb.member)
+                except StoreUnavailable:
+                    break
+        self._beats = [hb for hb in self._beats if hb.member.key not in gone]
 
     def _target(self) -> tuple[list[Member], tuple[Member, ...]]:
         live = self._observe(self._beats, self._clock())
@@ -589,22 +600,17 @@ class Membership:
         return live
 
     def _observe_renewals(self, heartbeats: list[Heartbeat]) -> list[Member]:
-        """The live members by each heartbeat's own renewal time (a coordinated store)."""
+        """The live members by each heartbeat's own renewal time (a coordinated store).
+
+        No store I/O: a coordinator's tick may observe twice; `_list_heartbeats` removes the
+        long-expired records once a list.
+        """
         wall, ttl = self._wall(), self._settings.ttl
         live = [
             m for m in live_members(heartbeats, wall, ttl, self._floor) if m.key != self._me.key
         ]
         if not self._left:
             live.append(self._me)
-        gone = {m.key for m in expired_long_ago(heartbeats, wall, ttl, self._floor)}
-        gone.discard(self._me.key)
-        for hb in heartbeats:
-            if hb.member.key in gone:
-                try:
-                    self._store.remove(hb.member)
-                except StoreUnavailable:
-                    break
-        self._beats = [hb for hb in self._beats if hb.member.key not in gone]
         return live
 
     def _collect_garbage(self, now: float) -> None:

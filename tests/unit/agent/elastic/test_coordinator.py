@@ -358,3 +358,60 @@ def test_with_a_watch_a_steady_job_reads_once_an_interval_not_every_poll() -> No
         assert calls["list_leases"] == 0
         assert 0 < calls["get_config_map"] <= once_an_interval
         assert 0 < calls["read_lease"] <= once_an_interval
+
+
+# -- a coordinator with a watch ---------------------------------------------------------------
+
+
+class ChangeWatch:
+    """A `StoreWatch` that wakes as `KubernetesWatch` does: a Lease came or went, or the world
+    ConfigMap was written (a renewal is no change)."""
+
+    def __init__(self, api: FakeApi, members: bool) -> None:
+        self.api, self.members = api, members
+        self.seen = self.state()
+
+    def state(self) -> tuple[frozenset[str], str]:
+        world = self.api.config_maps.get(WORLD)
+        leases = frozenset(self.api.leases) if self.members else frozenset()
+        return leases, world[1] if world else ""
+
+    def wait(self, timeout: float) -> bool:
+        now = self.state()
+        woke, self.seen = now != self.seen, now
+        return woke
+
+    def close(self) -> None:
+        pass
+
+
+def wake(job: Job) -> None:
+    """The coordinator's watch reports what changed since the last round."""
+    job.agents["a"].wait_for_change(0)
+
+
+def watched_job() -> Job:
+    """a (the coordinator), b and c, watching, in a world steady for a while."""
+    job = Job()
+    for name in "abc":
+        job.add(name, job.store(name, lambda members: ChangeWatch(job.api, members)))
+    job.run(4, each=lambda: wake(job))
+    assert job.ids() == ["a", "b", "c"] and job.coordinators() == ["a"]
+    return job
+
+
+def test_long_expired_leases_are_removed_once_a_list() -> None:
+    job = watched_job()
+    job.agents.pop("c")  # silent from now on
+    deleted: list[str] = []
+    original = job.api.delete_lease
+
+    def delete(name: str) -> None:
+        deleted.append(name)
+        original(name)
+
+    job.api.delete_lease = delete  # type: ignore[method-assign]
+    job.run(3 * SETTINGS.ttl + 2, each=lambda: wake(job))
+    assert job.ids() == ["a", "b"]
+    assert len(deleted) == 1 and "c" in deleted[0]
+    assert not any("c" in name for name in job.api.leases)
