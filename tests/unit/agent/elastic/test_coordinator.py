@@ -7,6 +7,7 @@ count below is of calls and events, never of time.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -360,7 +361,7 @@ def test_with_a_watch_a_steady_job_reads_once_an_interval_not_every_poll() -> No
         assert 0 < calls["read_lease"] <= once_an_interval
 
 
-# -- a coordinator with a watch ---------------------------------------------------------------
+# -- a burst of joins: one list per quiet window, not one per joiner ----------------------------
 
 
 class ChangeWatch:
@@ -398,6 +399,66 @@ def watched_job() -> Job:
     job.run(4, each=lambda: wake(job))
     assert job.ids() == ["a", "b", "c"] and job.coordinators() == ["a"]
     return job
+
+
+def burst(job: Job, names: str, seconds: float) -> list[tuple[float, int, int]]:
+    """`names` join one a tick, then `seconds` more pass; the worlds written (time, size, the
+    coordinator's Lease lists by then)."""
+    joining = list(names)
+    worlds: list[tuple[float, int, int]] = []
+
+    def each() -> None:
+        if joining:
+            job.add(joining.pop(0))
+        job.agents["a"].wait_for_change(0)
+        record = World.from_json(job.api.config_maps[WORLD][0]["world"])
+        if not worlds or worlds[-1][1] != record.size:
+            worlds.append((job.clock.now, record.size, job.apis["a"].calls["list_leases"]))
+
+    job.run(len(names) * TICK + seconds, each=each)
+    return worlds
+
+
+def test_a_burst_of_joins_is_listed_once_per_quiet_window_and_written_once() -> None:
+    job = watched_job()
+    job.apis["a"].calls.clear()
+    start = job.clock.now
+    worlds = burst(job, "defghijk", seconds=3)  # 8 joins in 1.6 s: shorter than max_debounce
+    assert worlds[0][1] == 3
+    assert [size for _, size, _ in worlds[1:]] == [11], "one world for the whole burst"
+    last_join = start + 8 * TICK
+    written, _, lists = worlds[1]
+    assert written - last_join <= SETTINGS.debounce + 2 * TICK  # the quiet window, not more
+    # Until it was written: one list when the burst began, one when its window ended, and
+    # the one each heartbeat interval brings; not one per joiner (8, each waking it).
+    assert lists <= 2 + math.ceil((written - start) / SETTINGS.heartbeat_interval)
+    assert lists < 8
+    assert job.apis["a"].calls["replace_config_map"] == 1
+
+
+def test_a_burst_longer_than_max_debounce_is_written_within_it() -> None:
+    job = watched_job()
+    start = job.clock.now
+    worlds = burst(job, "defghijklmnopqrstuvwxyz", seconds=3)  # 23 joins in 4.6 s
+    first_join, first = start + TICK, worlds[1][0]
+    assert first - first_join <= SETTINGS.max_debounce + 2 * TICK  # the bound holds mid-burst
+    assert 3 < worlds[1][1] < 26
+    assert worlds[-1][1] == 26
+
+
+def test_a_world_written_meanwhile_is_read_before_the_burst_is_written() -> None:
+    """A member leaves (and writes its world) inside the coordinator's coalesced window: the
+    coordinator's write is a compare-and-swap on a fresh read, so the leave is kept."""
+    job = watched_job()
+    job.add("d")
+    job.run(TICK, each=lambda: wake(job))
+    job.add("e")
+    job.run(TICK, each=lambda: wake(job))
+    job.agents.pop("c").leave()  # its own world: a, b (and whoever it saw joining)
+    left = World.from_json(job.api.config_maps[WORLD][0]["world"]).generation
+    job.run(3, each=lambda: wake(job))
+    assert job.ids() == ["a", "b", "d", "e"]
+    assert World.from_json(job.api.config_maps[WORLD][0]["world"]).generation >= left
 
 
 def test_long_expired_leases_are_removed_once_a_list() -> None:
