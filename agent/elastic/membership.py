@@ -104,6 +104,8 @@ class _Pending:
     """How often the pending live set changed: the burst so far."""
     lone: bool = False
     """It broke a steady world (no change seen for a debounce before it)."""
+    counted_at: float = float("-inf")
+    """When `changes` last grew: wakes closer together than a lone change's quiet are one."""
     unlisted: bool = False
     """Wakes were counted as changes without a list (`Membership._coalesced`): the next list's
     live set is the pending one, not one change more."""
@@ -365,8 +367,10 @@ class Membership:
 
         While a membership change is pending, not overdue, and the last list and read are
         younger than a heartbeat interval, a wake (the watch saw a Lease come or go, or a new
-        world record) is one more change of the burst: the quiet window starts again, and the
-        heartbeats are listed once when it ends (`due_in`), not once per joiner. A burst of N
+        world record) is one more change of the burst (wakes within a lone change's quiet,
+        `LONE_QUIET_SHARE`, of the last one counted are one change: Leases that a scale-up
+        creates together): the quiet window starts again, and the heartbeats are listed once
+        when it ends (`due_in`), not once per joiner. A burst of N
         joins thus costs a few lists of N Leases instead of N. Nothing is written without
         that list and a fresh read of the world record, and every write stays one
         compare-and-swap on the version read: a world another member wrote meanwhile is read
@@ -381,7 +385,9 @@ class Membership:
             return False
         if now - pending.since >= self._settings.max_debounce:
             return False  # overdue: read, list and write what there is
-        pending.last_change, pending.changes, pending.unlisted = now, pending.changes + 1, True
+        if now - pending.counted_at >= self._settings.debounce * LONE_QUIET_SHARE:
+            pending.changes, pending.counted_at = pending.changes + 1, now
+        pending.last_change, pending.unlisted = now, True
         self._changed_at = now
         return True
 
@@ -718,7 +724,7 @@ class Membership:
         keys = frozenset(m.key for m in live)
         if self._pending is None:
             steady = self._known is not None and now - self._changed_at >= self._settings.debounce
-            self._pending = _Pending(since=now, last_change=now, live=keys, lone=steady)
+            self._pending = _Pending(now, now, keys, lone=steady, counted_at=now)
             self._changed_at = now
         elif self._pending.unlisted:  # the wakes counted these changes: not one more
             if self._listed_at >= self._pending.last_change:  # listed since the last wake
@@ -726,7 +732,7 @@ class Membership:
         elif keys != self._pending.live:
             self._changed_at = now
             self._pending.live, self._pending.last_change = keys, now
-            self._pending.changes += 1
+            self._pending.changes, self._pending.counted_at = self._pending.changes + 1, now
         return self._quiet_over(self._pending, now)
 
     def _quiet_over(self, pending: _Pending, now: float) -> bool:

@@ -436,6 +436,30 @@ def test_a_burst_of_joins_is_listed_once_per_quiet_window_and_written_once() -> 
     assert job.apis["a"].calls["replace_config_map"] == 1
 
 
+def test_leases_created_together_are_one_change_listed_twice() -> None:
+    """A scale-up's 5 Leases 10 ms apart to a steady world: one change (a lone one's quiet,
+    5 % of the debounce, from the last of them), one world, a list at its start and end."""
+    job = watched_job()
+    job.run(SETTINGS.debounce)  # steady for a debounce
+    a = job.agents["a"]
+    job.apis["a"].calls.clear()
+    step = 0.01
+    for name in "defgh":
+        job.add(name)
+        job.clock.now += step
+        a.wait_for_change(0)
+        a.tick()
+    last = job.clock.now
+    while job.ids() == ["a", "b", "c"] and job.clock.now - last < 2 * SETTINGS.debounce:
+        job.clock.now += step
+        a.wait_for_change(0)
+        a.tick()
+    assert job.ids() == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    assert job.clock.now - last <= SETTINGS.debounce * 0.05 + step
+    assert job.apis["a"].calls["list_leases"] == 2
+    assert job.apis["a"].calls["replace_config_map"] == 1
+
+
 def test_a_burst_longer_than_max_debounce_is_written_within_it() -> None:
     job = watched_job()
     start = job.clock.now
