@@ -37,6 +37,9 @@ its share of etcd's 1.5 MiB limit), and in the steady state etcd's writes a seco
 ``etcd_mvcc_put_total``, minus the same window before the job existed), the watch events a
 member receives a second (measured) and the job's in all (x N), and the Lease list calls the
 members' polls make (N / 0.2 s, each of N Leases: computed from the constants, not run).
+And a breakdown of form and grow, printed as each ends: when every member's Lease existed,
+each world generation the bench saw (its size, when), and the two proposers' store calls
+(count / seconds per kind, compare-and-swaps lost).
 """
 
 from __future__ import annotations
