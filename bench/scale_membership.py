@@ -37,6 +37,9 @@ its share of etcd's 1.5 MiB limit), and in the steady state etcd's writes a seco
 ``etcd_mvcc_put_total``, minus the same window before the job existed), the watch events a
 member receives a second (measured) and the job's in all (x N), and the Lease list calls the
 members' polls make (N / 0.2 s, each of N Leases: computed from the constants, not run).
+And a breakdown of form and grow, printed as each ends: when every member's Lease existed,
+each world generation the bench saw (its size, when), and the two proposers' store calls
+(count / seconds per kind, compare-and-swaps lost).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import requests
@@ -141,16 +144,23 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=BEAT_CLIENTS)
+        # Joiners' first renewals on their own clients: not queued behind a renewal round.
+        self._joiners = [
+            KubernetesStore(RawRenewals(cp, _api_client(cp)), job) for _ in range(BEAT_CLIENTS)
+        ]
+        self._join_pool = ThreadPoolExecutor(max_workers=BEAT_CLIENTS)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.beats = 0
         self.failures = 0
+        self.first_round_s = 0.0
+        """Seconds the first round took: every member's Lease created (the form's floor)."""
 
     def add(self, more: list[Member], at_once: bool = False) -> None:
         """Members to renew from the next round on; `at_once`: their first renewal now, as an
         agent's `Membership.join` makes it (not up to a renewal interval later)."""
         if at_once:
             shards = [more[i::BEAT_CLIENTS] for i in range(BEAT_CLIENTS)]
-            list(self._pool.map(self._beat_all, self._stores, shards))
+            list(self._join_pool.map(self._beat_all, self._joiners, shards))
         with self._lock:
             self._members.extend(more)
 
@@ -161,14 +171,18 @@ class Heartbeats:
         self._stop.set()
         self._thread.join(60)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._join_pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self) -> None:
+        t0 = time.monotonic()
         while not self._stop.is_set():
             started = time.monotonic()
             with self._lock:
                 batch = list(self._members)
             shards = [batch[i::BEAT_CLIENTS] for i in range(BEAT_CLIENTS)]
             list(self._pool.map(self._beat_all, self._stores, shards))
+            if not self.first_round_s:
+                self.first_round_s = time.monotonic() - t0
             left = self._settings.heartbeat_interval - (time.monotonic() - started)
             self._stop.wait(max(0.0, left))
 
@@ -183,6 +197,49 @@ class Heartbeats:
                 self.failures += 1
 
 
+@dataclass
+class StoreCalls:
+    """The store calls one member's `Membership` made: count and seconds per kind, and the
+    world writes that lost their compare-and-swap (``write_world`` False)."""
+
+    count: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    cas_lost: int = 0
+
+    def wrap(self, store: KubernetesStore) -> KubernetesStore:
+        for name in ("heartbeats", "read_world", "write_world", "claim", "heartbeat_of"):
+            setattr(store, name, self._counted(name, getattr(store, name)))
+        return store
+
+    def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kw: Any) -> Any:
+            t = time.monotonic()
+            try:
+                out = fn(*args, **kw)
+            finally:
+                self.count[name] = self.count.get(name, 0) + 1
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - t
+            if name == "write_world" and out is False:
+                self.cas_lost += 1
+            return out
+
+        return counted
+
+    def snapshot(self) -> StoreCalls:
+        return StoreCalls(dict(self.count), dict(self.seconds), self.cas_lost)
+
+    def since(self, before: StoreCalls) -> str:
+        """``kind count/seconds`` for each kind called since `before`."""
+        parts = []
+        for name in sorted(self.count):
+            n = self.count[name] - before.count.get(name, 0)
+            if n:
+                sec = self.seconds[name] - before.seconds.get(name, 0.0)
+                parts.append(f"{name} {n}/{sec:.1f}s")
+        lost = self.cas_lost - before.cas_lost
+        return ", ".join(parts) + (f", CAS lost {lost}" if lost else "")
+
+
 class Proposer:
     """One member running the agent's `Membership` loop: tick on a wake or each poll."""
 
@@ -190,7 +247,9 @@ class Proposer:
         self, cp: ControlPlane, job: str, me: Member, settings: MembershipSettings,
         coordinated: bool,
     ) -> None:  # fmt: skip
-        self.membership = Membership(_store(_api_client(cp), job, coordinated), me, settings)
+        self.calls = StoreCalls()
+        store = self.calls.wrap(_store(_api_client(cp), job, coordinated))
+        self.membership = Membership(store, me, settings)
         self._poll = settings.poll_interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -281,6 +340,31 @@ def world_size(cp: ControlPlane, job: str) -> tuple[int, int, int]:
     return count, len(text.encode()), len(r.content)
 
 
+class Generations:
+    """The world generations seen while polling the record: (seconds since `t0`, generation,
+    members), one row per generation."""
+
+    def __init__(self, cp: ControlPlane, job: str, t0: float) -> None:
+        self._cp, self._job, self._t0 = cp, job, t0
+        self.rows: list[tuple[float, int, int]] = []
+
+    def members(self) -> int:
+        r = self._cp.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/"
+                             f"edl-{self._job}-world", ok=(200, 404))  # fmt: skip
+        text = (r.json().get("data") or {}).get("world") or "" if r.status_code == 200 else ""
+        try:
+            world = json.loads(text)
+        except ValueError:
+            return 0
+        generation, count = int(world.get("generation") or 0), len(world.get("members") or [])
+        if not self.rows or self.rows[-1][1] != generation:
+            self.rows.append((time.monotonic() - self._t0, generation, count))
+        return count
+
+    def describe(self) -> str:
+        return ", ".join(f"g{g} {c} at {t:.1f}s" for t, g, c in self.rows)
+
+
 def etcd_puts(cp: ControlPlane) -> float:
     text = requests.get(f"{cp.etcd_url}/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -307,10 +391,19 @@ def measure_one(
         beats.start()
         for p in proposers:
             p.start()
-        wait_for(lambda: world_size(cp, job)[0] >= n, timeout_s=600, interval_s=0.1,
+        seen = Generations(cp, job, t0)
+        wait_for(lambda: seen.members() >= n, timeout_s=600, interval_s=0.1,
                  what=f"a world of {n} members")  # fmt: skip
         form = time.monotonic() - t0
-        say(f"  {n} members: formed in {form:.1f} s")
+        say(
+            f"  {n} members: formed in {form:.1f} s; every Lease created by "
+            f"{beats.first_round_s or form:.1f} s; worlds seen: {seen.describe()}"
+        )
+        for i, p in enumerate(proposers):
+            say(
+                f"    proposer {i}{' (coordinator)' if p.membership.coordinating else ''}: "
+                f"{p.calls.since(StoreCalls())}"
+            )
         watchers = [CountingWatch(cp, job, members=not after) for _ in range(min(WATCHERS, n))]
         coordinator = CountingWatch(cp, job, members=True) if after else None
         time.sleep(3)  # the watchers' opening replay is no steady-state traffic
@@ -331,12 +424,20 @@ def measure_one(
         )  # fmt: skip
         list_ms = 1000 * (time.monotonic() - t_list)
         more = members(job, n, max(1, n // 10))
+        calls0 = [p.calls.snapshot() for p in proposers]
         t2 = time.monotonic()
         beats.add(more, at_once=True)
-        wait_for(lambda: world_size(cp, job)[0] >= n + len(more), timeout_s=600, interval_s=0.1,
+        created = time.monotonic() - t2
+        seen = Generations(cp, job, t2)
+        wait_for(lambda: seen.members() >= n + len(more), timeout_s=600, interval_s=0.1,
                  what=f"a world of {n + len(more)} members")  # fmt: skip
         grow = time.monotonic() - t2
-        say(f"  {n} members: grown by {len(more)} in {grow:.1f} s")
+        say(
+            f"  {n} members: grown by {len(more)} in {grow:.1f} s; their Leases created by "
+            f"{created:.1f} s; worlds seen: {seen.describe()}"
+        )
+        for i, (p, c0) in enumerate(zip(proposers, calls0, strict=True)):
+            say(f"    proposer {i}: {p.calls.since(c0)}")
     finally:
         for w in watchers + ([coordinator] if coordinator else []):
             w.close()

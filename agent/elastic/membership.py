@@ -104,6 +104,11 @@ class _Pending:
     """How often the pending live set changed: the burst so far."""
     lone: bool = False
     """It broke a steady world (no change seen for a debounce before it)."""
+    counted_at: float = float("-inf")
+    """When `changes` last grew: wakes closer together than a lone change's quiet are one."""
+    unlisted: bool = False
+    """Wakes were counted as changes without a list (`Membership._coalesced`): the next list's
+    live set is the pending one, not one change more."""
 
 
 class Membership:
@@ -319,7 +324,14 @@ class Membership:
         changed, and the rest once a heartbeat interval (the safety net of a lost event).
         """
         woken, self._woken = self._woken, False
-        fresh = woken or self._watch is None
+        if woken and self._coalesced(now):
+            return self._known
+        pending = self._pending
+        # A pending change waits out its quiet window unread: a wake would say it changed.
+        waiting = pending is not None and not self._quiet_over(pending, now)
+        # A window that wakes were coalesced into (`_coalesced`) ends with one full read.
+        unlisted = pending is not None and pending.unlisted and not waiting
+        fresh = woken or self._watch is None or unlisted
         interval = self._settings.heartbeat_interval
         try:
             record = self._record
@@ -341,7 +353,8 @@ class Membership:
             self._adopt(current)
             live, target = self._target()
             known = self._known
-            if not listed and known is not None and not known.finished and target != known.members:
+            foreseen = known is not None and not known.finished and target != known.members
+            if not listed and foreseen and not waiting:
                 self._list_heartbeats(now)  # a change foreseen from the last list: confirm it
                 live, target = self._target()
         except StoreUnavailable as e:
@@ -349,12 +362,52 @@ class Membership:
             return self._known
         return self._decide(record, target, live, broken, now)
 
+    def _coalesced(self, now: float) -> bool:
+        """Whether a coordinator's wake is counted into the pending change, with no store read.
+
+        While a membership change is pending, not overdue, and the last list and read are
+        younger than a heartbeat interval, a wake (the watch saw a Lease come or go, or a new
+        world record) is one more change of the burst (wakes within a lone change's quiet,
+        `LONE_QUIET_SHARE`, of the last one counted are one change: Leases that a scale-up
+        creates together): the quiet window starts again, and the heartbeats are listed once
+        when it ends (`due_in`), not once per joiner. A burst of N
+        joins thus costs a few lists of N Leases instead of N. Nothing is written without
+        that list and a fresh read of the world record, and every write stays one
+        compare-and-swap on the version read: a world another member wrote meanwhile is read
+        then, never overwritten. Expiries and a broken record wait at most the window
+        (bounded by ``EDL_MAX_DEBOUNCE``); a new coordinator's first round always lists.
+        """
+        pending = self._pending
+        if not self._coordinating or pending is None:
+            return False
+        interval = self._settings.heartbeat_interval
+        if now - self._listed_at >= interval or now - self._read_at >= interval:
+            return False
+        if now - pending.since >= self._settings.max_debounce:
+            return False  # overdue: read, list and write what there is
+        if now - pending.counted_at >= self._settings.debounce * LONE_QUIET_SHARE:
+            pending.changes, pending.counted_at = pending.changes + 1, now
+        pending.last_change, pending.unlisted = now, True
+        self._changed_at = now
+        return True
+
     def _read_world_now(self, now: float) -> VersionedRecord:
         self._record, self._read_at = self._store.read_world(), now
         return self._record
 
     def _list_heartbeats(self, now: float) -> None:
+        """Lists every heartbeat, and removes those silent for three TTLs (once a list)."""
         self._beats, self._listed_at = self._store.heartbeats(), now
+        wall, ttl = self._wall(), self._settings.ttl
+        gone = {m.key for m in expired_long_ago(self._beats, wall, ttl, self._floor)}
+        gone.discard(self._me.key)
+        for hb in self._beats:
+            if hb.member.key in gone:
+                try:
+                    self._store.remove(hb.member)
+                except StoreUnavailable:
+                    break
+        self._beats = [hb for hb in self._beats if hb.member.key not in gone]
 
     def _target(self) -> tuple[list[Member], tuple[Member, ...]]:
         live = self._observe(self._beats, self._clock())
@@ -589,22 +642,17 @@ class Membership:
         return live
 
     def _observe_renewals(self, heartbeats: list[Heartbeat]) -> list[Member]:
-        """The live members by each heartbeat's own renewal time (a coordinated store)."""
+        """The live members by each heartbeat's own renewal time (a coordinated store).
+
+        No store I/O: a coordinator's tick may observe twice; `_list_heartbeats` removes the
+        long-expired records once a list.
+        """
         wall, ttl = self._wall(), self._settings.ttl
         live = [
             m for m in live_members(heartbeats, wall, ttl, self._floor) if m.key != self._me.key
         ]
         if not self._left:
             live.append(self._me)
-        gone = {m.key for m in expired_long_ago(heartbeats, wall, ttl, self._floor)}
-        gone.discard(self._me.key)
-        for hb in heartbeats:
-            if hb.member.key in gone:
-                try:
-                    self._store.remove(hb.member)
-                except StoreUnavailable:
-                    break
-        self._beats = [hb for hb in self._beats if hb.member.key not in gone]
         return live
 
     def _collect_garbage(self, now: float) -> None:
@@ -676,15 +724,21 @@ class Membership:
         keys = frozenset(m.key for m in live)
         if self._pending is None:
             steady = self._known is not None and now - self._changed_at >= self._settings.debounce
-            self._pending = _Pending(since=now, last_change=now, live=keys, lone=steady)
+            self._pending = _Pending(now, now, keys, lone=steady, counted_at=now)
             self._changed_at = now
+        elif self._pending.unlisted:  # the wakes counted these changes: not one more
+            if self._listed_at >= self._pending.last_change:  # listed since the last wake
+                self._pending.live, self._pending.unlisted = keys, False
         elif keys != self._pending.live:
             self._changed_at = now
             self._pending.live, self._pending.last_change = keys, now
-            self._pending.changes += 1
-        quiet = now - self._pending.last_change >= self._quiet_needed(self._pending)
-        overdue = now - self._pending.since >= self._settings.max_debounce
-        return quiet or overdue
+            self._pending.changes, self._pending.counted_at = self._pending.changes + 1, now
+        return self._quiet_over(self._pending, now)
+
+    def _quiet_over(self, pending: _Pending, now: float) -> bool:
+        """The pending change is due: quiet for its window, or pending for `max_debounce`."""
+        quiet = now - pending.last_change >= self._quiet_needed(pending)
+        return quiet or now - pending.since >= self._settings.max_debounce
 
     def _propose(
         self, members: tuple[Member, ...], version: str, reason: str, after: int = 0

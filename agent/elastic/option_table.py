@@ -12,6 +12,16 @@ from typing import Any
 from agent.protocol import env as names
 from edl_common.options import PATH, SWITCH, TEXT, Option, choice, duration, integer, read
 
+LIVENESS: dict[str, dict[str, float]] = {
+    "kubernetes": {"heartbeat_interval": 5.0, "ttl": 15.0},
+    "local": {"heartbeat_interval": 1.0, "ttl": 10.0},
+}
+"""Seconds between heartbeat renewals and the TTL, per membership backend: the one place they
+are written. The Kubernetes pair is the option rows' default (a renewal costs the API server a
+write: 5 s, 15 s keep 1,000 members near 200 writes/s); `local:` renews a file, which costs no
+server anything, so a member there keeps the faster detection (`runner._liveness`)."""
+_K8S, _LOCAL = LIVENESS["kubernetes"], LIVENESS["local"]
+
 ELASTIC = "elastic training"
 MEMBERSHIP = "membership"
 PHASES = "rescale phases"
@@ -136,8 +146,9 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_HEARTBEAT_INTERVAL",
         duration(),
-        "5s",
-        "time between heartbeat renewals (local: membership 1s; with only EDL_MEMBER_TTL set, at "
+        f"{_K8S['heartbeat_interval']:g}s",
+        f"time between heartbeat renewals (local: membership {_LOCAL['heartbeat_interval']:g}s; "
+        "with only EDL_MEMBER_TTL set, at "
         "most a third of it); on Kubernetes also how often a member checks that the job's "
         "coordinator (the one member watching every heartbeat) is live, and re-reads the world "
         "when no watch event came",
@@ -148,9 +159,10 @@ ELASTIC_OPTIONS: tuple[Option, ...] = (
         None,
         "EDL_MEMBER_TTL",
         duration(),
-        "15s",
+        f"{_K8S['ttl']:g}s",
         "a member whose heartbeat has not been renewed for this long is gone (more than two "
-        "heartbeat intervals; local: membership 10s; with only EDL_HEARTBEAT_INTERVAL set, at "
+        f"heartbeat intervals; local: membership {_LOCAL['ttl']:g}s; with only "
+        "EDL_HEARTBEAT_INTERVAL set, at "
         "least three of it); on Kubernetes judged from the Lease's renewTime, and a "
         "coordinator silent this long is replaced",
         MEMBERSHIP,

@@ -24,7 +24,7 @@ from agent.checkpoints.settings import CheckpointSettings
 from agent.elastic.failures import FailurePolicy
 from agent.elastic.finished_job import DeploymentRetirement
 from agent.elastic.membership import Membership, MembershipSettings
-from agent.elastic.option_table import ELASTIC_OPTIONS
+from agent.elastic.option_table import ELASTIC_OPTIONS, LIVENESS
 from agent.elastic.options import ElasticOptions
 from agent.elastic.store import MembershipStore
 from agent.elastic.supervisor import (
@@ -146,11 +146,6 @@ def options_from(flags: Mapping[str, object], env: Mapping[str, str]) -> Elastic
     )
 
 
-LOCAL_LIVENESS = {"heartbeat_interval": 1.0, "ttl": 10.0}
-"""`local:` membership's defaults: renewing a file costs no API server anything, so a member
-there keeps the fast detection the Kubernetes defaults (5 s, 15 s) trade for a linear cost."""
-
-
 def _liveness(
     values: Mapping[str, Any], env: Mapping[str, str], membership: str
 ) -> dict[str, float]:
@@ -166,7 +161,7 @@ def _liveness(
     }
     chosen = {k: float(values[k]) for k in given}
     if membership.startswith("local:"):
-        chosen.update({k: v for k, v in LOCAL_LIVENESS.items() if not given[k]})
+        chosen.update({k: v for k, v in LIVENESS["local"].items() if not given[k]})
     if given["ttl"] and not given["heartbeat_interval"]:
         chosen["heartbeat_interval"] = min(chosen["heartbeat_interval"], chosen["ttl"] / 3)
     if given["heartbeat_interval"] and not given["ttl"]:

@@ -7,6 +7,7 @@ count below is of calls and events, never of time.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -358,3 +359,144 @@ def test_with_a_watch_a_steady_job_reads_once_an_interval_not_every_poll() -> No
         assert calls["list_leases"] == 0
         assert 0 < calls["get_config_map"] <= once_an_interval
         assert 0 < calls["read_lease"] <= once_an_interval
+
+
+# -- a burst of joins: one list per quiet window, not one per joiner ----------------------------
+
+
+class ChangeWatch:
+    """A `StoreWatch` that wakes as `KubernetesWatch` does: a Lease came or went, or the world
+    ConfigMap was written (a renewal is no change)."""
+
+    def __init__(self, api: FakeApi, members: bool) -> None:
+        self.api, self.members = api, members
+        self.seen = self.state()
+
+    def state(self) -> tuple[frozenset[str], str]:
+        world = self.api.config_maps.get(WORLD)
+        leases = frozenset(self.api.leases) if self.members else frozenset()
+        return leases, world[1] if world else ""
+
+    def wait(self, timeout: float) -> bool:
+        now = self.state()
+        woke, self.seen = now != self.seen, now
+        return woke
+
+    def close(self) -> None:
+        pass
+
+
+def wake(job: Job) -> None:
+    """The coordinator's watch reports what changed since the last round."""
+    job.agents["a"].wait_for_change(0)
+
+
+def watched_job() -> Job:
+    """a (the coordinator), b and c, watching, in a world steady for a while."""
+    job = Job()
+    for name in "abc":
+        job.add(name, job.store(name, lambda members: ChangeWatch(job.api, members)))
+    job.run(4, each=lambda: wake(job))
+    assert job.ids() == ["a", "b", "c"] and job.coordinators() == ["a"]
+    return job
+
+
+def burst(job: Job, names: str, seconds: float) -> list[tuple[float, int, int]]:
+    """`names` join one a tick, then `seconds` more pass; the worlds written (time, size, the
+    coordinator's Lease lists by then)."""
+    joining = list(names)
+    worlds: list[tuple[float, int, int]] = []
+
+    def each() -> None:
+        if joining:
+            job.add(joining.pop(0))
+        job.agents["a"].wait_for_change(0)
+        record = World.from_json(job.api.config_maps[WORLD][0]["world"])
+        if not worlds or worlds[-1][1] != record.size:
+            worlds.append((job.clock.now, record.size, job.apis["a"].calls["list_leases"]))
+
+    job.run(len(names) * TICK + seconds, each=each)
+    return worlds
+
+
+def test_a_burst_of_joins_is_listed_once_per_quiet_window_and_written_once() -> None:
+    job = watched_job()
+    job.apis["a"].calls.clear()
+    start = job.clock.now
+    worlds = burst(job, "defghijk", seconds=3)  # 8 joins in 1.6 s: shorter than max_debounce
+    assert worlds[0][1] == 3
+    assert [size for _, size, _ in worlds[1:]] == [11], "one world for the whole burst"
+    last_join = start + 8 * TICK
+    written, _, lists = worlds[1]
+    assert written - last_join <= SETTINGS.debounce + 2 * TICK  # the quiet window, not more
+    # Until it was written: one list when the burst began, one when its window ended, and
+    # the one each heartbeat interval brings; not one per joiner (8, each waking it).
+    assert lists <= 2 + math.ceil((written - start) / SETTINGS.heartbeat_interval)
+    assert lists < 8
+    assert job.apis["a"].calls["replace_config_map"] == 1
+
+
+def test_leases_created_together_are_one_change_listed_twice() -> None:
+    """A scale-up's 5 Leases 10 ms apart to a steady world: one change (a lone one's quiet,
+    5 % of the debounce, from the last of them), one world, a list at its start and end."""
+    job = watched_job()
+    job.run(SETTINGS.debounce)  # steady for a debounce
+    a = job.agents["a"]
+    job.apis["a"].calls.clear()
+    step = 0.01
+    for name in "defgh":
+        job.add(name)
+        job.clock.now += step
+        a.wait_for_change(0)
+        a.tick()
+    last = job.clock.now
+    while job.ids() == ["a", "b", "c"] and job.clock.now - last < 2 * SETTINGS.debounce:
+        job.clock.now += step
+        a.wait_for_change(0)
+        a.tick()
+    assert job.ids() == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    assert job.clock.now - last <= SETTINGS.debounce * 0.05 + step
+    assert job.apis["a"].calls["list_leases"] == 2
+    assert job.apis["a"].calls["replace_config_map"] == 1
+
+
+def test_a_burst_longer_than_max_debounce_is_written_within_it() -> None:
+    job = watched_job()
+    start = job.clock.now
+    worlds = burst(job, "defghijklmnopqrstuvwxyz", seconds=3)  # 23 joins in 4.6 s
+    first_join, first = start + TICK, worlds[1][0]
+    assert first - first_join <= SETTINGS.max_debounce + 2 * TICK  # the bound holds mid-burst
+    assert 3 < worlds[1][1] < 26
+    assert worlds[-1][1] == 26
+
+
+def test_a_world_written_meanwhile_is_read_before_the_burst_is_written() -> None:
+    """A member leaves (and writes its world) inside the coordinator's coalesced window: the
+    coordinator's write is a compare-and-swap on a fresh read, so the leave is kept."""
+    job = watched_job()
+    job.add("d")
+    job.run(TICK, each=lambda: wake(job))
+    job.add("e")
+    job.run(TICK, each=lambda: wake(job))
+    job.agents.pop("c").leave()  # its own world: a, b (and whoever it saw joining)
+    left = World.from_json(job.api.config_maps[WORLD][0]["world"]).generation
+    job.run(3, each=lambda: wake(job))
+    assert job.ids() == ["a", "b", "d", "e"]
+    assert World.from_json(job.api.config_maps[WORLD][0]["world"]).generation >= left
+
+
+def test_long_expired_leases_are_removed_once_a_list() -> None:
+    job = watched_job()
+    job.agents.pop("c")  # silent from now on
+    deleted: list[str] = []
+    original = job.api.delete_lease
+
+    def delete(name: str) -> None:
+        deleted.append(name)
+        original(name)
+
+    job.api.delete_lease = delete  # type: ignore[method-assign]
+    job.run(3 * SETTINGS.ttl + 2, each=lambda: wake(job))
+    assert job.ids() == ["a", "b"]
+    assert len(deleted) == 1 and "c" in deleted[0]
+    assert not any("c" in name for name in job.api.leases)
