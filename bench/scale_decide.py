@@ -23,13 +23,16 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import TypedDict
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # after PYTHONPATH: --compare's ref package comes first
+
+from bench.git_ref import export_packages  # noqa: E402
 
 STEPS: tuple[tuple[int, int], ...] = ((500, 100), (1000, 300), (2000, 300), (5000, 1000))
 """(nodes, jobs), as bench/bench_scale.py's."""
@@ -75,21 +78,9 @@ def child(code: Path, n: int, j: int, repeat: int) -> Measured:
     return result
 
 
-def export(ref: str, into: Path) -> None:
-    """The ``edl_sizing`` package as it is at ``ref``."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", ref, "edl_sizing"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout  # fmt: skip
-    tar = into / "code.tar"
-    tar.write_bytes(archive)
-    with tarfile.open(tar) as f:
-        f.extractall(into, filter="data")
-
-
 def compare(ref: str, steps: tuple[tuple[int, int], ...], rounds: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        export(ref, Path(tmp))
+        export_packages(ref, Path(tmp), "edl_sizing")
         print(f"edl_sizing at {ref} (ref) and this tree (new); best CPU s of {rounds} rounds "
               f"x {repeat} decisions, sides taking turns")  # fmt: skip
         print(f"{'nodes':>6} {'pods':>7} {'jobs':>5} {'ref CPU s':>10} {'new CPU s':>10} "

@@ -36,7 +36,6 @@ import pstats
 import random
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -50,6 +49,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # after PYTHONPATH: --compare's ref packages come first
 
 from bench import scale_world as world  # noqa: E402
+from bench.git_ref import export_packages  # noqa: E402
 from edl_sizing import MemoryHistoryStore, SizingPolicy  # noqa: E402
 from edl_sizing.capacity import ClusterSnapshot  # noqa: E402
 from edl_sizing.cluster import Node  # noqa: E402
@@ -311,18 +311,6 @@ def one_side(nodes: int, jobs: int, rounds: int, churn: int, incremental: bool) 
     return {"pods": count, "parts": side.parts, "digests": side.digests, "code": code}
 
 
-def export(ref: str, into: Path) -> None:
-    """The adapter's, the sizer's and the common packages as they are at ``ref``."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", ref, "metrics_adapter", "edl_sizing", "edl_common"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout  # fmt: skip
-    tar = into / "ref.tar"
-    tar.write_bytes(archive)
-    with tarfile.open(tar) as f:
-        f.extractall(into, filter="data")
-
-
 def child(code: Path, nodes: int, jobs: int, args: argparse.Namespace, side: str) -> Any:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys((str(code), str(ROOT))))}
     out = subprocess.run(
@@ -337,7 +325,7 @@ def child(code: Path, nodes: int, jobs: int, args: argparse.Namespace, side: str
 
 def compare(ref: str, steps: list[tuple[int, int]], args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        export(ref, Path(tmp))
+        export_packages(ref, Path(tmp), "metrics_adapter", "edl_sizing", "edl_common")
         print(f"scratch: the adapter at {ref}; events: this tree; one process per side and step")
         for n, j in steps:
             old = child(Path(tmp), n, j, args, "scratch")
