@@ -540,14 +540,17 @@ def test_kueues_preemption_shrinks_the_elastic_job_which_grows_back_afterwards(
         urgent = sleeper("urgent", urgent_class)
         urgent["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
         apps.create_namespaced_deployment(ns, as_body(urgent))
+        created = time.monotonic() - world.started
         wait_for(lambda: _ready(apps, ns, "urgent") == 1, timeout_s=120,
                  what="the urgent pod admitted and running", describe=story)  # fmt: skip
         settled_at(2, "one worker preempted for the urgent pod", timeout_s=180)
         preempted = [
             n for _, n, r, _m in _kueue_events(core, ns) if r == "Preempted" and "trainer" in n
         ]
+        reformed = next(t for t, _, n in world.history if t >= created and n == 2)
         print(f"Kueue preempted: {preempted}; workers before {sorted(before)}, "
-              f"after {sorted(_workers(core, ns))}")  # fmt: skip
+              f"after {sorted(_workers(core, ns))}; a world of 2 seen "
+              f"{reformed - created:.1f} s after the urgent Deployment was created")  # fmt: skip
         assert len(preempted) == 1, f"Kueue made room by preempting one worker:\n{story()}"
         gone = {w for w in before if preempted[0].startswith(f"pod-{w}-")}
         assert len(gone) == 1 and not gone & set(_workers(core, ns)), (preempted, story())
