@@ -23,6 +23,12 @@ the queue limits it) is scaled by an HPA on `desired_replicas`.
 5. That pod goes and the job grows back to 5; a batch Job of the same priority (a Workload
    with no pod until admitted) waits in the queue: the job shrinks to 4 again and Kueue
    admits the Job (unsuspends it).
+
+A second test turns Kueue's preemption on (`preemption.withinClusterQueue: LowerPriority`)
+and runs the real elastic agent (as test_sizing does): Kueue admits a workload of higher
+priority by evicting one of the job's pod Workloads, and the job shrinks (the world re-forms
+without that member, no sample lost or trained twice), its replacement pod is not left
+gated, and it grows back once that workload is gone.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ from metrics_adapter.sizing.kueue_objects import ADMISSION_GATE, QUEUE_LABEL
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.elastic_job import (
+    SERVICE_ACCOUNT,
+    WorldWatch,
+    elastic_container,
+    grant_agent_access,
+    reap_trainers,
+)
 from tests.e2e.harness.kueue import MANAGED_LABEL, Kueue
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.session import E2ENamespace, Kubectl
@@ -51,7 +64,10 @@ from tests.e2e.metrics_adapter.test_sizing import (
     ADAPTER_NS,
     HISTORY,
     SIZING_ARGS,
+    TRAIN_ARGS,
     SizingAdapters,
+    Timeline,
+    _partial_ledger_problems,
     adapter_kubeconfig,
     linear_history,
     sizing_hpa,
@@ -115,8 +131,15 @@ def sizing_beside_kueue(
         metrics_adapter.wait_available(timeout_s=60)
 
 
-def _queues(api: client.ApiClient, namespace: str, cpu: str) -> client.CustomObjectsApi:
-    """A ResourceFlavor, ClusterQueue `CLUSTER_QUEUE` (``cpu`` CPUs) and LocalQueue `user`."""
+def _queues(
+    api: client.ApiClient,
+    namespace: str,
+    cpu: str,
+    name: str = CLUSTER_QUEUE,
+    preemption: dict[str, str] | None = None,
+) -> client.CustomObjectsApi:
+    """The ResourceFlavor (once), ClusterQueue `name` (``cpu`` CPUs, Kueue's `preemption`
+    policy if given, else its default: none) and LocalQueue `user` in `namespace`."""
     custom = client.CustomObjectsApi(api)
     api_version = f"{GROUP}/{VERSION}"
     flavor: dict[str, Any] = {
@@ -128,7 +151,7 @@ def _queues(api: client.ApiClient, namespace: str, cpu: str) -> client.CustomObj
     cluster_queue: dict[str, Any] = {
         "apiVersion": api_version,
         "kind": "ClusterQueue",
-        "metadata": {"name": CLUSTER_QUEUE},
+        "metadata": {"name": name},
         "spec": {
             "namespaceSelector": {},
             "resourceGroups": [
@@ -137,22 +160,27 @@ def _queues(api: client.ApiClient, namespace: str, cpu: str) -> client.CustomObj
                     "flavors": [{"name": FLAVOR, "resources": limits}],
                 }
             ],
+            **({"preemption": preemption} if preemption else {}),
         },
     }
     local: dict[str, Any] = {
         "apiVersion": api_version,
         "kind": "LocalQueue",
         "metadata": {"name": LOCAL_QUEUE},
-        "spec": {"clusterQueue": CLUSTER_QUEUE},
+        "spec": {"clusterQueue": name},
     }
-    custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", flavor)
+    try:  # one flavor for the module's ClusterQueues
+        custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", flavor)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
     custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
     return custom
 
 
-def _cluster_queue(custom: client.CustomObjectsApi) -> dict[str, Any]:
-    cq = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", CLUSTER_QUEUE)
+def _cluster_queue(custom: client.CustomObjectsApi, name: str = CLUSTER_QUEUE) -> dict[str, Any]:
+    cq = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name)
     assert isinstance(cq, dict)
     return cq
 
@@ -241,8 +269,8 @@ def _ready(apps: client.AppsV1Api, namespace: str, name: str) -> int:
     return int(apps.read_namespaced_deployment(name, namespace).status.ready_replicas or 0)
 
 
-def _reserved_cpu(custom: client.CustomObjectsApi) -> str:
-    cq = _cluster_queue(custom)
+def _reserved_cpu(custom: client.CustomObjectsApi, name: str = CLUSTER_QUEUE) -> str:
+    cq = _cluster_queue(custom, name)
     for flavor in (cq.get("status") or {}).get("flavorsReservation") or []:
         for r in flavor.get("resources") or []:
             if r["name"] == "cpu":
@@ -394,6 +422,185 @@ def test_a_job_waits_in_its_queue_is_admitted_and_grows_to_the_queues_quota_and_
     apps.delete_namespaced_deployment("queued", ns)
     wait_for(  # while Kueue runs: it lifts the finalizer it put on each pod
         lambda: not core.list_namespaced_pod(ns).items,
+        timeout_s=90,
+        what="the workers gone",
+    )
+    assert not e2e_ns.runner.errors, e2e_ns.runner.errors
+
+
+def _kueue_events(core: client.CoreV1Api, namespace: str) -> list[tuple[str, str, str, str]]:
+    """(kind, name, reason, message) of each Event on a Workload in `namespace`, and of each
+    Event on a Pod that Kueue wrote (it stopped or preempted it), oldest first."""
+    events = sorted(
+        core.list_namespaced_event(namespace).items,
+        key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp),
+    )
+    return [
+        (str(o.kind), str(o.name), str(e.reason), str(e.message))
+        for e in events
+        if (o := e.involved_object).kind == "Workload"
+        or (o.kind == "Pod" and e.reason in ("Stopped", "Preempted", "Evicted"))
+    ]
+
+
+PREEMPTING_QUEUE = "edl-e2e-preempting"
+
+
+@pytest.mark.parametrize("kubelet_nodes", [(NodeSpec("roomy", cpu="8", memory="16Gi"),)],
+                         ids=["1x8cpu"])  # fmt: skip
+def test_kueues_preemption_shrinks_the_elastic_job_which_grows_back_afterwards(
+    sizing_beside_kueue: SizingAdapters,
+    e2e_ns: E2ENamespace,
+    kubectl: Kubectl,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """Kueue preempts one of the job's pod Workloads for a workload of higher priority.
+
+    A ClusterQueue of 3 CPUs with `preemption.withinClusterQueue: LowerPriority` and the real
+    elastic digits job (the agent around the trainer, as in test_sizing, min 1 / max 4) in it:
+    it grows on measured throughput to 3, what the queue admits. A Deployment of higher
+    priority (a plain priority class: it may preempt) joins the queue; Kueue admits it by
+    evicting one of the job's pod Workloads, which deletes that pod. Its agent leaves the
+    world like any member being deleted: the other two re-form and train on (the sample
+    ledger: no sample lost or trained twice). The ReplicaSet's replacement pod waits, gated,
+    in the full queue; the sizer plans 2 (what the queue admits), the HPA scales to 2 and the
+    ReplicaSet removes that gated pod first: nothing is left waiting. When the high-priority
+    Deployment goes, the job grows back to 3.
+    """
+    ns, api = e2e_ns.name, e2e_ns.api
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    autoscaling, scheduling = client.AutoscalingV2Api(api), client.SchedulingV1Api(api)
+    key, value = MANAGED_LABEL
+    core.patch_namespace(ns, {"metadata": {"labels": {key: value}}})
+    custom = _queues(
+        api, ns, cpu="3", name=PREEMPTING_QUEUE, preemption={"withinClusterQueue": "LowerPriority"}
+    )
+    urgent_class = f"edl-e2e-kueue-preemptor-{ns}"
+    scheduling.create_priority_class(as_body({"metadata": {"name": urgent_class}, "value": 1000}))
+    agent_kubeconfig = grant_agent_access(
+        ns, api, kubectl, control_plane, tmp_path / "agent.kubeconfig"
+    )
+    container = elastic_container(
+        tmp_path, agent_kubeconfig, "process", "examples.train_digits_elastic", TRAIN_ARGS
+    )
+    container["env"].append({"name": "EDL_TRAINER_PORTS", "value": "auto"})
+    deployment = trainer_deployment("trainer", "digits", 1, container, 1, 4, SERVICE_ACCOUNT)
+    deployment["metadata"]["labels"][QUEUE_LABEL] = LOCAL_QUEUE
+    apps.create_namespaced_deployment(ns, as_body(deployment))
+    world = WorldWatch(core, ns, tmp_path / "ledger")
+    timeline = Timeline(core, apps, ns, "trainer", "digits", world, sizing_beside_kueue)
+    timeline.record_now()
+    autoscaling.create_namespaced_horizontal_pod_autoscaler(
+        ns, as_body(sizing_hpa("trainer", "digits", 4, "0"))
+    )
+    sizing = sizing_beside_kueue
+    logs = e2e_ns.runner.log_tails
+
+    def decision() -> dict[str, Any]:
+        page = sizing.debug_page(sizing.a)
+        found = [j for j in page["plan"]["jobs"] if j["job"] == f"{ns}/trainer"]
+        return found[0] if found else {}
+
+    def story() -> str:
+        """What a failure shows: the timeline, the pods, the plan and what Kueue did."""
+        kueue_said = "\n".join(f"  {k}/{n} {r}: {m}" for k, n, r, m in _kueue_events(core, ns))
+        return (
+            f"{timeline.table()}\nworkers {_workers(core, ns)}\n"
+            f"decision {json.dumps(decision())}\nKueue's events:\n{kueue_said}\n{logs()}"
+        )
+
+    def settled_at(n: int, what: str, timeout_s: float) -> None:
+        """A generation of `n` members training, `n` workers bound, none gated or waiting,
+        the Deployment at `n`."""
+        wait_for(
+            lambda: world.training_at(n, after=0, steps=4) is not None,
+            timeout_s=timeout_s,
+            what=f"a world of {n} training ({what})",
+            describe=story,
+        )
+        wait_for(
+            lambda: (
+                list(_workers(core, ns).values()) == ["bound"] * n
+                and apps.read_namespaced_deployment("trainer", ns).spec.replicas == n
+            ),
+            timeout_s=120,
+            what=f"{n} workers bound, the Deployment at {n} and none waiting ({what})",
+            describe=story,
+        )
+
+    timeline.start()
+    try:
+        # 1. the job grows on measured throughput to what the queue admits
+        settled_at(3, "grown to the ClusterQueue's 3 CPUs", timeout_s=360)
+        print(f"at the queue's quota: {json.dumps(decision())}")
+        before = set(_workers(core, ns))
+
+        # 2. a Deployment of higher priority: Kueue preempts one of the job's pods
+        urgent = sleeper("urgent", urgent_class)
+        urgent["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
+        apps.create_namespaced_deployment(ns, as_body(urgent))
+        created = time.monotonic() - world.started
+        wait_for(lambda: _ready(apps, ns, "urgent") == 1, timeout_s=120,
+                 what="the urgent pod admitted and running", describe=story)  # fmt: skip
+        settled_at(2, "one worker preempted for the urgent pod", timeout_s=180)
+        preempted = [
+            n for _, n, r, _m in _kueue_events(core, ns) if r == "Preempted" and "trainer" in n
+        ]
+        reformed = next(t for t, _, n in world.history if t >= created and n == 2)
+        print(f"Kueue preempted: {preempted}; workers before {sorted(before)}, "
+              f"after {sorted(_workers(core, ns))}; a world of 2 seen "
+              f"{reformed - created:.1f} s after the urgent Deployment was created")  # fmt: skip
+        assert len(preempted) == 1, f"Kueue made room by preempting one worker:\n{story()}"
+        gone = {w for w in before if preempted[0].startswith(f"pod-{w}-")}
+        assert len(gone) == 1 and not gone & set(_workers(core, ns)), (preempted, story())
+        wait_for(  # what the queue admits now, the urgent pod holding the worker's quota
+            lambda: (decision().get("desired"), decision().get("limitedBy")) == (2, "queue_quota"),
+            timeout_s=60,
+            what="the sizer planning 2, limited by the queue",
+            describe=story,
+        )
+        shrunk = decision()
+        print(f"beside the urgent pod: {json.dumps(shrunk)}")
+        for _ in range(5):  # held at 2 by the queue; the replacement pod does not come back
+            time.sleep(1)
+            assert sizing.served(sizing.a, ns, "digits") == 2, story()
+            assert list(_workers(core, ns).values()) == ["bound"] * 2, story()
+        assert _reserved_cpu(custom, PREEMPTING_QUEUE) == "3"
+
+        # 3. the urgent pod goes: the job grows back
+        apps.delete_namespaced_deployment("urgent", ns)
+        gen_at_2 = world.world()[0]
+        wait_for(
+            lambda: world.training_at(3, after=gen_at_2, steps=4) is not None,
+            timeout_s=240,
+            what="the job grown back to 3",
+            describe=story,
+        )
+        settled_at(3, "grown back into the freed quota", timeout_s=60)
+    finally:
+        timeline.stop()
+        print(f"\n=== Kueue preemption timeline (namespace {ns}) ===\n{timeline.table()}")
+        print(f"world history (s, generation, size): {world.history}")
+        print("Kueue's events:\n" + "\n".join(
+            f"  {k}/{n} {r}: {m}" for k, n, r, m in _kueue_events(core, ns)))  # fmt: skip
+        try:
+            autoscaling.delete_namespaced_horizontal_pod_autoscaler("trainer", ns)
+            kubectl("-n", ns, "scale", "deployment/trainer", "--replicas=0")
+        finally:
+            reap_trainers(tmp_path, "examples.train_digits_elastic")
+            scheduling.delete_priority_class(urgent_class)
+
+    replicas = [
+        r[1] for i, r in enumerate(timeline.rows) if i == 0 or timeline.rows[i - 1][1] != r[1]
+    ]
+    assert replicas[-3:] == [3, 2, 3] and set(replicas) <= {1, 2, 3}, timeline.table()
+    assert world.sizes[-3:] == [3, 2, 3] and set(world.sizes) <= {1, 2, 3}, world.history
+    problems, epochs = _partial_ledger_problems(tmp_path / "ledger")
+    assert problems == [], problems
+    assert epochs >= 1, "not one epoch completed: the test says nothing about exactly-once"
+    wait_for(  # while Kueue runs: it lifts the finalizer it put on each pod
+        lambda: not core.list_namespaced_pod(ns, label_selector="app=trainer").items,
         timeout_s=90,
         what="the workers gone",
     )
