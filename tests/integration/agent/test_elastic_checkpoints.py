@@ -14,6 +14,7 @@ checkpoint write SIGKILLed midway leaves the previous checkpoint usable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -60,7 +61,10 @@ def kill_everything(job: Job) -> None:
     """SIGKILL every agent and every trainer of the job at once, as a lost node would."""
     trainers = [job.trainer_of(name) for name in job.procs]
     for trainer in trainers:
-        os.killpg(trainer.pid, signal.SIGKILL)
+        # A trainer whose peer was killed a moment before may have exited on its own already
+        # (a failed collective: exit 76): as dead as a killed one, not an error.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(trainer.pid, signal.SIGKILL)
     for proc in job.procs.values():
         proc.kill()
     for proc in job.procs.values():
