@@ -86,6 +86,11 @@ kueue:
 node:
 	@bash tests/e2e/node/build.sh >/dev/null
 
+# Pods run by a real kubelet + containerd from EDL's images (tests/e2e/install/test_kubelet_pod.py;
+# docs/development.md, "The e2e node"). The other e2e tests still use the pod runner.
+e2e-kubelet: venv system-deps controlplane node
+	$(BIN)/python -m pytest tests/e2e -m kubelet -ra -q
+
 # The sizer beside Kueue on the real control plane (tests/e2e/metrics_adapter/test_kueue.py).
 e2e-kueue: venv system-deps controlplane kueue
 	$(BIN)/python -m pytest tests/e2e -m kueue -ra -q
