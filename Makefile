@@ -8,7 +8,7 @@ EDL_CACHE_DIR ?= $(HOME)/.cache/edl
 export EDL_CACHE_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images dist lint unit integration e2e e2e-kueue bench bench-scale kwok kueue s3gateway clean
+.PHONY: demo demo-cluster test venv system-deps controlplane helm monitoring-crds openapi-schemas images dist lint unit integration e2e e2e-kueue e2e-kubelet node bench bench-scale kwok kueue s3gateway clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-torch.sh
@@ -80,6 +80,16 @@ e2e: venv system-deps controlplane helm monitoring-crds
 # version; cold about 13 min on 2 shared cores, so apart from `make e2e`), for the e2e beside it.
 kueue:
 	@bash tests/e2e/kueue/build.sh >/dev/null
+
+# The e2e node: kubelet (the control plane's version) and containerd v2 with its runc shim and
+# ctr, from the Go module proxy (cached by version), runc from Debian (tests/e2e/node/build.sh).
+node:
+	@bash tests/e2e/node/build.sh >/dev/null
+
+# Pods run by a real kubelet + containerd from EDL's images (tests/e2e/install/test_kubelet_pod.py;
+# docs/development.md, "The e2e node"). The other e2e tests still use the pod runner.
+e2e-kubelet: venv system-deps controlplane node
+	$(BIN)/python -m pytest tests/e2e -m kubelet -ra -q
 
 # The sizer beside Kueue on the real control plane (tests/e2e/metrics_adapter/test_kueue.py).
 e2e-kueue: venv system-deps controlplane kueue

@@ -11,6 +11,9 @@
   starts when a selected test uses them.
 * `kueue` (session): Kueue's manager with its CRDs and webhooks (tests/e2e/harness/kueue.py),
   built by tests/e2e/kueue/build.sh before any test starts when a selected test uses it.
+* `kubelet_node` (session): a real node, containerd v2 and the kubelet registered as Node
+  `localhost` (tests/e2e/harness/kubelet_node.py), built by tests/e2e/node/build.sh before any
+  test starts when a selected test uses it; kube-scheduler runs while it is up.
 * When a test fails, the tail of every component's log is attached to its report.
 """
 
@@ -33,6 +36,7 @@ from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.install import ensure_images
+from tests.e2e.harness.kubelet_node import KubeletNode, KubeletNodeSettings, ensure_node_binaries
 from tests.e2e.harness.kueue import Kueue, KueueSettings, ensure_kueue
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
@@ -68,6 +72,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _BUILD["kueue"] = ensure_kueue()
         except HarnessError as e:
             _BUILD["kueue_error"] = e
+    if any("kubelet_node" in getattr(item, "fixturenames", ()) for item in session.items):
+        try:  # `make node` (cached), also before any test's clock starts
+            _BUILD["node"] = ensure_node_binaries()
+        except HarnessError as e:
+            _BUILD["node_error"] = e
 
 
 @pytest.hookimpl(wrapper=True)
@@ -123,6 +132,28 @@ def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
     finally:
         manager.stop()
         LOG_SOURCES.remove(manager)
+
+
+@pytest.fixture(scope="session")
+def kubelet_node(control_plane: ControlPlane) -> Iterator[KubeletNode]:
+    """containerd + the kubelet as Node `localhost`; kube-scheduler runs while it is up (and is
+    stopped after, if it was not running before: the pod runner's tests want none)."""
+    if "node_error" in _BUILD:
+        raise _BUILD["node_error"]
+    bin_dir = _BUILD.get("node") or ensure_node_binaries()
+    node = KubeletNode(control_plane, KubeletNodeSettings(bin_dir, control_plane.work_dir / "node"))
+    started_scheduler = control_plane.scheduler is None
+    LOG_SOURCES.append(node)
+    try:
+        if started_scheduler:
+            control_plane.start_scheduler()
+        node.start()
+        yield node
+    finally:
+        node.stop()
+        if started_scheduler:
+            control_plane.stop_scheduler()
+        LOG_SOURCES.remove(node)
 
 
 @pytest.fixture(scope="session")

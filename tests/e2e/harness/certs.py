@@ -39,6 +39,9 @@ class ClusterPKI:
     front_proxy_client: KeyPair
     adapter: KeyPair
     service_account_key: Path
+    kubelet_client: KeyPair
+    """kube-apiserver's client certificate towards kubelets (logs, exec), as kubeadm's
+    `apiserver-kubelet-client`: a real node (harness/kubelet_node.py) trusts the cluster CA."""
 
 
 def _name(cn: str, org: str | None = None) -> x509.Name:
@@ -95,6 +98,19 @@ class _Authority:
         self.pair = KeyPair(directory / f"{stem}.crt", directory / f"{stem}.key")
         self.pair.cert.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.key, self.pair.key)
+
+    @classmethod
+    def load(cls, pair: KeyPair) -> _Authority:
+        """The authority whose certificate and key `make_cluster_pki` wrote."""
+        self = cls.__new__(cls)
+        key = serialization.load_pem_private_key(pair.key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{pair.key} is not an EC key")
+        self.key = key
+        self.cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+        self.name = self.cert.subject
+        self.pair = pair
+        return self
 
     def issue(
         self,
@@ -165,6 +181,9 @@ def make_cluster_pki(directory: Path, *, adapter_service_dns: tuple[str, ...]) -
         dns=("localhost", *adapter_service_dns),
         ips=("127.0.0.1",),
     )
+    kubelet_client = ca.issue(
+        directory, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", org="system:masters"
+    )
     sa_key = directory / "sa.key"
     _write_key(ec.generate_private_key(ec.SECP256R1()), sa_key)
     return ClusterPKI(
@@ -175,7 +194,23 @@ def make_cluster_pki(directory: Path, *, adapter_service_dns: tuple[str, ...]) -
         front_proxy_client=client,
         adapter=adapter,
         service_account_key=sa_key,
+        kubelet_client=kubelet_client,
     )
+
+
+def issue_client_cert(ca: KeyPair, directory: Path, stem: str, cn: str, org: str) -> KeyPair:
+    """A client certificate signed by the cluster CA `ca` (e.g. a kubelet's:
+    `system:node:<name>` in `system:nodes`), written as `<stem>.crt`/`<stem>.key`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return _Authority.load(ca).issue(directory, stem, cn, org=org)
+
+
+def issue_serving_cert(
+    ca: KeyPair, directory: Path, stem: str, cn: str, *, dns: tuple[str, ...], ips: tuple[str, ...]
+) -> KeyPair:
+    """A serving certificate signed by the cluster CA `ca` (e.g. a kubelet's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return _Authority.load(ca).issue(directory, stem, cn, server=True, dns=dns, ips=ips)
 
 
 def make_webhook_pki(directory: Path, cn: str, dns: tuple[str, ...]) -> tuple[KeyPair, KeyPair]:

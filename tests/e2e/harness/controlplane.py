@@ -247,6 +247,8 @@ class ControlPlane:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
             f"--proxy-client-key-file={pki.front_proxy_client.key}",
+            f"--kubelet-client-certificate={pki.kubelet_client.cert}",
+            f"--kubelet-client-key={pki.kubelet_client.key}",
             "--endpoint-reconciler-type=none",
             "--disable-admission-plugins=ServiceAccount",
             "--enable-priority-and-fairness=false",

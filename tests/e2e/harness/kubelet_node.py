@@ -1,0 +1,544 @@
+"""A real node for the loopback control plane: containerd v2 (CRI on) and the kubelet.
+
+The binaries come from `tests/e2e/node/build.sh` (kubelet at the control plane's version and
+containerd with its runc shim and `ctr`, built from the Go module proxy and cached outside the
+clone); runc is the system's. Everything the node keeps lives under `work_dir`: containerd's
+root, state and socket, the kubelet's `--root-dir`, its configuration, certificates and logs;
+its pods' cgroups live under a cgroup root of their own (`/edl-e2e-node-<id>`), so two nodes on
+one machine never meet. `stop()` stops the kubelet, then every container containerd still
+runs (through `ctr`), then containerd and the shims it started (by PID), unmounts what they
+left mounted under `work_dir` and removes the cgroups.
+
+How this machine needs it (docs/development.md, "The e2e node"):
+
+* cgroup v1 (hybrid): `failCgroupV1: false`, `cgroupDriver: cgroupfs` (no systemd here), and
+  containerd's runc runtime with `SystemdCgroup = false`;
+* swap may be on: `failSwapOn: false`;
+* no CNI: every pod uses `hostNetwork: true`. containerd reports its runtime network ready only
+  once a CNI network configuration is loaded, and the kubelet keeps a node `Ready=False` until
+  then, so the node's CNI folder holds one configuration whose plugin does not exist
+  (`edl-e2e-no-pod-network`): it is never called for a host-network pod, and a pod that asks
+  for a network of its own fails with that plugin's name in its error;
+* the sandbox ("pause") image is built locally (a static Go `pause` from build.sh, `FROM
+  scratch`, podman) and imported like EDL's images: nothing is pulled;
+* the node is named `localhost`: kube-apiserver reaches a kubelet through the node's first
+  address, its hostname, and the kubelet listens on 127.0.0.1 only (it refuses a loopback
+  node IP, so the node's InternalIP is the machine's own); kube-apiserver calls it with its
+  kubelet client certificate (`ClusterPKI.kubelet_client`), which is all the kubelet accepts;
+* the kubelet signs in as `system:node:localhost` (group `system:nodes`), with the built-in
+  ClusterRole `system:node` bound to it (the control plane authorizes with RBAC only);
+* the disk may be fuller than the kubelet's default eviction thresholds: they are lowered to
+  1 %, and image garbage collection is off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.harness.certs import issue_client_cert, issue_serving_cert
+from tests.e2e.harness.controlplane import REPO_ROOT, ControlPlane
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port, run_build
+from tests.support.waiting import WaitTimeout, wait_for
+
+BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "node" / "build.sh"
+NODE_NAME = "localhost"
+K8S_NAMESPACE = "k8s.io"
+"""containerd's namespace for what the CRI runs (and where imported images must be)."""
+PAUSE_IMAGE = "localhost/edl-e2e-pause:1"
+NO_POD_NETWORK = "edl-e2e-no-pod-network"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+_SOCKET_MAX = 100
+"""A unix socket's path must fit in 108 bytes."""
+
+
+def ensure_node_binaries(timeout_s: float = 3600.0) -> Path:
+    """Runs build.sh (instant when cached) under a lock and returns the bin directory.
+
+    Raises:
+        HarnessError: the build failed; the message holds its last output lines.
+    """
+    out = run_build(BUILD_SCRIPT, "node.lock", "e2e node build", timeout_s)
+    bin_dir = Path(out.strip().splitlines()[-1])
+    for name in ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause"):
+        if not os.access(bin_dir / name, os.X_OK):
+            raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")
+    return bin_dir
+
+
+@dataclass
+class KubeletNodeSettings:
+    """Where the node's binaries are, where it keeps its state, how long a start may take."""
+
+    bin_dir: Path
+    """build.sh's folder: kubelet, containerd, containerd-shim-runc-v2, ctr, pause."""
+    work_dir: Path
+    """Scratch folder: containerd's and the kubelet's state, configuration and logs."""
+    runc: str = "/usr/sbin/runc"
+    ready_timeout_s: float = 180.0
+    """Bound on each component's wait (containerd's socket, the Node's `Ready=True`)."""
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+
+class KubeletNode:
+    """Starts containerd and the kubelet, registered as Node `localhost`; stops both."""
+
+    def __init__(self, cp: ControlPlane, settings: KubeletNodeSettings) -> None:
+        self.cp = cp
+        self.settings = settings
+        self.work = settings.work_dir
+        self.log_dir = self.work / "logs"
+        self.containerd: ManagedProcess | None = None
+        self.kubelet: ManagedProcess | None = None
+        self.cgroup_root = f"/edl-e2e-node-{uuid.uuid4().hex[:8]}"
+        self.socket = self.work / "containerd" / "containerd.sock"
+        if len(str(self.socket)) > _SOCKET_MAX:  # a short folder of its own instead
+            short = Path(tempfile.mkdtemp(prefix="edl-ctd-"))
+            self.socket = short / "containerd.sock"
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """containerd (checked with `ctr version`), the pause image, then the kubelet until its
+        Node is `Ready=True`.
+
+        Raises:
+            HarnessError: something did not come up; the message has its log tail.
+        """
+        if not os.access(self.settings.runc, os.X_OK):
+            raise HarnessError(f"runc not found at {self.settings.runc} (apt-get install runc)")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._start_containerd()
+        self.import_image(PAUSE_IMAGE, build=self._build_pause_image)
+        self._start_kubelet()
+
+    def stop(self) -> None:
+        """Stops the kubelet, every container, containerd and its shims; unmounts what they
+        left under `work_dir` and removes the node's cgroups. Never raises."""
+        steps = (
+            lambda: self.kubelet.stop() if self.kubelet else None,
+            self._remove_containers,
+            lambda: self.containerd.stop() if self.containerd else None,
+            self._stop_shims,
+            self._unmount_leftovers,
+            self._remove_cgroups,
+        )
+        for step in steps:
+            try:
+                step()
+            except Exception as e:  # teardown must reach every step
+                print(f"stopping the e2e node: {e!r}")
+
+    def log_tails(self, lines: int = 30) -> str:
+        """containerd's and the kubelet's last log lines, for a failing test's report."""
+        procs = (self.containerd, self.kubelet)
+        return "\n".join(f"----- {p.name} ({p.log}) -----\n{p.tail(lines)}" for p in procs if p)
+
+    # ---- images ------------------------------------------------------------------------------
+
+    def ctr(self, *args: str, stdin: bytes | None = None, timeout_s: float = 120.0) -> str:
+        """`ctr -a <socket> -n k8s.io ...`; raises HarnessError on a failure."""
+        argv = [str(self.settings.bin_dir / "ctr"), "-a", str(self.socket), "-n", K8S_NAMESPACE]
+        try:
+            done = subprocess.run(
+                [*argv, *args], input=stdin, capture_output=True, timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired as e:
+            raise HarnessError(f"ctr {' '.join(args)} ran past {timeout_s:.0f} s") from e
+        if done.returncode != 0:
+            err = done.stderr.decode(errors="replace").strip()
+            raise HarnessError(f"ctr {' '.join(args)} failed rc={done.returncode}: {err}")
+        return done.stdout.decode(errors="replace")
+
+    def images(self) -> set[str]:
+        """The image references containerd's CRI namespace holds."""
+        return set(self.ctr("images", "ls", "-q").split())
+
+    def import_image(self, ref: str, *, build: Any = None, timeout_s: float = 600.0) -> None:
+        """`podman save <ref> | ctr -n k8s.io images import -` (skipped when already there).
+
+        `build`, when given, is called first if podman does not have `ref`.
+
+        Raises:
+            HarnessError: podman or ctr failed (their message), or ran past `timeout_s`.
+        """
+        if ref in self.images():
+            return
+        if build is not None and not _podman_has(ref):
+            build()
+        with tempfile.TemporaryFile() as archive:
+            try:
+                saved = subprocess.run(
+                    ["podman", "save", "--format", "docker-archive", ref],
+                    stdout=archive, stderr=subprocess.PIPE, timeout=timeout_s, check=False,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired as e:
+                raise HarnessError(f"podman save {ref} ran past {timeout_s:.0f} s") from e
+            if saved.returncode != 0:
+                raise HarnessError(f"podman save {ref} failed: {saved.stderr.decode().strip()}")
+            archive.seek(0)
+            self.ctr("images", "import", "--no-unpack=false", "-", stdin=archive.read(),
+                     timeout_s=timeout_s)  # fmt: skip
+        if ref not in self.images():
+            raise HarnessError(f"ctr imported {ref} but does not list it: {sorted(self.images())}")
+
+    def _build_pause_image(self) -> None:
+        with tempfile.TemporaryDirectory() as context:
+            shutil.copy2(self.settings.bin_dir / "pause", Path(context) / "pause")
+            (Path(context) / "Containerfile").write_text(
+                'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n'
+            )
+            done = subprocess.run(
+                ["podman", "build", "-q", "-t", PAUSE_IMAGE, context],
+                capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+        if done.returncode != 0:
+            raise HarnessError(f"podman build {PAUSE_IMAGE} failed: {done.stderr.strip()}")
+
+    # ---- containerd --------------------------------------------------------------------------
+
+    def _containerd_config(self) -> dict[str, Any]:
+        base = self.work / "containerd"
+        cri_runtime = "io.containerd.cri.v1.runtime"
+        return {
+            "version": 3,
+            "root": str(base / "root"),
+            "state": str(base / "state"),
+            "grpc": {"address": str(self.socket)},
+            "ttrpc": {"address": f"{self.socket}.ttrpc"},
+            "debug": {"level": "info"},
+            "plugins": {
+                "io.containerd.internal.v1.opt": {"path": str(base / "opt")},
+                "io.containerd.grpc.v1.cri": {
+                    "disable_tcp_service": True,
+                    "stream_server_address": "127.0.0.1",
+                    "stream_server_port": "0",
+                },
+                "io.containerd.cri.v1.images": {
+                    "snapshotter": "overlayfs",
+                    "pinned_images": {"sandbox": PAUSE_IMAGE},
+                },
+                cri_runtime: {
+                    # this sandbox lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj
+                    # (the pause container's -998), "can't get final child's PID from pipe"
+                    "restrict_oom_score_adj": True,
+                    "cni": {"bin_dirs": [str(base / "cni-bin")], "conf_dir": str(base / "cni")},
+                    "containerd": {
+                        "default_runtime_name": "runc",
+                        "runtimes": {
+                            "runc": {
+                                "runtime_type": "io.containerd.runc.v2",
+                                "options": {
+                                    "BinaryName": self.settings.runc,
+                                    "SystemdCgroup": False,
+                                },
+                            }
+                        },
+                    },
+                },
+            },
+        }
+
+    def _start_containerd(self) -> None:
+        base = self.work / "containerd"
+        (base / "cni").mkdir(parents=True, exist_ok=True)
+        (base / "cni-bin").mkdir(parents=True, exist_ok=True)
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        no_network = {
+            "cniVersion": "1.0.0",
+            "name": NO_POD_NETWORK,
+            "plugins": [{"type": NO_POD_NETWORK}],
+        }
+        (base / "cni" / "10-edl-e2e.conflist").write_text(json.dumps(no_network))
+        config = base / "config.toml"
+        config.write_text(_toml(self._containerd_config()))
+        env = {**os.environ, "PATH": f"{self.settings.bin_dir}:{os.environ.get('PATH', '')}"}
+        self.containerd = ManagedProcess(
+            "containerd",
+            [str(self.settings.bin_dir / "containerd"), f"--config={config}"],
+            self.log_dir / "containerd.log",
+            env=env,
+        )
+        self.containerd.start()
+        self._wait(self.containerd, lambda: self.ctr("version", timeout_s=10), "containerd up")
+
+    # ---- kubelet -----------------------------------------------------------------------------
+
+    def _kubelet_config(self, port: int, healthz: int) -> dict[str, Any]:
+        pki = self.cp.pki
+        assert pki is not None
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
+            "failSwapOn": False,
+            "address": "127.0.0.1",
+            "port": port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": healthz,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(pki.ca.cert)},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "tlsCertFile": str(self.work / "kubelet" / "pki" / "serving.crt"),
+            "tlsPrivateKeyFile": str(self.work / "kubelet" / "pki" / "serving.key"),
+            "volumePluginDir": str(self.work / "kubelet" / "volume-plugins"),
+            "evictionHard": {
+                "memory.available": "1Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False,
+            "syncFrequency": "10s",
+            "fileCheckFrequency": "10s",
+            "nodeStatusUpdateFrequency": "5s",
+            "resolvConf": "/etc/resolv.conf",
+            "registerNode": True,
+        }
+
+    def _kubeconfig(self) -> dict[str, Any]:
+        pki = self.cp.pki
+        assert pki is not None
+        pair = issue_client_cert(
+            pki.ca, self.work / "kubelet" / "pki", "client", f"system:node:{NODE_NAME}",
+            "system:nodes",
+        )  # fmt: skip
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {
+                        "server": self.cp.server,
+                        "certificate-authority": str(pki.ca.cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "node",
+                    "user": {"client-certificate": str(pair.cert), "client-key": str(pair.key)},
+                }
+            ],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "node"}}],
+            "current-context": "e2e",
+        }
+
+    def _grant_node_role(self) -> None:
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"edl-e2e-node-{NODE_NAME}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:node",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": f"system:node:{NODE_NAME}",
+                }
+            ],
+        }
+        url = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+        self.cp.request("POST", url, json=binding, ok=(201, 409))
+
+    def _start_kubelet(self) -> None:
+        pki = self.cp.pki
+        assert pki is not None
+        kdir = self.work / "kubelet"
+        (kdir / "root").mkdir(parents=True, exist_ok=True)
+        (kdir / "volume-plugins").mkdir(parents=True, exist_ok=True)
+        self._make_cgroup_root()
+        issue_serving_cert(
+            pki.ca, kdir / "pki", "serving", NODE_NAME, dns=(NODE_NAME,), ips=("127.0.0.1",)
+        )
+        kubeconfig = kdir / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(self._kubeconfig()))
+        self._grant_node_role()
+        port, healthz = free_port(), free_port()
+        config = kdir / "config.yaml"
+        config.write_text(yaml.safe_dump(self._kubelet_config(port, healthz)))
+        self.cp.request("DELETE", f"/api/v1/nodes/{NODE_NAME}", ok=(200, 404))
+        labels = ",".join(f"{k}={v}" for k, v in self.settings.node_labels.items())
+        self.kubelet = ManagedProcess(
+            "kubelet",
+            [
+                str(self.settings.bin_dir / "kubelet"),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={kdir / 'root'}",
+                f"--cert-dir={kdir / 'pki'}",
+                f"--hostname-override={NODE_NAME}",
+                *([f"--node-labels={labels}"] if labels else []),
+                "--v=2",
+            ],
+            self.log_dir / "kubelet.log",
+        )
+        self.kubelet.start()
+        self._wait(self.kubelet, self._node_ready, f"Node {NODE_NAME} Ready=True")
+        self._untaint_not_ready()
+
+    def _untaint_not_ready(self) -> None:
+        """Removes `node.kubernetes.io/not-ready:NoSchedule`, as the node lifecycle controller
+        does once a node is Ready: kube-apiserver's TaintNodesByCondition admission puts it on
+        every new Node, and kube-controller-manager here runs no node lifecycle controller (it
+        would mark the pod runner's Node objects, which have no kubelet, unreachable)."""
+        node = self.cp.request("GET", f"/api/v1/nodes/{NODE_NAME}").json()
+        taints = node.get("spec", {}).get("taints") or []
+        kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
+        if len(kept) == len(taints):
+            return
+        self.cp.request(
+            "PATCH",
+            f"/api/v1/nodes/{NODE_NAME}",
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"spec": {"taints": kept or None}},
+        )
+
+    def _node_ready(self) -> bool:
+        node = self.cp.request("GET", f"/api/v1/nodes/{NODE_NAME}").json()
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in node.get("status", {}).get("conditions", [])
+        )
+
+    # ---- cgroups -----------------------------------------------------------------------------
+
+    def _cgroup_dirs(self) -> list[Path]:
+        """The node's cgroup root in every mounted hierarchy (v1 controllers and v2)."""
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        out = []
+        for line in mounts:
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] in ("cgroup", "cgroup2"):
+                out.append(Path(parts[1]) / self.cgroup_root.lstrip("/"))
+        return out
+
+    def _make_cgroup_root(self) -> None:
+        for d in self._cgroup_dirs():
+            d.mkdir(exist_ok=True)
+
+    def _remove_cgroups(self) -> None:
+        for d in self._cgroup_dirs():
+            if not d.exists():
+                continue
+            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                _rmdir_quiet(sub)
+            _rmdir_quiet(d)
+
+    # ---- teardown ----------------------------------------------------------------------------
+
+    def _remove_containers(self) -> None:
+        if self.containerd is None or not self.containerd.alive():
+            return
+        for line in self.ctr("tasks", "ls").splitlines()[1:]:
+            task = line.split()[0]
+            self.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task, timeout_s=30)
+        for task in (line.split()[0] for line in self.ctr("tasks", "ls").splitlines()[1:]):
+            try:
+                self.ctr("tasks", "delete", "--force", task, timeout_s=30)
+            except HarnessError as e:
+                print(f"stopping the e2e node: {e}")
+        for container in self.ctr("containers", "ls", "-q").split():
+            self.ctr("containers", "delete", container, timeout_s=30)
+
+    def _stop_shims(self) -> None:
+        """The shims of this node's containerd (found by their `-address` argument), by PID."""
+        needle = str(self.socket).encode()
+        shim = str(self.settings.bin_dir / "containerd-shim-runc-v2").encode()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0] == shim and any(needle in a for a in argv):
+                try:
+                    os.kill(int(proc.name), 9)
+                except ProcessLookupError:
+                    pass
+
+    def _unmount_leftovers(self) -> None:
+        roots = (str(self.work), str(self.socket.parent))
+        points = []
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point.startswith(roots):
+                points.append(point)
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, timeout=30, check=False)
+
+    def _wait(self, proc: ManagedProcess, check: Any, what: str) -> None:
+        try:
+            wait_for(
+                check,
+                timeout_s=self.settings.ready_timeout_s,
+                what=what,
+                give_up=lambda: None if proc.alive() else f"{proc.name} exited",
+            )
+        except WaitTimeout as e:
+            raise HarnessError(proc.describe_failure(str(e))) from e
+
+
+def _rmdir_quiet(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _podman_has(ref: str) -> bool:
+    done = subprocess.run(
+        ["podman", "image", "exists", ref], capture_output=True, timeout=60, check=False
+    )
+    return done.returncode == 0
+
+
+def _toml(config: dict[str, Any]) -> str:
+    """The subset of TOML containerd's configuration needs: nested tables of scalars/lists."""
+    lines: list[str] = []
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(str(v))
+
+    def table(prefix: list[str], body: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in body.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in body.items() if isinstance(v, dict)}
+        if prefix and scalars:
+            lines.append("[" + ".".join(json.dumps(p) for p in prefix) + "]")
+        for k, v in scalars.items():
+            lines.append(f"{k} = {value(v)}")
+        for k, v in tables.items():
+            table([*prefix, k], v)
+
+    table([], config)
+    return "\n".join(lines) + "\n"

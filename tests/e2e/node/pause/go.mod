@@ -1,0 +1,3 @@
+module edl.invalid/node/pause
+
+go 1.25.0
