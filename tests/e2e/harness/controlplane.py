@@ -10,7 +10,6 @@ always tears everything down. Each component logs into its own file under `work_
 
 from __future__ import annotations
 
-import os
 import shutil
 import warnings
 from collections.abc import Callable
@@ -22,7 +21,7 @@ import requests
 import yaml
 
 from tests.e2e.harness.certs import ClusterPKI, make_cluster_pki
-from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port, run_build
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, built_folder, free_port
 from tests.support.waiting import WaitTimeout, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -45,12 +44,8 @@ def ensure_binaries(timeout_s: float = 3600.0) -> Path:
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
     """
-    out = run_build(BUILD_SCRIPT, "controlplane.lock", "control-plane build", timeout_s)
-    bin_dir = Path(out.strip().splitlines()[-1])
-    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-        if not os.access(bin_dir / name, os.X_OK):
-            raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")
-    return bin_dir
+    names = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    return built_folder(BUILD_SCRIPT, "controlplane.lock", "control-plane build", timeout_s, names)
 
 
 @dataclass

@@ -47,7 +47,7 @@ import yaml
 
 from tests.e2e.harness.certs import issue_client_cert, issue_serving_cert
 from tests.e2e.harness.controlplane import REPO_ROOT, ControlPlane
-from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port, run_build
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, built_folder, free_port
 from tests.support.waiting import WaitTimeout, wait_for
 
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "node" / "build.sh"
@@ -67,12 +67,8 @@ def ensure_node_binaries(timeout_s: float = 3600.0) -> Path:
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
     """
-    out = run_build(BUILD_SCRIPT, "node.lock", "e2e node build", timeout_s)
-    bin_dir = Path(out.strip().splitlines()[-1])
-    for name in ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause"):
-        if not os.access(bin_dir / name, os.X_OK):
-            raise HarnessError(f"build.sh reported {bin_dir} but {name} is missing there")
-    return bin_dir
+    names = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause")
+    return built_folder(BUILD_SCRIPT, "node.lock", "e2e node build", timeout_s, names)
 
 
 @dataclass

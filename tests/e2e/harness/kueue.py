@@ -36,7 +36,7 @@ import yaml
 
 from tests.e2e.harness.certs import make_webhook_pki
 from tests.e2e.harness.controlplane import REPO_ROOT, ControlPlane
-from tests.e2e.harness.processes import HarnessError, ManagedProcess, free_port, run_build
+from tests.e2e.harness.processes import HarnessError, ManagedProcess, built_folder, free_port
 from tests.support.waiting import WaitTimeout, wait_for
 
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "kueue" / "build.sh"
@@ -65,11 +65,7 @@ def ensure_kueue(timeout_s: float = 3600.0) -> Path:
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
     """
-    out = run_build(BUILD_SCRIPT, "kueue.lock", "Kueue build", timeout_s)
-    folder = Path(out.strip().splitlines()[-1])
-    if not os.access(folder / "bin" / "kueue", os.X_OK):
-        raise HarnessError(f"build.sh reported {folder} but bin/kueue is missing there")
-    return folder
+    return built_folder(BUILD_SCRIPT, "kueue.lock", "Kueue build", timeout_s, ("bin/kueue",))
 
 
 @dataclass

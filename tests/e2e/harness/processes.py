@@ -42,6 +42,23 @@ def run_build(script: Path, lock_name: str, what: str, timeout_s: float) -> str:
     return done.stdout
 
 
+def built_folder(
+    script: Path, lock_name: str, what: str, timeout_s: float, executables: tuple[str, ...]
+) -> Path:
+    """`run_build`, then the folder its last line names, once every one of `executables`
+    (paths relative to that folder) is there and executable.
+
+    Raises:
+        HarnessError: the build failed, or it reported a folder without one of them.
+    """
+    out = run_build(script, lock_name, what, timeout_s)
+    folder = Path(out.strip().splitlines()[-1])
+    for name in executables:
+        if not os.access(folder / name, os.X_OK):
+            raise HarnessError(f"build.sh reported {folder} but {name} is missing there")
+    return folder
+
+
 def tail(path: Path, lines: int = 40) -> str:
     """The last `lines` lines of a log file ('' if it does not exist)."""
     try:
