@@ -89,14 +89,16 @@ node:
 # Pods run by a real kubelet + containerd from EDL's images (tests/e2e/install/test_kubelet_pod.py;
 # docs/development.md, "The e2e node"). The other e2e tests still use the pod runner.
 e2e-kubelet: venv system-deps controlplane node
-	$(BIN)/python -m pytest tests/e2e -m kubelet -ra -q
+	@bash scripts/pytest-layer.sh e2e-kubelet
 
 # The sizer beside Kueue on the real control plane (tests/e2e/metrics_adapter/test_kueue.py).
 e2e-kueue: venv system-deps controlplane kueue
-	$(BIN)/python -m pytest tests/e2e -m kueue -ra -q
+	@bash scripts/pytest-layer.sh e2e-kueue
 
-test: venv system-deps controlplane helm monitoring-crds openapi-schemas s3gateway lint
-	@bash scripts/pytest-layer.sh unit integration e2e
+# Two lanes side by side (scripts/pytest-layer.sh): the integration layer, and the unit, e2e and
+# kubelet e2e layers one after the other; most of both lanes' time is waiting, not CPU.
+test: venv system-deps controlplane node helm monitoring-crds openapi-schemas s3gateway lint
+	@bash scripts/pytest-layer.sh --lanes integration "unit e2e e2e-kubelet"
 
 # The whole loop on this machine, no cluster (about 3 minutes warm, 6 cold on 2 shared cores;
 # README): examples/demo/.
