@@ -55,27 +55,39 @@ _NLMSG = struct.Struct("=LHHLL")  # nlmsghdr: length, type, flags, sequence, por
 _SOCKID_BYTES = 48  # inet_diag_sockid: ports, addresses, interface, cookie
 
 
-def listen_backlog(port: int) -> int:
+def listen_backlog(port: int, host: str | None = None) -> int:
     """The backlog of the TCP socket listening on `port`, as the kernel holds it.
 
     What `ss -ltn` shows as a listener's Send-Q (`sk_max_ack_backlog`), read from the
     kernel's sock_diag netlink interface (Linux): no iproute2 needed. `/proc/net/tcp` does
-    not show it (its tx_queue of a listener is 0).
+    not show it (its tx_queue of a listener is 0). With `host`, only the listeners on that
+    address or on its family's wildcard count: on a crowded machine another process may
+    listen on the same port number on another loopback address.
     """
+    wanted: set[bytes] | None = None
+    if host is not None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        wildcard = "::" if family == socket.AF_INET6 else "0.0.0.0"
+        wanted = {socket.inet_pton(family, a) for a in (host, wildcard)}
     found: list[int] = []
     for family in (socket.AF_INET, socket.AF_INET6):
-        found += [q for sport, q in _listeners(family) if sport == port]
+        found += [
+            q
+            for sport, address, q in _listeners(family)
+            if sport == port and (wanted is None or address in wanted)
+        ]
     if len(found) != 1:
-        raise RuntimeError(f"{len(found)} TCP listeners on port {port} (one expected)")
+        where = f"{host}:{port}" if host else f"port {port}"
+        raise RuntimeError(f"{len(found)} TCP listeners on {where} (one expected)")
     return found[0]
 
 
-def _listeners(family: int) -> list[tuple[int, int]]:
-    """(port, backlog) of every TCP listener of `family` (an inet_diag dump)."""
+def _listeners(family: int) -> list[tuple[int, bytes, int]]:
+    """(port, address, backlog) of every TCP listener of `family` (an inet_diag dump)."""
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN)
     request += bytes(_SOCKID_BYTES)
     head = _NLMSG.pack(_NLMSG.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0)
-    out: list[tuple[int, int]] = []
+    out: list[tuple[int, bytes, int]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _SOCK_DIAG) as nl:
         nl.settimeout(10)
         nl.sendall(head + request)
@@ -90,9 +102,12 @@ def _listeners(family: int) -> list[tuple[int, int]]:
                     raise OSError(f"sock_diag answered message type {kind}")
                 body = offset + _NLMSG.size
                 # inet_diag_msg: family, state, timer, retrans, sockid (source port first,
-                # big-endian), expires, rqueue, wqueue (a listener's: its backlog)
+                # big-endian, then the destination port, then the source address: 16 bytes,
+                # an IPv4 one in the first 4), expires, rqueue, wqueue (a listener's: its backlog)
                 (sport,) = struct.unpack_from(">H", data, body + 4)
+                size = 16 if family == socket.AF_INET6 else 4
+                address = bytes(data[body + 8 : body + 8 + size])
                 (wqueue,) = struct.unpack_from("=I", data, body + 4 + _SOCKID_BYTES + 8)
-                out.append((sport, wqueue))
+                out.append((sport, address, wqueue))
                 offset += (length + 3) & ~3
     raise OSError("sock_diag dump did not end")
