@@ -1,8 +1,10 @@
 """The agent's in-cluster client in a pod the kubelet runs, with the token the kubelet gives it.
 
-The digits example's ServiceAccount, Role, RoleBinding and Deployment (manifests/examples/
-digits-trainer, as `kubectl kustomize` renders them; `incluster.node_overrides` lists the few
-changes this node needs) in a namespace of their own, EDL's Paddle trainer image imported into
+The digits job's ServiceAccount, Role, RoleBinding and Deployment as a user installs them, once
+from manifests/examples/digits-trainer (`kubectl kustomize`) and once from charts/edl-trainer
+(`helm template`, default values; `incluster.product_objects`, and `incluster.node_overrides`
+for the few changes this node needs) in a namespace of their own, EDL's Paddle trainer image
+imported into
 the node's containerd, and a Service on the agent's port. The kubelet session's control plane
 runs the ServiceAccount admission plugin: the pod gets the projected token volume and nothing
 else (no kubeconfig), and `edl-agent run --membership kubernetes` reads it with
@@ -28,7 +30,13 @@ from agent.elastic.kubernetes_store import FINISHED, LABEL_JOB, STATE_LABEL
 from agent.elastic.world import World
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.incluster import SA_DIR, example_objects, node_overrides
+from tests.e2e.harness.incluster import (
+    SA_DIR,
+    SOURCES,
+    create_objects,
+    node_overrides,
+    product_objects,
+)
 from tests.e2e.harness.kubelet_node import NODE_NAME, KubeletNode
 from tests.e2e.harness.processes import free_port
 from tests.e2e.harness.session import Kubectl
@@ -38,7 +46,6 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow, pytest.mark.kubelet]
 
 JOB = "digits"
 DEPLOYMENT = "digits-trainer"
-SERVICE_ACCOUNT = "edl-trainer"
 SELECTOR = "app.kubernetes.io/name=digits-trainer"
 WORLD_CM = f"edl-{JOB}-world"
 TRAINER_ARGS = ["python", "-m", "examples.train_digits_elastic", "--epochs", "4",
@@ -62,6 +69,8 @@ class Tick:
 
 @dataclass
 class TrainerPod:
+    source: str
+    """Where its objects came from (`incluster.SOURCES`)."""
     namespace: str
     port: int
     pod: Any
@@ -111,8 +120,9 @@ def _service(port: int) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=SOURCES)
 def trainer_pod(
+    request: pytest.FixtureRequest,
     kubelet_node: KubeletNode,
     edl_images: dict[str, str],
     kube_api: client.ApiClient,
@@ -120,23 +130,20 @@ def trainer_pod(
 ) -> Iterator[TrainerPod]:
     """The example's trainer job of one pod, watched from its creation until it is Ready."""
     kubelet_node.import_image(edl_images["trainer"])
-    ns = f"incluster-{uuid.uuid4().hex[:6]}"
-    core, apps = client.CoreV1Api(kube_api), client.AppsV1Api(kube_api)
-    rbac, disc = client.RbacAuthorizationV1Api(kube_api), client.DiscoveryV1Api(kube_api)
+    source = str(request.param)
+    ns = f"incluster-{source}-{uuid.uuid4().hex[:6]}"
+    core, disc = client.CoreV1Api(kube_api), client.DiscoveryV1Api(kube_api)
     core.create_namespace(as_body({"metadata": {"name": ns}}))
     try:
-        for doc in example_objects(ns):
-            {
-                "ServiceAccount": lambda d: core.create_namespaced_service_account(ns, as_body(d)),
-                "Role": lambda d: rbac.create_namespaced_role(ns, as_body(d)),
-                "RoleBinding": lambda d: rbac.create_namespaced_role_binding(ns, as_body(d)),
-            }[doc["kind"]](doc)
         port = free_port()
         core.create_namespaced_service(ns, as_body(_service(port)))
-        (deployment,) = example_objects(ns, ("Deployment",))
-        body = node_overrides(deployment, control_plane, agent_port=port, trainer_args=TRAINER_ARGS)
-        assert body["spec"]["template"]["spec"]["containers"][0]["image"] == edl_images["trainer"]
-        apps.create_namespaced_deployment(ns, as_body(body))
+        docs = product_objects(source, ns)
+        (i,) = [i for i, d in enumerate(docs) if d["kind"] == "Deployment"]
+        docs[i] = node_overrides(docs[i], control_plane, agent_port=port, trainer_args=TRAINER_ARGS)
+        assert (
+            docs[i]["spec"]["template"]["spec"]["containers"][0]["image"] == edl_images["trainer"]
+        )
+        create_objects(kube_api, ns, docs)
 
         ticks: list[Tick] = []
         deadline = time.monotonic() + 300
@@ -149,7 +156,7 @@ def trainer_pod(
             time.sleep(0.3)
         assert ticks and ticks[-1].endpoint_ready, (ticks[-5:], kubelet_node.log_tails(20))
         (pod,) = core.list_namespaced_pod(ns, label_selector=SELECTOR).items
-        yield TrainerPod(ns, port, pod, ticks)
+        yield TrainerPod(source, ns, port, pod, ticks)
     finally:
         core.delete_namespace(ns, grace_period_seconds=0)
 
@@ -237,7 +244,9 @@ def test_the_pods_token_is_refused_what_its_role_does_not_allow(
     (line,) = [x for x in shown.splitlines() if x.startswith("RESULT ")]
     out = json.loads(line.removeprefix("RESULT "))
 
-    user = f"system:serviceaccount:{ns}:{SERVICE_ACCOUNT}"
+    account = pod.spec.service_account_name
+    assert account, pod.spec
+    user = f"system:serviceaccount:{ns}:{account}"
     assert out["host"] == f"https://127.0.0.1:{control_plane.apiserver_port}", out
     assert out["user"] == user, out
     # a pod-bound token, the one the kubelet projected for this pod (not a legacy Secret)
@@ -255,7 +264,7 @@ def test_the_pods_token_is_refused_what_its_role_does_not_allow(
         assert f'User "{user}" cannot {verb} resource "{resource}"' in message, (what, message)
     # nothing changed
     d = client.AppsV1Api(kube_api).read_namespaced_deployment(DEPLOYMENT, ns)
-    assert d.spec.template.spec.service_account_name == SERVICE_ACCOUNT
+    assert d.spec.template.spec.service_account_name == account
     assert core.read_namespaced_pod(pod.metadata.name, ns).metadata.deletion_timestamp is None
 
 
@@ -268,7 +277,8 @@ def test_the_agent_forms_its_world_with_the_projected_token_and_trains_to_the_en
     coord = client.CoordinationV1Api(kube_api)
     # what the pod was given: the projected token volume, no kubeconfig
     assert pod.spec.node_name == NODE_NAME
-    assert pod.spec.service_account_name == SERVICE_ACCOUNT
+    expected = {"kustomize": "edl-trainer", "helm": "digits-trainer"}[trainer_pod.source]
+    assert pod.spec.service_account_name == expected
     projected = [v for v in pod.spec.volumes if v.projected is not None]
     assert len(projected) == 1, pod.spec.volumes
     sources = projected[0].projected.sources

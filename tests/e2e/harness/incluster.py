@@ -4,9 +4,11 @@ The kubelet session's control plane (`kubelet_session_settings`) gives pods what
 gives them: the ServiceAccount admission plugin adds the projected token volume
 (`kube-api-access-*`: a pod-bound token the kubelet requests and refreshes, `ca.crt` from the
 namespace's ConfigMap kube-root-ca.crt, the namespace), and kube-controller-manager keeps
-EndpointSlices. `product_trainer` takes the digits example's ServiceAccount, Role, RoleBinding
-and Deployment from `manifests/examples/digits-trainer` as `kubectl kustomize` renders them, and
-changes only what this node needs (`node_overrides`).
+EndpointSlices. `product_objects` takes the digits job's ServiceAccount, Role, RoleBinding and
+Deployment as a user installs them: from `manifests/examples/digits-trainer` as `kubectl
+kustomize` renders it, or from `charts/edl-trainer` as `helm template` renders its default
+values (with the world ConfigMap the chart creates); `node_overrides` changes only what this
+node needs.
 
 `KUBERNETES_SERVICE_HOST`/`_PORT`: the kubelet sets them from the `kubernetes` Service's
 ClusterIP (10.0.0.1 here), which only kube-proxy makes reachable, and this node runs none. The
@@ -18,14 +20,23 @@ kube-apiserver's certificate against the projected `ca.crt`.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from kubernetes import client
+
+from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings
+from tests.support.helm import CHARTS, template
 from tests.support.kustomize import render
 
 EXAMPLE = "manifests/examples/digits-trainer"
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding")
+PRODUCT_KINDS = ("ServiceAccount", "ConfigMap", "Role", "RoleBinding", "Deployment")
+"""What `product_objects` keeps: not the HPA (no metrics adapter runs beside the node)."""
+SOURCES = ("kustomize", "helm")
+CHART_VALUES = CHARTS / "edl-trainer" / "examples" / "default.yaml"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where the projected token volume is mounted (what `load_incluster_config` reads)."""
 
@@ -44,6 +55,31 @@ def example_objects(namespace: str, kinds: tuple[str, ...] = RBAC_KINDS) -> list
         for subject in d.get("subjects", []):
             subject["namespace"] = namespace
     return docs
+
+
+def product_objects(source: str, namespace: str) -> list[dict[str, Any]]:
+    """The digits job's `PRODUCT_KINDS` from `source` (`SOURCES`), in `namespace`."""
+    if source == "helm":
+        docs = template("edl-trainer", CHART_VALUES, namespace=namespace, release="digits")
+        return [d for d in docs if d["kind"] in PRODUCT_KINDS]
+    if source == "kustomize":
+        return example_objects(namespace, PRODUCT_KINDS)
+    raise ValueError(f"source {source!r}: one of {SOURCES}")
+
+
+def create_objects(api: client.ApiClient, namespace: str, docs: list[dict[str, Any]]) -> None:
+    """Creates `docs` (of `PRODUCT_KINDS`) in `namespace`, in their order."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    create: dict[str, Callable[..., object]] = {
+        "ServiceAccount": core.create_namespaced_service_account,
+        "ConfigMap": core.create_namespaced_config_map,
+        "Role": rbac.create_namespaced_role,
+        "RoleBinding": rbac.create_namespaced_role_binding,
+        "Deployment": apps.create_namespaced_deployment,
+    }
+    for doc in docs:
+        create[doc["kind"]](namespace, as_body(doc))
 
 
 def apiserver_env(cp: ControlPlane) -> list[dict[str, str]]:
