@@ -159,6 +159,10 @@ def kubelet_node(control_plane: ControlPlane) -> Iterator[KubeletNode]:
         yield node
     finally:
         node.stop()
+        # containerd's images and snapshots (EDL's trainer image takes 2.5 GB there): left in
+        # the run folder they filled the disk after a few sessions, and the next node reported
+        # DiskPressure; the logs stay
+        shutil.rmtree(node.work / "containerd" / "root", ignore_errors=True)
         if started_scheduler:
             control_plane.stop_scheduler()
         LOG_SOURCES.remove(node)

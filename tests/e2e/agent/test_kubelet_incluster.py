@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import requests
+import urllib3
 from kubernetes import client
 
 from agent.elastic.kubernetes_store import FINISHED, LABEL_JOB, STATE_LABEL
@@ -147,8 +148,12 @@ def trainer_pod(
 
         ticks: list[Tick] = []
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # bounded: 300 s, a look every 0.3 s at most
-            tick = _look(core, disc, ns, port)
+        while time.monotonic() < deadline:  # bounded: 300 s, 0.3 s between looks
+            try:
+                tick = _look(core, disc, ns, port)
+            except (client.ApiException, urllib3.exceptions.HTTPError) as e:
+                print(f"a look at the pod failed (the next one will tell): {e!r}")
+                tick = None
             if tick is not None:
                 ticks.append(tick)
                 if tick.endpoint_ready and tick.pod_ready:
