@@ -14,6 +14,9 @@
 * `kubelet_node` (session): a real node, containerd v2 and the kubelet registered as Node
   `localhost` (tests/e2e/harness/kubelet_node.py), built by tests/e2e/node/build.sh before any
   test starts when a selected test uses it; kube-scheduler runs while it is up.
+* A session that selects a test marked `kubelet` (`make e2e-kubelet`: `-m kubelet`, a session
+  of its own) gets a control plane that gives pods ServiceAccount tokens as a real cluster does
+  and keeps EndpointSlices (`kubelet_session_settings`); the pod runner's sessions do not.
 * When a test fails, the tail of every component's log is attached to its report.
 """
 
@@ -35,6 +38,7 @@ from kubernetes import client, config
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
+from tests.e2e.harness.incluster import kubelet_session_settings
 from tests.e2e.harness.install import ensure_images
 from tests.e2e.harness.kubelet_node import KubeletNode, KubeletNodeSettings, ensure_node_binaries
 from tests.e2e.harness.kueue import Kueue, KueueSettings, ensure_kueue
@@ -58,6 +62,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Builds (or finds cached) control-plane binaries before any e2e test starts its clock."""
     if not _e2e_selected(session) or session.config.option.collectonly:
         return
+    _BUILD["kubelet_session"] = any(item.get_closest_marker("kubelet") for item in session.items)
     try:
         _BUILD["bin"] = ensure_binaries()
     except HarnessError as e:
@@ -99,7 +104,10 @@ def control_plane() -> Iterator[ControlPlane]:
         raise _BUILD["error"]
     bin_dir = _BUILD.get("bin") or ensure_binaries()
     work = work_root()
-    cp = ControlPlane(ControlPlaneSettings(bin_dir=bin_dir, work_dir=work))
+    settings = ControlPlaneSettings(bin_dir=bin_dir, work_dir=work)
+    if _BUILD.get("kubelet_session"):
+        settings = kubelet_session_settings(settings)
+    cp = ControlPlane(settings)
     print(f"\ne2e control plane: work dir {work}, logs in {cp.log_dir}")
     LOG_SOURCES.append(cp)
     try:
@@ -151,6 +159,10 @@ def kubelet_node(control_plane: ControlPlane) -> Iterator[KubeletNode]:
         yield node
     finally:
         node.stop()
+        # containerd's images and snapshots (EDL's trainer image takes 2.5 GB there): left in
+        # the run folder they filled the disk after a few sessions, and the next node reported
+        # DiskPressure; the logs stay
+        shutil.rmtree(node.work / "containerd" / "root", ignore_errors=True)
         if started_scheduler:
             control_plane.stop_scheduler()
         LOG_SOURCES.remove(node)

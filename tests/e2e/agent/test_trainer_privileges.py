@@ -31,9 +31,9 @@ from agent.elastic.world import Member, World
 from tests.e2e.harness import trainer_policy
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.incluster import example_objects
 from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.e2e.harness.workloads import create_trainer_job
-from tests.support.kustomize import render
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,20 +41,6 @@ pytestmark = pytest.mark.timeout(240)
 JOB = "digits"
 DEPLOYMENT = "digits-trainer"
 SERVICE_ACCOUNT = "edl-trainer"
-
-
-def example_rbac(namespace: str) -> list[dict[str, Any]]:
-    """The example's ServiceAccount, Role and RoleBinding, in `namespace`."""
-    docs = [
-        d
-        for d in render("manifests/examples/digits-trainer")
-        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
-    ]
-    for d in docs:
-        d["metadata"]["namespace"] = namespace
-        for subject in d.get("subjects", []):
-            subject["namespace"] = namespace
-    return docs
 
 
 def lease(name: str, job: str, holder: str = "someone") -> dict[str, Any]:
@@ -83,7 +69,7 @@ def test_a_trainer_token_writes_only_its_own_jobs_objects(
     core, apps = client.CoreV1Api(admin), client.AppsV1Api(admin)
     coord = client.CoordinationV1Api(admin)
     rbac = client.RbacAuthorizationV1Api(admin)
-    for doc in example_rbac(ns):
+    for doc in example_objects(ns):
         create = {
             "ServiceAccount": lambda d: core.create_namespaced_service_account(ns, as_body(d)),
             "Role": lambda d: rbac.create_namespaced_role(ns, as_body(d)),

@@ -36,6 +36,16 @@ KCM_CONTROLLERS = (
     "namespace-controller",
     "resourcequota-controller",  # fills in ResourceQuota status (the sizing e2e reads it)
 )
+SERVICE_ACCOUNT_CONTROLLERS = (
+    "serviceaccount-controller",  # each namespace's `default` ServiceAccount
+    "root-ca-certificate-publisher-controller",  # each namespace's ConfigMap kube-root-ca.crt
+    "serviceaccount-token-controller",  # legacy token Secrets (needs the private key)
+)
+"""What `ControlPlaneSettings.service_accounts` adds to kube-controller-manager. A pod's
+projected token volume (added by the ServiceAccount admission plugin) holds a token the kubelet
+requests from kube-apiserver (TokenRequest, signed with `--service-account-signing-key-file`),
+`ca.crt` from the namespace's ConfigMap kube-root-ca.crt (published from `--root-ca-file`) and
+the namespace (downward API): the kubelet does not start the pod until all three are there."""
 
 
 def ensure_binaries(timeout_s: float = 3600.0) -> Path:
@@ -79,6 +89,15 @@ class ControlPlaneSettings:
     """etcd's `--quota-backend-bytes` (the scale bench holds 150,000 pods: more)."""
     apiserver_extra_args: tuple[str, ...] = ()
     """Anything else for kube-apiserver (the scale bench raises its in-flight limits)."""
+    service_accounts: bool = False
+    """Pods get ServiceAccount tokens as on a real cluster (`SERVICE_ACCOUNT_CONTROLLERS`):
+    kube-apiserver's ServiceAccount admission plugin on (it is off otherwise: it refuses a pod
+    created before its namespace's `default` ServiceAccount exists, and the pod runner's tests
+    create pods right after their namespace) and kube-controller-manager with the controllers
+    and keys it needs. The kubelet session turns it on (docs/development.md, "The e2e node")."""
+    extra_controllers: tuple[str, ...] = ()
+    """kube-controller-manager controllers beside `KCM_CONTROLLERS` (the kubelet session adds
+    `endpointslice-controller`: a Service's EndpointSlice follows its pods' readiness)."""
 
 
 class ControlPlane:
@@ -245,7 +264,7 @@ class ControlPlane:
             f"--kubelet-client-certificate={pki.kubelet_client.cert}",
             f"--kubelet-client-key={pki.kubelet_client.key}",
             "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=ServiceAccount",
+            *self._admission_args(),
             "--enable-priority-and-fairness=false",
             "--allow-privileged=true",
             "--profiling=false",
@@ -270,12 +289,28 @@ class ControlPlane:
 
         self._wait_healthy(self.apiserver, healthy)
 
+    def _admission_args(self) -> list[str]:
+        """ServiceAccount admission off unless `settings.service_accounts`."""
+        if self.settings.service_accounts:
+            return []
+        return ["--disable-admission-plugins=ServiceAccount"]
+
     def _start_controller_manager(self) -> None:
         s = self.settings
+        assert self.pki is not None
+        controllers = [*KCM_CONTROLLERS, *s.extra_controllers]
+        keys: list[str] = []
+        if s.service_accounts:
+            controllers += SERVICE_ACCOUNT_CONTROLLERS
+            keys = [
+                f"--service-account-private-key-file={self.pki.service_account_key}",
+                f"--root-ca-file={self.pki.ca.cert}",
+            ]
         argv = [
             str(s.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.kubeconfig}",
-            f"--controllers={','.join(KCM_CONTROLLERS)}",
+            f"--controllers={','.join(controllers)}",
+            *keys,
             "--leader-elect=false",
             "--secure-port=0",
             f"--horizontal-pod-autoscaler-sync-period={s.hpa_sync_period}",
