@@ -34,11 +34,11 @@ from agent.trainer.ledger import verify
 from agent.trainer.step_gate import StepGate
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.elastic_job import EPOCHS, STEPS_PER_EPOCH, WorldWatch, grant_agent_access
+from tests.e2e.harness.elastic_job import EPOCHS, STEPS_PER_EPOCH, WorldWatch
 from tests.e2e.harness.kubelet_node import KubeletNodeGroup
 from tests.e2e.harness.kubelet_trainer import (
     NAME,
-    publish_root_ca,
+    prepare_namespace,
     shared_folder,
     trainer_deployment,
     trainer_pods,
@@ -120,9 +120,7 @@ def job(
     print(f"imported {image} into the nodes (s): {took}")
     ns = f"kubelet-elastic-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(kube_api)
-    core.create_namespace(as_body({"metadata": {"name": ns, "labels": {"edl.e2e/test": "true"}}}))
-    grant_agent_access(ns, kube_api, kubectl, control_plane, tmp_path / "unused.kubeconfig")
-    publish_root_ca(kube_api, control_plane, ns)
+    prepare_namespace(kube_api, control_plane, kubectl, ns, tmp_path)
     shared = shared_folder(tmp_path / "shared")
     gate = StepGate(shared / "step-gate")
     gate.allow(0)
@@ -269,14 +267,11 @@ def test_a_deleted_pod_leaves_the_world_within_its_grace_period(
         what="2 trainer pods ready",
         describe=job.logs,
     )
-    # The Deployment would replace the pod: scale it down first (the ReplicaSet deletes one
-    # of the two, but we want to delete a pod ourselves), so pin replicas by scaling to 1
-    # only after the delete.
     last = _LastStatus(job.api, job.namespace, victim.metadata.name)
     time.sleep(1)  # the watch is open
     t0 = time.monotonic()
     client.CoreV1Api(job.api).delete_namespaced_pod(victim.metadata.name, job.namespace)
-    job.scale(1)  # no replacement: the world of the one left is what we wait for
+    job.scale(1)  # the ReplicaSet's replacement, if made already, goes (unready, newest)
 
     def without_it() -> bool:
         hosts = {m["host"] for m in job.members()}

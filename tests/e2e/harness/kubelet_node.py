@@ -136,7 +136,8 @@ class KubeletNode:
 
     def stop(self) -> None:
         """Stops the kubelet, every container, containerd and its shims; unmounts what they
-        left under `work_dir` and removes the node's cgroups. Never raises."""
+        left under `work_dir`, removes the node's cgroups and containerd's and the kubelet's
+        state (image snapshots: GBs; the logs stay). Never raises."""
         steps = (
             lambda: self.kubelet.stop() if self.kubelet else None,
             self._remove_containers,
@@ -144,6 +145,7 @@ class KubeletNode:
             self._stop_shims,
             self._unmount_leftovers,
             self._remove_cgroups,
+            self._remove_state,
         )
         for step in steps:
             try:
@@ -193,7 +195,8 @@ class KubeletNode:
             build()
         with tempfile.TemporaryDirectory() as scratch:
             path = archive or save_image(ref, Path(scratch) / "image.tar", timeout_s)
-            argv = ["images", "import", "--no-unpack=false", str(path)]
+            # the layers go once unpacked: a node keeps the snapshot only (half the disk)
+            argv = ["images", "import", "--discard-unpacked-layers", str(path)]
             self.ctr(*argv, timeout_s=timeout_s)
         if ref not in self.images():
             raise HarnessError(f"ctr imported {ref} but does not list it: {sorted(self.images())}")
@@ -511,6 +514,11 @@ class KubeletNode:
                 except ProcessLookupError:
                     pass
 
+    def _remove_state(self) -> None:
+        """containerd's and the kubelet's state (GBs of image snapshots); the logs stay."""
+        for folder in (self.work / "containerd", self.work / "kubelet", self.socket.parent):
+            shutil.rmtree(folder, ignore_errors=True)
+
     def _unmount_leftovers(self) -> None:
         roots = (str(self.work), str(self.socket.parent))
         points = []
@@ -558,9 +566,10 @@ class KubeletNodeGroup:
             node.start()
 
     def stop(self) -> None:
-        """Stops every node that was started. Never raises."""
+        """Stops every node that was started; removes the saved images. Never raises."""
         for node in self.nodes:
             node.stop()
+        shutil.rmtree(self.archive_dir, ignore_errors=True)
 
     def log_tails(self, lines: int = 30) -> str:
         return "\n".join(f"===== {n.name} ({n.ip}) =====\n{n.log_tails(lines)}" for n in self.nodes)
@@ -578,12 +587,14 @@ class KubeletNodeGroup:
             return {n.name: 0.0 for n in self.nodes}
         self.archive_dir.mkdir(parents=True, exist_ok=True)
         archive = self.archive_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", ref) + ".tar")
-        if not archive.exists():
-            save_image(ref, archive.with_suffix(".part"), timeout_s).rename(archive)
-        for node in self.nodes:
-            t0 = time.monotonic()
-            node.import_image(ref, archive=archive, timeout_s=timeout_s)
-            took[node.name] = round(time.monotonic() - t0, 1) if node in missing else 0.0
+        save_image(ref, archive, timeout_s)
+        try:
+            for node in self.nodes:
+                t0 = time.monotonic()
+                node.import_image(ref, archive=archive, timeout_s=timeout_s)
+                took[node.name] = round(time.monotonic() - t0, 1) if node in missing else 0.0
+        finally:
+            archive.unlink(missing_ok=True)  # 1.3 GB for the trainer image
         return took
 
 

@@ -27,7 +27,14 @@ from kubernetes import client
 
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.elastic_job import JOB, SERVICE_ACCOUNT, STEP_SLEEP, TRAIN_ARGS
+from tests.e2e.harness.elastic_job import (
+    JOB,
+    SERVICE_ACCOUNT,
+    STEP_SLEEP,
+    TRAIN_ARGS,
+    grant_agent_access,
+)
+from tests.e2e.harness.session import Kubectl
 
 NAME = "trainer"
 LABELS = {"app.kubernetes.io/name": "edl-kubelet-trainer"}
@@ -77,6 +84,19 @@ def publish_root_ca(api: client.ApiClient, cp: ControlPlane, namespace: str) -> 
     }
     with contextlib.suppress(client.ApiException):  # 409: already published
         client.CoreV1Api(api).create_namespaced_config_map(namespace, as_body(body))
+
+
+def prepare_namespace(
+    api: client.ApiClient, cp: ControlPlane, kubectl: Kubectl, namespace: str, scratch: Path
+) -> None:
+    """Namespace `namespace` with the agent's ServiceAccount, Role and RoleBinding and
+    `kube-root-ca.crt`; `scratch` takes the (unused) token kubeconfig `grant_agent_access`
+    writes."""
+    labels = {"edl.e2e/test": "true"}
+    body = {"metadata": {"name": namespace, "labels": labels}}
+    client.CoreV1Api(api).create_namespace(as_body(body))
+    grant_agent_access(namespace, api, kubectl, cp, scratch / "agent.kubeconfig")
+    publish_root_ca(api, cp, namespace)
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
