@@ -196,7 +196,7 @@ class KubeletNode:
         with tempfile.TemporaryDirectory() as scratch:
             path = archive or save_image(ref, Path(scratch) / "image.tar", timeout_s)
             # the layers go once unpacked: a node keeps the snapshot only (half the disk)
-            argv = ["images", "import", "--discard-unpacked-layers", str(path)]
+            argv = ["images", "import", "--local", "--discard-unpacked-layers", str(path)]
             self.ctr(*argv, timeout_s=timeout_s)
         if ref not in self.images():
             raise HarnessError(f"ctr imported {ref} but does not list it: {sorted(self.images())}")
