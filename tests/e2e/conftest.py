@@ -11,9 +11,11 @@
   starts when a selected test uses them.
 * `kueue` (session): Kueue's manager with its CRDs and webhooks (tests/e2e/harness/kueue.py),
   built by tests/e2e/kueue/build.sh before any test starts when a selected test uses it.
-* `kubelet_node` (session): a real node, containerd v2 and the kubelet registered as Node
-  `localhost` (tests/e2e/harness/kubelet_node.py), built by tests/e2e/node/build.sh before any
-  test starts when a selected test uses it; kube-scheduler runs while it is up.
+* `kubelet_node_group` (session): real nodes, each containerd v2 and a kubelet registered as
+  Node `edl-node-<n>` on a loopback address of its own (tests/e2e/harness/kubelet_node.py;
+  `EDL_E2E_KUBELET_NODES` of them, default 3), built by tests/e2e/node/build.sh before any test
+  starts when a selected test uses them; kube-scheduler runs while they are up.
+  `kubelet_node` is the first of them.
 * A session that selects a test marked `kubelet` (`make e2e-kubelet`: `-m kubelet`, a session
   of its own) gets a control plane that gives pods ServiceAccount tokens as a real cluster does
   and keeps EndpointSlices (`kubelet_session_settings`); the pod runner's sessions do not.
@@ -40,7 +42,12 @@ from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.incluster import kubelet_session_settings
 from tests.e2e.harness.install import ensure_images
-from tests.e2e.harness.kubelet_node import KubeletNode, KubeletNodeSettings, ensure_node_binaries
+from tests.e2e.harness.kubelet_node import (
+    KubeletNode,
+    KubeletNodeGroup,
+    KubeletNodeSettings,
+    ensure_node_binaries,
+)
 from tests.e2e.harness.kueue import Kueue, KueueSettings, ensure_kueue
 from tests.e2e.harness.nodes import NodeSpec
 from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
@@ -77,7 +84,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _BUILD["kueue"] = ensure_kueue()
         except HarnessError as e:
             _BUILD["kueue_error"] = e
-    if any("kubelet_node" in getattr(item, "fixturenames", ()) for item in session.items):
+    if any("kubelet_node_group" in getattr(item, "fixturenames", ()) for item in session.items):
         try:  # `make node` (cached), also before any test's clock starts
             _BUILD["node"] = ensure_node_binaries()
         except HarnessError as e:
@@ -143,29 +150,49 @@ def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
 
 
 @pytest.fixture(scope="session")
-def kubelet_node(control_plane: ControlPlane) -> Iterator[KubeletNode]:
-    """containerd + the kubelet as Node `localhost`; kube-scheduler runs while it is up (and is
+def kubelet_node_group(
+    control_plane: ControlPlane, loopback_pool: LoopbackAddressPool
+) -> Iterator[KubeletNodeGroup]:
+    """`EDL_E2E_KUBELET_NODES` (default 3) nodes `edl-node-<n>`, containerd + the kubelet
+    each, on loopback addresses of their own; kube-scheduler runs while they are up (and is
     stopped after, if it was not running before: the pod runner's tests want none)."""
     if "node_error" in _BUILD:
         raise _BUILD["node_error"]
     bin_dir = _BUILD.get("node") or ensure_node_binaries()
-    node = KubeletNode(control_plane, KubeletNodeSettings(bin_dir, control_plane.work_dir / "node"))
+    count = int(os.environ.get("EDL_E2E_KUBELET_NODES", "3"))
+    group = KubeletNodeGroup(
+        [
+            KubeletNode(
+                control_plane,
+                KubeletNodeSettings(
+                    bin_dir,
+                    control_plane.work_dir / f"node-{n}",
+                    name=f"edl-node-{n}",
+                    node_ip=loopback_pool.take(None),
+                ),
+            )
+            for n in range(1, count + 1)
+        ],
+        control_plane.work_dir / "node-images",
+    )
     started_scheduler = control_plane.scheduler is None
-    LOG_SOURCES.append(node)
+    LOG_SOURCES.append(group)
     try:
         if started_scheduler:
             control_plane.start_scheduler()
-        node.start()
-        yield node
+        group.start()
+        yield group
     finally:
-        node.stop()
-        # containerd's images and snapshots (EDL's trainer image takes 2.5 GB there): left in
-        # the run folder they filled the disk after a few sessions, and the next node reported
-        # DiskPressure; the logs stay
-        shutil.rmtree(node.work / "containerd" / "root", ignore_errors=True)
+        group.stop()
         if started_scheduler:
             control_plane.stop_scheduler()
-        LOG_SOURCES.remove(node)
+        LOG_SOURCES.remove(group)
+
+
+@pytest.fixture(scope="session")
+def kubelet_node(kubelet_node_group: KubeletNodeGroup) -> KubeletNode:
+    """The first node of `kubelet_node_group`."""
+    return kubelet_node_group.nodes[0]
 
 
 @pytest.fixture(scope="session")

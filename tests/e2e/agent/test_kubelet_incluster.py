@@ -140,7 +140,13 @@ def trainer_pod(
         core.create_namespaced_service(ns, as_body(_service(port)))
         docs = product_objects(source, ns)
         (i,) = [i for i, d in enumerate(docs) if d["kind"] == "Deployment"]
-        docs[i] = node_overrides(docs[i], control_plane, agent_port=port, trainer_args=TRAINER_ARGS)
+        docs[i] = node_overrides(
+            docs[i],
+            control_plane,
+            agent_port=port,
+            trainer_args=TRAINER_ARGS,
+            node=kubelet_node.name,
+        )
         assert (
             docs[i]["spec"]["template"]["spec"]["containers"][0]["image"] == edl_images["trainer"]
         )

@@ -96,9 +96,12 @@ def node_overrides(
     *,
     agent_port: int,
     trainer_args: list[str],
+    node: str,
 ) -> dict[str, Any]:
     """The example's Deployment as this node runs it; everything else stays the product's.
 
+    * on `node` (`nodeSelector` by its hostname label): the one node the image was imported
+      into, of the session's several;
     * `hostNetwork: true` (the node has no CNI), the agent's /metrics, /healthz and /readyz on
       `agent_port` (EDL_AGENT_PORT; a free host port, not 9400) and its trainer's rendezvous
       ports `auto` (EDL_TRAINER_PORTS: free ones, not 29543-4, which another host-network
@@ -111,6 +114,7 @@ def node_overrides(
     d = copy.deepcopy(deployment)
     spec = d["spec"]["template"]["spec"]
     spec["hostNetwork"] = True
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": node}
     (c,) = spec["containers"]
     c["imagePullPolicy"] = "Never"
     c["ports"] = [{"name": "metrics", "containerPort": agent_port}]

@@ -21,12 +21,18 @@ How this machine needs it (docs/development.md, "The e2e node"):
   for a network of its own fails with that plugin's name in its error;
 * the sandbox ("pause") image is built locally (a static Go `pause` from build.sh, `FROM
   scratch`, podman) and imported like EDL's images: nothing is pulled;
-* the node is named `localhost`: kube-apiserver reaches a kubelet through the node's first
-  address, its hostname, and the kubelet listens on 127.0.0.1 only (it refuses a loopback
-  node IP, so the node's InternalIP is the machine's own); kube-apiserver calls it with its
-  kubelet client certificate (`ClusterPKI.kubelet_client`), which is all the kubelet accepts;
-* the kubelet signs in as `system:node:localhost` (group `system:nodes`), with the built-in
-  ClusterRole `system:node` bound to it (the control plane authorizes with RBAC only);
+* several nodes share one machine, each on a loopback address of its own (`node_ip`, e.g.
+  127.163.20.2): a host-network pod's IP is its node's InternalIP, so two pods of one job on
+  two nodes listen on distinct addresses. The kubelet refuses a loopback `--node-ip`, so it
+  runs with `--cloud-provider=external` and the harness does what a cloud controller manager
+  does: it sets the Node's addresses (InternalIP and Hostname = `node_ip`; the kubelet keeps
+  addresses it finds set) and removes the `node.cloudprovider.kubernetes.io/uninitialized`
+  taint. The kubelet listens on `node_ip` only; kube-apiserver reaches it there (its first
+  address type, Hostname, is the IP) with its kubelet client certificate
+  (`ClusterPKI.kubelet_client`), which is all the kubelet accepts;
+* each node is named `settings.name` (`edl-node-<n>`) and signs in as `system:node:<name>`
+  (group `system:nodes`), with the built-in ClusterRole `system:node` bound to it (the control
+  plane authorizes with RBAC only); its pods' logs go under its own `work_dir` (`podLogsDir`);
 * the disk may be fuller than the kubelet's default eviction thresholds: they are lowered to
   1 %, and image garbage collection is off.
 """
@@ -35,9 +41,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,12 +59,14 @@ from tests.e2e.harness.processes import HarnessError, ManagedProcess, built_fold
 from tests.support.waiting import WaitTimeout, wait_for
 
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "node" / "build.sh"
-NODE_NAME = "localhost"
+NODE_NAME = "edl-node-1"
+"""The first node's name (`KubeletNodeSettings.name`'s default)."""
 K8S_NAMESPACE = "k8s.io"
 """containerd's namespace for what the CRI runs (and where imported images must be)."""
 PAUSE_IMAGE = "localhost/edl-e2e-pause:1"
 NO_POD_NETWORK = "edl-e2e-no-pod-network"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 _SOCKET_MAX = 100
 """A unix socket's path must fit in 108 bytes."""
 
@@ -79,6 +89,11 @@ class KubeletNodeSettings:
     """build.sh's folder: kubelet, containerd, containerd-shim-runc-v2, ctr, pause."""
     work_dir: Path
     """Scratch folder: containerd's and the kubelet's state, configuration and logs."""
+    name: str = NODE_NAME
+    """The Node's name (`--hostname-override`)."""
+    node_ip: str = "127.0.0.1"
+    """The node's loopback address: its InternalIP, every host-network pod's IP, where the
+    kubelet listens. Distinct per node (`LoopbackAddressPool`)."""
     runc: str = "/usr/sbin/runc"
     ready_timeout_s: float = 180.0
     """Bound on each component's wait (containerd's socket, the Node's `Ready=True`)."""
@@ -86,12 +101,14 @@ class KubeletNodeSettings:
 
 
 class KubeletNode:
-    """Starts containerd and the kubelet, registered as Node `localhost`; stops both."""
+    """Starts containerd and the kubelet, registered as Node `settings.name`; stops both."""
 
     def __init__(self, cp: ControlPlane, settings: KubeletNodeSettings) -> None:
         self.cp = cp
         self.settings = settings
         self.work = settings.work_dir
+        self.name = settings.name
+        self.ip = settings.node_ip
         self.log_dir = self.work / "logs"
         self.containerd: ManagedProcess | None = None
         self.kubelet: ManagedProcess | None = None
@@ -119,7 +136,8 @@ class KubeletNode:
 
     def stop(self) -> None:
         """Stops the kubelet, every container, containerd and its shims; unmounts what they
-        left under `work_dir` and removes the node's cgroups. Never raises."""
+        left under `work_dir`, removes the node's cgroups and containerd's and the kubelet's
+        state (image snapshots: GBs; the logs stay). Never raises."""
         steps = (
             lambda: self.kubelet.stop() if self.kubelet else None,
             self._remove_containers,
@@ -127,6 +145,7 @@ class KubeletNode:
             self._stop_shims,
             self._unmount_leftovers,
             self._remove_cgroups,
+            self._remove_state,
         )
         for step in steps:
             try:
@@ -159,10 +178,13 @@ class KubeletNode:
         """The image references containerd's CRI namespace holds."""
         return set(self.ctr("images", "ls", "-q").split())
 
-    def import_image(self, ref: str, *, build: Any = None, timeout_s: float = 600.0) -> None:
-        """`podman save <ref> | ctr -n k8s.io images import -` (skipped when already there).
+    def import_image(
+        self, ref: str, *, build: Any = None, archive: Path | None = None, timeout_s: float = 600.0
+    ) -> None:
+        """`podman save <ref> | ctr -n k8s.io images import` (skipped when already there).
 
-        `build`, when given, is called first if podman does not have `ref`.
+        `build`, when given, is called first if podman does not have `ref`; `archive`, when
+        given, is a `save_image` of `ref` (one save for several nodes).
 
         Raises:
             HarnessError: podman or ctr failed (their message), or ran past `timeout_s`.
@@ -171,19 +193,11 @@ class KubeletNode:
             return
         if build is not None and not _podman_has(ref):
             build()
-        with tempfile.TemporaryFile() as archive:
-            try:
-                saved = subprocess.run(
-                    ["podman", "save", "--format", "docker-archive", ref],
-                    stdout=archive, stderr=subprocess.PIPE, timeout=timeout_s, check=False,
-                )  # fmt: skip
-            except subprocess.TimeoutExpired as e:
-                raise HarnessError(f"podman save {ref} ran past {timeout_s:.0f} s") from e
-            if saved.returncode != 0:
-                raise HarnessError(f"podman save {ref} failed: {saved.stderr.decode().strip()}")
-            archive.seek(0)
-            self.ctr("images", "import", "--no-unpack=false", "-", stdin=archive.read(),
-                     timeout_s=timeout_s)  # fmt: skip
+        with tempfile.TemporaryDirectory() as scratch:
+            path = archive or save_image(ref, Path(scratch) / "image.tar", timeout_s)
+            # the layers go once unpacked: a node keeps the snapshot only (half the disk)
+            argv = ["images", "import", "--local", "--discard-unpacked-layers", str(path)]
+            self.ctr(*argv, timeout_s=timeout_s)
         if ref not in self.images():
             raise HarnessError(f"ctr imported {ref} but does not list it: {sorted(self.images())}")
 
@@ -280,7 +294,7 @@ class KubeletNode:
             "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.cgroup_root,
             "failSwapOn": False,
-            "address": "127.0.0.1",
+            "address": self.ip,
             "port": port,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
@@ -308,13 +322,14 @@ class KubeletNode:
             "nodeStatusUpdateFrequency": "5s",
             "resolvConf": "/etc/resolv.conf",
             "registerNode": True,
+            "podLogsDir": str(self.work / "pod-logs"),
         }
 
     def _kubeconfig(self) -> dict[str, Any]:
         pki = self.cp.pki
         assert pki is not None
         pair = issue_client_cert(
-            pki.ca, self.work / "kubelet" / "pki", "client", f"system:node:{NODE_NAME}",
+            pki.ca, self.work / "kubelet" / "pki", "client", f"system:node:{self.name}",
             "system:nodes",
         )  # fmt: skip
         return {
@@ -343,7 +358,7 @@ class KubeletNode:
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"edl-e2e-node-{NODE_NAME}"},
+            "metadata": {"name": f"edl-e2e-node-{self.name}"},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",
@@ -353,7 +368,7 @@ class KubeletNode:
                 {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "User",
-                    "name": f"system:node:{NODE_NAME}",
+                    "name": f"system:node:{self.name}",
                 }
             ],
         }
@@ -368,7 +383,7 @@ class KubeletNode:
         (kdir / "volume-plugins").mkdir(parents=True, exist_ok=True)
         self._make_cgroup_root()
         issue_serving_cert(
-            pki.ca, kdir / "pki", "serving", NODE_NAME, dns=(NODE_NAME,), ips=("127.0.0.1",)
+            pki.ca, kdir / "pki", "serving", self.name, dns=(self.name,), ips=(self.ip,)
         )
         kubeconfig = kdir / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(self._kubeconfig()))
@@ -376,7 +391,7 @@ class KubeletNode:
         port, healthz = free_port(), free_port()
         config = kdir / "config.yaml"
         config.write_text(yaml.safe_dump(self._kubelet_config(port, healthz)))
-        self.cp.request("DELETE", f"/api/v1/nodes/{NODE_NAME}", ok=(200, 404))
+        self.cp.request("DELETE", f"/api/v1/nodes/{self.name}", ok=(200, 404))
         labels = ",".join(f"{k}={v}" for k, v in self.settings.node_labels.items())
         self.kubelet = ManagedProcess(
             "kubelet",
@@ -386,35 +401,57 @@ class KubeletNode:
                 f"--kubeconfig={kubeconfig}",
                 f"--root-dir={kdir / 'root'}",
                 f"--cert-dir={kdir / 'pki'}",
-                f"--hostname-override={NODE_NAME}",
+                f"--hostname-override={self.name}",
+                "--cloud-provider=external",  # addresses: set by _set_addresses
                 *([f"--node-labels={labels}"] if labels else []),
                 "--v=2",
             ],
             self.log_dir / "kubelet.log",
         )
         self.kubelet.start()
-        self._wait(self.kubelet, self._node_ready, f"Node {NODE_NAME} Ready=True")
-        self._untaint_not_ready()
+        self._wait(self.kubelet, self._set_addresses, f"Node {self.name} registered")
+        self._wait(self.kubelet, self._node_ready, f"Node {self.name} Ready=True")
+        self._untaint()
 
-    def _untaint_not_ready(self) -> None:
+    def _set_addresses(self) -> bool:
+        """What a cloud controller manager does for `--cloud-provider=external`: the Node's
+        addresses (the kubelet keeps them once set). False until the Node is registered."""
+        found = self.cp.request("GET", f"/api/v1/nodes/{self.name}", ok=(200, 404))
+        if found.status_code == 404:
+            return False
+        addresses = [
+            {"type": "InternalIP", "address": self.ip},
+            {"type": "Hostname", "address": self.ip},
+        ]
+        self.cp.request(
+            "PATCH",
+            f"/api/v1/nodes/{self.name}/status",
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"status": {"addresses": addresses}},
+        )
+        return True
+
+    def _untaint(self) -> None:
         """Removes `node.kubernetes.io/not-ready:NoSchedule`, as the node lifecycle controller
         does once a node is Ready: kube-apiserver's TaintNodesByCondition admission puts it on
         every new Node, and kube-controller-manager here runs no node lifecycle controller (it
-        would mark the pod runner's Node objects, which have no kubelet, unreachable)."""
-        node = self.cp.request("GET", f"/api/v1/nodes/{NODE_NAME}").json()
+        would mark the pod runner's Node objects, which have no kubelet, unreachable); and
+        `node.cloudprovider.kubernetes.io/uninitialized`, as a cloud controller manager does
+        once it set the addresses."""
+        node = self.cp.request("GET", f"/api/v1/nodes/{self.name}").json()
         taints = node.get("spec", {}).get("taints") or []
-        kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
+        kept = [t for t in taints if t.get("key") not in (NOT_READY_TAINT, UNINITIALIZED_TAINT)]
         if len(kept) == len(taints):
             return
         self.cp.request(
             "PATCH",
-            f"/api/v1/nodes/{NODE_NAME}",
+            f"/api/v1/nodes/{self.name}",
             headers={"Content-Type": "application/merge-patch+json"},
             json={"spec": {"taints": kept or None}},
         )
 
     def _node_ready(self) -> bool:
-        node = self.cp.request("GET", f"/api/v1/nodes/{NODE_NAME}").json()
+        node = self.cp.request("GET", f"/api/v1/nodes/{self.name}").json()
         return any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in node.get("status", {}).get("conditions", [])
@@ -477,6 +514,11 @@ class KubeletNode:
                 except ProcessLookupError:
                     pass
 
+    def _remove_state(self) -> None:
+        """containerd's and the kubelet's state (GBs of image snapshots); the logs stay."""
+        for folder in (self.work / "containerd", self.work / "kubelet", self.socket.parent):
+            shutil.rmtree(folder, ignore_errors=True)
+
     def _unmount_leftovers(self) -> None:
         roots = (str(self.work), str(self.socket.parent))
         points = []
@@ -504,6 +546,75 @@ def _rmdir_quiet(path: Path) -> None:
         path.rmdir()
     except OSError:
         pass
+
+
+class KubeletNodeGroup:
+    """Several nodes on one machine: started one after the other, stopped all; an image
+    saved from podman once and imported into each."""
+
+    def __init__(self, nodes: list[KubeletNode], archive_dir: Path) -> None:
+        self.nodes = nodes
+        self.archive_dir = archive_dir
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def start(self) -> None:
+        """Starts every node (HarnessError from the first that does not come up)."""
+        for node in self.nodes:
+            node.start()
+
+    def stop(self) -> None:
+        """Stops every node that was started; removes the saved images. Never raises."""
+        for node in self.nodes:
+            node.stop()
+        shutil.rmtree(self.archive_dir, ignore_errors=True)
+
+    def log_tails(self, lines: int = 30) -> str:
+        return "\n".join(f"===== {n.name} ({n.ip}) =====\n{n.log_tails(lines)}" for n in self.nodes)
+
+    def import_image(self, ref: str, timeout_s: float = 900.0) -> dict[str, float]:
+        """`ref` into every node's containerd (one `podman save`); node name -> seconds its
+        import took (0 where it had it already).
+
+        Raises:
+            HarnessError: podman or ctr failed, or ran past `timeout_s`.
+        """
+        took: dict[str, float] = {}
+        missing = [n for n in self.nodes if ref not in n.images()]
+        if not missing:
+            return {n.name: 0.0 for n in self.nodes}
+        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        archive = self.archive_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", ref) + ".tar")
+        save_image(ref, archive, timeout_s)
+        try:
+            for node in self.nodes:
+                t0 = time.monotonic()
+                node.import_image(ref, archive=archive, timeout_s=timeout_s)
+                took[node.name] = round(time.monotonic() - t0, 1) if node in missing else 0.0
+        finally:
+            archive.unlink(missing_ok=True)  # 1.3 GB for the trainer image
+        return took
+
+
+def save_image(ref: str, path: Path, timeout_s: float = 600.0) -> Path:
+    """`podman save --format docker-archive <ref>` into `path`; returns `path`.
+
+    Raises:
+        HarnessError: podman failed (its message) or ran past `timeout_s`.
+    """
+    try:
+        with path.open("wb") as archive:
+            saved = subprocess.run(
+                ["podman", "save", "--format", "docker-archive", ref],
+                stdout=archive, stderr=subprocess.PIPE, timeout=timeout_s, check=False,
+            )  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        raise HarnessError(f"podman save {ref} ran past {timeout_s:.0f} s") from e
+    if saved.returncode != 0:
+        raise HarnessError(f"podman save {ref} failed: {saved.stderr.decode().strip()}")
+    return path
 
 
 def _podman_has(ref: str) -> bool:

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.install import wait_rollout
-from tests.e2e.harness.kubelet_node import NODE_NAME, KubeletNode
+from tests.e2e.harness.kubelet_node import KubeletNode
 from tests.e2e.harness.processes import free_port
 from tests.e2e.harness.session import Kubectl
 
@@ -37,7 +37,7 @@ def namespace(kube_api: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name, grace_period_seconds=0)
 
 
-def _deployment(image: str, port: int) -> dict[str, object]:
+def _deployment(image: str, port: int, node: str) -> dict[str, object]:
     labels = {"app.kubernetes.io/name": NAME}
     probe = {"host": "127.0.0.1", "port": port, "scheme": "HTTPS"}
     container = {
@@ -73,6 +73,7 @@ def _deployment(image: str, port: int) -> dict[str, object]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "hostNetwork": True,
+                    "nodeSelector": {"kubernetes.io/hostname": node},  # the node with the image
                     "automountServiceAccountToken": False,
                     "securityContext": {"runAsNonRoot": True},
                     "containers": [container],
@@ -101,12 +102,14 @@ def test_kubelet_runs_the_adapter_image_until_its_readiness_probe_passes(
         as_body({"metadata": {"name": "adapter-pods"}, "data": {"pods.yaml": "pods: []\n"}}),
     )
     port = free_port()
-    apps.create_namespaced_deployment(namespace, as_body(_deployment(image, port)))
+    apps.create_namespaced_deployment(
+        namespace, as_body(_deployment(image, port, kubelet_node.name))
+    )
 
     wait_rollout(kube_api, namespace, NAME, timeout_s=240)
 
     (pod,) = core.list_namespaced_pod(namespace).items
-    assert pod.spec.node_name == NODE_NAME
+    assert pod.spec.node_name == kubelet_node.name
     statuses = pod.status.container_statuses or []
     assert len(statuses) == 1, statuses
     status = statuses[0]

@@ -1,0 +1,288 @@
+"""Elastic training from EDL's trainer image, its pods run by real kubelets (several nodes).
+
+A Deployment of `localhost/edl-trainer` (tests/e2e/harness/kubelet_trainer.py: host network,
+one trainer per node, the agent on its pod IP, its in-cluster client on the projected
+ServiceAccount token) is run by the kubelets of `kubelet_node_group` (three nodes on loopback
+addresses of their own). What only a kubelet shows, checked as a user would:
+
+* `kubectl scale` 1 -> 3 -> 1: the world re-forms at each size, and the job trains every
+  sample of every epoch exactly once (the sample ledger, read from a hostPath folder);
+* a container killed with SIGKILL is restarted by its kubelet (restartCount 1) and its agent
+  rejoins the world as a new member, no sample lost or repeated;
+* a pod deleted during training leaves the world through SIGTERM (its container exits 0, not
+  killed at the end of its grace period), the world without it published before
+  `terminationGracePeriodSeconds` ends, no sample lost (how long it took is printed by
+  bench/bench_kubelet_pod_deletion.py, never asserted).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from agent.trainer.ledger import verify
+from agent.trainer.step_gate import StepGate
+from tests.e2e.harness.bodies import as_body
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.elastic_job import EPOCHS, STEPS_PER_EPOCH, WorldWatch
+from tests.e2e.harness.kubelet_node import KubeletNodeGroup
+from tests.e2e.harness.kubelet_trainer import (
+    NAME,
+    prepare_namespace,
+    shared_folder,
+    trainer_deployment,
+    trainer_pods,
+)
+from tests.e2e.harness.session import Kubectl
+from tests.support.digits_job import NUM_TRAIN
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow, pytest.mark.kubelet]
+
+GRACE_S = 30
+
+
+@dataclass
+class Job:
+    """One test's trainer Deployment and what it reads."""
+
+    api: client.ApiClient
+    namespace: str
+    kubectl: Kubectl
+    shared: Path
+    watch: WorldWatch
+    gate: StepGate
+    nodes: KubeletNodeGroup
+
+    def scale(self, replicas: int) -> None:
+        self.kubectl("-n", self.namespace, "scale", f"deployment/{NAME}", f"--replicas={replicas}")
+
+    def logs(self) -> str:
+        """The trainers' last log lines and the world history, for a failed wait."""
+        out = [f"world history (s, generation, size): {self.watch.history}"]
+        core = client.CoreV1Api(self.api)
+        for pod in trainer_pods(self.api, self.namespace):
+            try:
+                text = core.read_namespaced_pod_log(
+                    pod.metadata.name, self.namespace, tail_lines=15
+                )
+            except client.ApiException as e:
+                text = f"({e.status} {e.reason})"
+            out.append(f"----- {pod.metadata.name} on {pod.spec.node_name} -----\n{text}")
+        return "\n".join(out)
+
+    def members(self) -> list[dict[str, Any]]:
+        return list(self.watch.record().get("members") or [])
+
+    def training(self, size: int, after: int, steps: int) -> int:
+        """Waits (bounded) for a generation > `after` of `size` members to train `steps`."""
+        return wait_for(
+            functools.partial(self.watch.training_at, size, after, steps),
+            timeout_s=240,
+            what=f"a world of {size} training (after generation {after})",
+            describe=self.logs,
+        )
+
+    def finish(self) -> dict[str, Any]:
+        """Opens the gate, waits (bounded) for the result; checks the ledger is exact."""
+        self.gate.allow_all()
+        result = self.shared / "result.json"
+        wait_for(result.exists, timeout_s=300, what="the job to finish", describe=self.logs)
+        final: dict[str, Any] = json.loads(result.read_text())
+        report = verify(self.shared / "ledger")
+        assert report.problems(NUM_TRAIN, EPOCHS) == []
+        assert final["global_step"] == report.steps == EPOCHS * STEPS_PER_EPOCH
+        return final
+
+
+@pytest.fixture
+def job(
+    kubelet_node_group: KubeletNodeGroup,
+    edl_images: dict[str, str],
+    control_plane: ControlPlane,
+    kube_api: client.ApiClient,
+    kubectl: Kubectl,
+    tmp_path: Path,
+) -> Iterator[Job]:
+    """A namespace with the agent's RBAC, the trainer image in every node, a shared folder."""
+    image = edl_images["trainer"]
+    took = kubelet_node_group.import_image(image)
+    print(f"imported {image} into the nodes (s): {took}")
+    ns = f"kubelet-elastic-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(kube_api)
+    prepare_namespace(kube_api, control_plane, kubectl, ns, tmp_path)
+    shared = shared_folder(tmp_path / "shared")
+    gate = StepGate(shared / "step-gate")
+    gate.allow(0)
+    (shared / "step-gate").chmod(0o644)
+    watch_ = WorldWatch(core, ns, shared / "ledger", gate=gate)
+    made = Job(kube_api, ns, kubectl, shared, watch_, gate, kubelet_node_group)
+    try:
+        yield made
+    finally:
+        print(made.logs())
+        apps = client.AppsV1Api(kube_api)
+        try:
+            apps.delete_namespaced_deployment(NAME, ns)
+            wait_for(
+                lambda: not trainer_pods(kube_api, ns), timeout_s=GRACE_S + 30, what="pods gone"
+            )
+        except Exception as e:  # teardown goes on: the namespace takes the rest
+            print(f"deleting the trainers of {ns}: {e!r}")
+        core.delete_namespace(ns, propagation_policy="Background")
+
+
+def _create(job: Job, cp: ControlPlane, image: str, replicas: int) -> None:
+    body = trainer_deployment(image, job.shared, cp, replicas=replicas, grace_s=GRACE_S)
+    client.AppsV1Api(job.api).create_namespaced_deployment(job.namespace, as_body(body))
+
+
+def _running(job: Job) -> list[Any]:
+    """Pods whose container is running and ready."""
+    out = []
+    for pod in trainer_pods(job.api, job.namespace):
+        statuses = pod.status.container_statuses or []
+        if pod.metadata.deletion_timestamp is None and statuses and statuses[0].ready:
+            out.append(pod)
+    return out
+
+
+def test_kubectl_scale_1_3_1_on_three_kubelets_trains_every_sample_once(
+    job: Job, control_plane: ControlPlane, edl_images: dict[str, str]
+) -> None:
+    _create(job, control_plane, edl_images["trainer"], replicas=1)
+    gen = job.training(1, 0, 5)
+    sizes = [1]
+    for size in (3, 1):
+        job.scale(size)
+        gen = job.training(size, gen, 8 if size > 1 else 1)
+        sizes.append(size)
+        pods = wait_for(
+            lambda: ps if len(ps := _running(job)) == size else None,  # noqa: B023
+            timeout_s=120,
+            what=f"{size} trainer pods ready",
+            describe=job.logs,
+        )
+        nodes = {p.spec.node_name for p in pods}
+        assert len(nodes) == size, nodes  # one trainer per node: their agents' ports
+        hosts = {m["host"] for m in job.members()}
+        assert hosts == {p.status.pod_ip for p in pods}
+        for pod in pods:  # started by a kubelet, from EDL's image
+            (status,) = pod.status.container_statuses
+            assert status.container_id.startswith("containerd://"), status
+            assert status.image.endswith(edl_images["trainer"].rpartition("/")[2]), status
+    final = job.finish()
+    assert final["world_size"] == 1
+    assert job.watch.sizes[0] == 1 and 3 in job.watch.sizes and job.watch.sizes[-1] == 1
+    report = verify(job.shared / "ledger")
+    restores = [report.restores[g] for g in report.generations]
+    assert restores == sorted(restores)  # the global step never went back
+
+
+def test_a_sigkilled_container_is_restarted_and_rejoins_as_a_new_member(
+    job: Job, control_plane: ControlPlane, edl_images: dict[str, str]
+) -> None:
+    _create(job, control_plane, edl_images["trainer"], replicas=2)
+    gen = job.training(2, 0, 5)
+    victim = wait_for(
+        lambda: ps[-1] if len(ps := _running(job)) == 2 else None,
+        timeout_s=60,
+        what="2 trainer pods ready",
+        describe=job.logs,
+    )
+    before = {m["host"]: (m["id"], m["incarnation"]) for m in job.members()}
+    node = next(n for n in job.nodes.nodes if n.name == victim.spec.node_name)
+    container = victim.status.container_statuses[0].container_id.removeprefix("containerd://")
+    node.ctr("tasks", "kill", "--signal", "SIGKILL", container, timeout_s=30)
+
+    def restarted() -> Any:
+        pod: Any = client.CoreV1Api(job.api).read_namespaced_pod(
+            victim.metadata.name, job.namespace
+        )
+        statuses = pod.status.container_statuses or []
+        return pod if statuses and statuses[0].restart_count == 1 and statuses[0].ready else None
+
+    pod = wait_for(restarted, timeout_s=180, what="the container restarted", describe=job.logs)
+    (status,) = pod.status.container_statuses
+    last = status.last_state.terminated
+    assert last is not None and last.exit_code == 137, status  # it was SIGKILLed
+    assert status.container_id != victim.status.container_statuses[0].container_id
+    gen = job.training(2, gen, 8)
+    after = {m["host"]: (m["id"], m["incarnation"]) for m in job.members()}
+    assert set(after) == set(before) == {victim.status.pod_ip, *before}
+    assert after[victim.status.pod_ip] != before[victim.status.pod_ip]  # a new member
+    job.finish()
+
+
+class _LastStatus:
+    """Watches one pod until it is gone; keeps its last container termination seen."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+        self.terminated: Any = None
+        self.gone_at: float | None = None
+        self._args = (api, namespace, name)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        api, namespace, name = self._args
+        w = watch.Watch()
+        stream = w.stream(
+            client.CoreV1Api(api).list_namespaced_pod,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            timeout_seconds=GRACE_S + 60,
+        )
+        for event in stream:
+            pod = event["object"]
+            for status in pod.status.container_statuses or []:
+                if status.state and status.state.terminated:
+                    self.terminated = status.state.terminated
+            if event["type"] == "DELETED":
+                self.gone_at = time.monotonic()
+                w.stop()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+
+def test_a_deleted_pod_leaves_the_world_within_its_grace_period(
+    job: Job, control_plane: ControlPlane, edl_images: dict[str, str]
+) -> None:
+    _create(job, control_plane, edl_images["trainer"], replicas=2)
+    job.training(2, 0, 5)
+    victim = wait_for(
+        lambda: ps[-1] if len(ps := _running(job)) == 2 else None,
+        timeout_s=60,
+        what="2 trainer pods ready",
+        describe=job.logs,
+    )
+    last = _LastStatus(job.api, job.namespace, victim.metadata.name)
+    time.sleep(1)  # the watch is open
+    t0 = time.monotonic()
+    client.CoreV1Api(job.api).delete_namespaced_pod(victim.metadata.name, job.namespace)
+    job.scale(1)  # the ReplicaSet's replacement, if made already, goes (unready, newest)
+
+    def without_it() -> bool:
+        hosts = {m["host"] for m in job.members()}
+        return bool(hosts) and victim.status.pod_ip not in hosts
+
+    wait_for(without_it, timeout_s=GRACE_S + 30, what="the world without it", describe=job.logs)
+    left_after = time.monotonic() - t0
+    last.join(GRACE_S + 60)
+    print(f"delete -> world without it: {left_after:.2f} s (grace {GRACE_S} s)")
+    assert left_after < GRACE_S
+    assert last.gone_at is not None and last.gone_at - t0 < GRACE_S
+    assert last.terminated is not None and last.terminated.exit_code == 0, last.terminated
+    job.training(1, 0, 1)
+    job.finish()

@@ -1,0 +1,179 @@
+"""The elastic digits job as a Deployment of EDL's trainer image, run by real kubelets.
+
+Shared by the kubelet e2e tests (tests/e2e/agent/test_kubelet_elastic.py) and the pod
+deletion bench (bench/bench_kubelet_pod_deletion.py). Each pod runs `edl-agent run --elastic
+--membership kubernetes` around `examples.train_digits_elastic` in `localhost/edl-trainer`:
+
+* host network (no CNI): the agent listens on its pod IP (`status.podIP` from the downward
+  API), which is its node's loopback address; its port is a `containerPort`, so kube-scheduler's
+  NodePorts filter puts at most one trainer on a node;
+* the agent's in-cluster client: the kubelet's projected ServiceAccount token and CA, in the
+  volume the ServiceAccount admission plugin would add (`SA_VOLUME`: the e2e control plane
+  runs kube-apiserver with that plugin off, for the pod runner) with `kube-root-ca.crt`
+  published here by `publish_root_ca` (it runs no root-ca-cert-publisher), and
+  `KUBERNETES_SERVICE_HOST/PORT` pointing at kube-apiserver on 127.0.0.1 (there is no
+  kube-proxy for the `kubernetes` Service's ClusterIP);
+* what the test reads leaves the container through a hostPath folder the test owns
+  (`/edl-test`: the sample ledger, the members' state, the step gate, the result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tests.e2e.harness.bodies import as_body
+from tests.e2e.harness.controlplane import ControlPlane
+from tests.e2e.harness.elastic_job import (
+    JOB,
+    SERVICE_ACCOUNT,
+    STEP_SLEEP,
+    TRAIN_ARGS,
+    grant_agent_access,
+)
+from tests.e2e.harness.session import Kubectl
+
+NAME = "trainer"
+LABELS = {"app.kubernetes.io/name": "edl-kubelet-trainer"}
+AGENT_PORT = 9400
+SA_VOLUME = {
+    "name": "kube-api-access",
+    "projected": {
+        "defaultMode": 0o444,
+        "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {
+                "configMap": {
+                    "name": "kube-root-ca.crt",
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                }
+            },
+            {
+                "downwardAPI": {
+                    "items": [
+                        {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                    ]
+                }
+            },
+        ],
+    },
+}
+"""What the ServiceAccount admission plugin adds to a pod (kube-apiserver 1.35)."""
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+SHARED = "/edl-test"
+"""Where the test's hostPath folder is mounted in every trainer container."""
+
+
+def shared_folder(path: Path) -> Path:
+    """`path`, made, writable by the image's non-root user (uid 65532)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
+    return path
+
+
+def publish_root_ca(api: client.ApiClient, cp: ControlPlane, namespace: str) -> None:
+    """ConfigMap `kube-root-ca.crt` (the cluster CA), as kube-controller-manager's
+    root-ca-cert-publisher does: the projected ServiceAccount volume reads `ca.crt` from it."""
+    assert cp.pki is not None
+    body = {
+        "metadata": {"name": "kube-root-ca.crt"},
+        "data": {"ca.crt": cp.pki.ca.cert.read_text()},
+    }
+    with contextlib.suppress(client.ApiException):  # 409: already published
+        client.CoreV1Api(api).create_namespaced_config_map(namespace, as_body(body))
+
+
+def prepare_namespace(
+    api: client.ApiClient, cp: ControlPlane, kubectl: Kubectl, namespace: str, scratch: Path
+) -> None:
+    """Namespace `namespace` with the agent's ServiceAccount, Role and RoleBinding and
+    `kube-root-ca.crt`; `scratch` takes the (unused) token kubeconfig `grant_agent_access`
+    writes."""
+    labels = {"edl.e2e/test": "true"}
+    body = {"metadata": {"name": namespace, "labels": labels}}
+    client.CoreV1Api(api).create_namespace(as_body(body))
+    grant_agent_access(namespace, api, kubectl, cp, scratch / "agent.kubeconfig")
+    publish_root_ca(api, cp, namespace)
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def trainer_deployment(
+    image: str, shared: Path, cp: ControlPlane, *, replicas: int, grace_s: int = 30
+) -> dict[str, Any]:
+    """The trainer Deployment; `shared` is the test's hostPath folder (`shared_folder`)."""
+    command = [
+        "edl-agent", "run", "--host=$(POD_IP)", f"--port={AGENT_PORT}", "--elastic",
+        "--job", JOB, "--membership", "kubernetes", "--min", "1", "--max", "4", "--",
+        "python", "-m", "examples.train_digits_elastic",
+        *TRAIN_ARGS, "--step-sleep", str(STEP_SLEEP),
+        "--result", f"{SHARED}/result.json", "--step-gate", f"{SHARED}/step-gate",
+    ]  # fmt: skip
+    env = [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_UID", "metadata.uid"),
+        _field_env("POD_IP", "status.podIP"),
+        _field_env("EDL_NAMESPACE", "metadata.namespace"),
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": str(cp.apiserver_port)},
+        {"name": "EDL_ELASTIC_DIR", "value": f"{SHARED}/members/$(POD_NAME)"},
+        {"name": "EDL_SAMPLE_LEDGER", "value": f"{SHARED}/ledger"},
+        {"name": "EDL_DEBOUNCE", "value": "4"},
+        {"name": "EDL_MAX_DEBOUNCE", "value": "12"},
+        {"name": "EDL_HEARTBEAT_INTERVAL", "value": "1"},
+        {"name": "EDL_MEMBER_TTL", "value": "10"},
+        {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
+        {"name": "EDL_DRAIN_TIMEOUT", "value": "20"},
+        {"name": "EDL_INIT_TIMEOUT", "value": "600"},  # a bound for failures, not a speed
+        {"name": "PADDLE_DISTRI_BACKEND", "value": "gloo"},
+    ]
+    container = {
+        "name": "trainer",
+        "image": image,
+        "imagePullPolicy": "Never",  # imported from the local build: no registry
+        "command": command,
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": AGENT_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": AGENT_PORT}, "periodSeconds": 2},
+        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": [
+            {"name": "shared", "mountPath": SHARED},
+            {"name": "kube-api-access", "mountPath": SA_MOUNT, "readOnly": True},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": NAME},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": LABELS},
+            "template": {
+                "metadata": {"labels": LABELS},
+                "spec": {
+                    "hostNetwork": True,
+                    "serviceAccountName": SERVICE_ACCOUNT,
+                    "terminationGracePeriodSeconds": grace_s,
+                    "securityContext": {"runAsNonRoot": True},
+                    "containers": [container],
+                    "automountServiceAccountToken": False,  # SA_VOLUME instead
+                    "volumes": [
+                        {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}},
+                        SA_VOLUME,
+                    ],
+                },
+            },
+        },
+    }
+
+
+def trainer_pods(api: client.ApiClient, namespace: str) -> list[Any]:
+    """The trainer Deployment's pods (V1Pod), in creation order."""
+    selector = ",".join(f"{k}={v}" for k, v in LABELS.items())
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    return sorted(pods, key=lambda p: p.metadata.creation_timestamp)
