@@ -17,7 +17,10 @@ ledger's step starts, the first step left out), with each figure's ratio to plai
 version runs `--repeats` times, the versions interleaved (every repetition in a rotated order,
 so the machine's drift spreads over all of them); the medians are compared and every run's
 figure is printed; *paired* is the median of each repetition's own ratio (a version against
-the plain DDP run of the same repetition, minutes apart).
+the plain DDP run of the same repetition, minutes apart). ``--baseline TREE`` (repeatable) adds
+a row ``elastic @NAME``: the same elastic script run from another source tree (``git archive
+main | tar -x -C /tmp/main``, or a copy with one change), interleaved with the others, so a
+change is measured before and after in one run on the same machine state.
 
 Part 2, the pause of a rescale (2 -> 3 by a joiner, 3 -> 2 by a SIGTERM), `--rounds` times,
 in-process: the pause the surviving agent recorded (`edl_trainer_rescale_pause_seconds`) and
