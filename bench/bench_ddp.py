@@ -17,7 +17,10 @@ ledger's step starts, the first step left out), with each figure's ratio to plai
 version runs `--repeats` times, the versions interleaved (every repetition in a rotated order,
 so the machine's drift spreads over all of them); the medians are compared and every run's
 figure is printed; *paired* is the median of each repetition's own ratio (a version against
-the plain DDP run of the same repetition, minutes apart).
+the plain DDP run of the same repetition, minutes apart). ``--baseline TREE`` (repeatable) adds
+a row ``elastic @NAME``: the same elastic script run from another source tree (``git archive
+main | tar -x -C /tmp/main``, or a copy with one change), interleaved with the others, so a
+change is measured before and after in one run on the same machine state.
 
 Part 2, the pause of a rescale (2 -> 3 by a joiner, 3 -> 2 by a SIGTERM), `--rounds` times,
 in-process: the pause the surviving agent recorded (`edl_trainer_rescale_pause_seconds`) and
@@ -39,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,14 +92,26 @@ def elastic(
     hidden: int,
     epochs: int,
     workers: int | None,
+    root: Path = ROOT,
 ) -> dict[str, float]:
-    """`world` agents, the job trained only in a world of all of them; rank 0's figures."""
+    """`world` agents, the job trained only in a world of all of them; rank 0's figures.
+
+    `root`: the source tree they run (`--baseline`: the same script from another commit).
+    """
     result = tmp / "result.json"
     extra = ["--hidden", str(hidden), "--global-batch", str(GLOBAL_BATCH), "--result", str(result)]
     if workers is not None:
         extra += ["--workers", str(workers)]
     agents = Agents(
-        tmp, 1.0, "auto", script, tuple(extra), min_world=world, epochs=epochs, step_sleep=0.0
+        tmp,
+        1.0,
+        "auto",
+        script,
+        tuple(extra),
+        min_world=world,
+        epochs=epochs,
+        step_sleep=0.0,
+        root=root,
     )
     try:
         for rank in range(world):
@@ -156,6 +172,11 @@ def fixed_world_versions(
         "plain DDP": lambda d: plain_ddp(d, world, hidden, epochs, workers),
         "elastic DDP": lambda d: elastic(d, ELASTIC, world, hidden, epochs, workers),
     }
+    for tree in args.baseline:
+        versions[f"elastic @{tree.name}"[:20]] = partial(
+            elastic, script=ELASTIC, world=world, hidden=hidden, epochs=epochs, workers=workers,
+            root=tree,
+        )  # fmt: skip
     if workers == 0 and args.explicit:  # the sample-id example has no DataLoader
         versions["explicit all-reduce"] = lambda d: elastic(
             d, EXPLICIT, world, hidden, epochs, None
@@ -211,6 +232,11 @@ def main() -> int:
     parser.add_argument(
         "--no-explicit", dest="explicit", action="store_false",
         help="leave the explicit all-reduce out",
+    )  # fmt: skip
+    parser.add_argument(
+        "--baseline", type=Path, action="append", default=[], metavar="TREE",
+        help="also run elastic DDP from this source tree, a row `elastic @TREE-NAME` (e.g. "
+        "`git archive main` unpacked): before/after pairs in one interleaved run; repeatable",
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="rescale rounds (0: none)")
     parser.add_argument("--pause-hidden", type=int, default=5000)

@@ -88,8 +88,11 @@ class Agents:
         min_world: int = 1,
         epochs: int = 400,
         step_sleep: float = 0.02,
+        root: Path = ROOT,
     ) -> None:
         self.tmp = tmp
+        self.root = root
+        """The source tree the agents and trainers run (bench_ddp --baseline: another one)."""
         self.reinit = reinit
         self.script = script
         self.extra = extra
@@ -113,7 +116,7 @@ class Agents:
             "EDL_REINIT": self.reinit,
             "EDL_AGENT_LOG_LEVEL": os.environ.get("EDL_AGENT_LOG_LEVEL", "WARNING"),
             "EDL_SAMPLE_LEDGER": str(self.tmp / "ledger"),
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(self.root),
         }
         cmd = [PY, "-m", "agent", "run", "--host", "127.0.0.1", "--port", str(port),
                "--elastic", "--job", "bench", "--membership", f"local:{self.tmp / 'store'}",
@@ -121,7 +124,7 @@ class Agents:
                PY, "-m", self.script, "--epochs", str(self.epochs),
                "--step-sleep", str(self.step_sleep), *self.extra]  # fmt: skip
         log = open(self.tmp / f"{name}.log", "wb")
-        self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
+        self.procs[name] = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=log, stderr=log)
         self.ports[name] = port
 
     def start_training(self, names: tuple[str, ...], timeout_s: float) -> None:

@@ -114,8 +114,15 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
         written.append(blob)
         real(directory, blob)
 
+    real_save = state_module.save_local
+
+    def save_spy(directory: Path, state: TrainingState) -> None:
+        written.append(state.to_bytes())
+        real_save(directory, state)
+
     monkeypatch.setattr(state_module, "write_local", spy)
     monkeypatch.setattr("agent.trainer.handoff.write_local", spy)
+    monkeypatch.setattr("agent.trainer.handoff.save_local", save_spy)
     return written
 
 
@@ -244,3 +251,19 @@ def test_a_fresh_job_of_several_ranks_starts_from_rank_0s_model() -> None:
     sender.attach_sampler(ElasticSampler(100, 10, 1))
     sender.restore()
     assert [TrainingState.from_bytes(b).model for b in sender.link.sent] == [{"w": 3}]  # type: ignore[attr-defined]
+
+
+def test_a_local_copy_reads_back_as_the_state_saved(tmp_path: Path) -> None:
+    import numpy as np
+
+    from agent.trainer.state import load_local
+
+    weights = np.arange(300_000, dtype=np.float32).reshape(600, 500)  # beyond a pickle frame
+    state = TrainingState(7, 3, {"w": weights}, {"m": weights[::2]}, {"epoch": 1}, {"lr": 0.1})
+    save_local(tmp_path, state)
+    assert (tmp_path / STATE_FILE).read_bytes() == state.to_bytes()
+    back = load_local(tmp_path)
+    assert back is not None and back.step == 7 and back.extra == {"lr": 0.1}
+    assert np.array_equal(back.model["w"], weights)
+    assert np.array_equal(back.optimizer["m"], weights[::2])
+    assert [p.name for p in tmp_path.iterdir()] == [STATE_FILE]  # no temporary file left
