@@ -35,6 +35,7 @@ from agent.trainer.step_gate import StepGate
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.elastic_job import WorldWatch
+from tests.e2e.harness.incluster import kubelet_session_settings
 from tests.e2e.harness.install import ensure_images
 from tests.e2e.harness.kubelet_node import (
     KubeletNode,
@@ -90,7 +91,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     work = work_root()
-    cp = ControlPlane(ControlPlaneSettings(bin_dir=ensure_binaries(), work_dir=work))
+    # as the kubelet e2e session's: pods get ServiceAccount tokens (the agent's in-cluster client)
+    settings = ControlPlaneSettings(bin_dir=ensure_binaries(), work_dir=work)
+    cp = ControlPlane(kubelet_session_settings(settings))
     pool = LoopbackAddressPool()
     bin_dir = ensure_node_binaries()
     group = KubeletNodeGroup(

@@ -7,11 +7,10 @@ deletion bench (bench/bench_kubelet_pod_deletion.py). Each pod runs `edl-agent r
 * host network (no CNI): the agent listens on its pod IP (`status.podIP` from the downward
   API), which is its node's loopback address; its port is a `containerPort`, so kube-scheduler's
   NodePorts filter puts at most one trainer on a node;
-* the agent's in-cluster client: the kubelet's projected ServiceAccount token and CA, in the
-  volume the ServiceAccount admission plugin would add (`SA_VOLUME`: the e2e control plane
-  runs kube-apiserver with that plugin off, for the pod runner) with `kube-root-ca.crt`
-  published here by `publish_root_ca` (it runs no root-ca-cert-publisher), and
-  `KUBERNETES_SERVICE_HOST/PORT` pointing at kube-apiserver on 127.0.0.1 (there is no
+* the agent's in-cluster client: the projected ServiceAccount token and CA that the
+  ServiceAccount admission plugin adds and the kubelet fills (the kubelet session's control
+  plane runs the plugin and the root CA publisher: `incluster.kubelet_session_settings`),
+  with `KUBERNETES_SERVICE_HOST/PORT` pointing at kube-apiserver on 127.0.0.1 (there is no
   kube-proxy for the `kubernetes` Service's ClusterIP);
 * what the test reads leaves the container through a hostPath folder the test owns
   (`/edl-test`: the sample ledger, the members' state, the step gate, the result).
@@ -19,7 +18,6 @@ deletion bench (bench/bench_kubelet_pod_deletion.py). Each pod runs `edl-agent r
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -39,30 +37,6 @@ from tests.e2e.harness.session import Kubectl
 NAME = "trainer"
 LABELS = {"app.kubernetes.io/name": "edl-kubelet-trainer"}
 AGENT_PORT = 9400
-SA_VOLUME = {
-    "name": "kube-api-access",
-    "projected": {
-        "defaultMode": 0o444,
-        "sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-            {
-                "configMap": {
-                    "name": "kube-root-ca.crt",
-                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                }
-            },
-            {
-                "downwardAPI": {
-                    "items": [
-                        {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
-                    ]
-                }
-            },
-        ],
-    },
-}
-"""What the ServiceAccount admission plugin adds to a pod (kube-apiserver 1.35)."""
-SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 SHARED = "/edl-test"
 """Where the test's hostPath folder is mounted in every trainer container."""
 
@@ -74,29 +48,15 @@ def shared_folder(path: Path) -> Path:
     return path
 
 
-def publish_root_ca(api: client.ApiClient, cp: ControlPlane, namespace: str) -> None:
-    """ConfigMap `kube-root-ca.crt` (the cluster CA), as kube-controller-manager's
-    root-ca-cert-publisher does: the projected ServiceAccount volume reads `ca.crt` from it."""
-    assert cp.pki is not None
-    body = {
-        "metadata": {"name": "kube-root-ca.crt"},
-        "data": {"ca.crt": cp.pki.ca.cert.read_text()},
-    }
-    with contextlib.suppress(client.ApiException):  # 409: already published
-        client.CoreV1Api(api).create_namespaced_config_map(namespace, as_body(body))
-
-
 def prepare_namespace(
     api: client.ApiClient, cp: ControlPlane, kubectl: Kubectl, namespace: str, scratch: Path
 ) -> None:
-    """Namespace `namespace` with the agent's ServiceAccount, Role and RoleBinding and
-    `kube-root-ca.crt`; `scratch` takes the (unused) token kubeconfig `grant_agent_access`
-    writes."""
+    """Namespace `namespace` with the agent's ServiceAccount, Role and RoleBinding; `scratch`
+    takes the (unused) token kubeconfig `grant_agent_access` writes."""
     labels = {"edl.e2e/test": "true"}
     body = {"metadata": {"name": namespace, "labels": labels}}
     client.CoreV1Api(api).create_namespace(as_body(body))
     grant_agent_access(namespace, api, kubectl, cp, scratch / "agent.kubeconfig")
-    publish_root_ca(api, cp, namespace)
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -141,10 +101,7 @@ def trainer_deployment(
         "ports": [{"name": "metrics", "containerPort": AGENT_PORT}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": AGENT_PORT}, "periodSeconds": 2},
         "securityContext": {"allowPrivilegeEscalation": False},
-        "volumeMounts": [
-            {"name": "shared", "mountPath": SHARED},
-            {"name": "kube-api-access", "mountPath": SA_MOUNT, "readOnly": True},
-        ],
+        "volumeMounts": [{"name": "shared", "mountPath": SHARED}],
     }
     return {
         "apiVersion": "apps/v1",
@@ -161,10 +118,8 @@ def trainer_deployment(
                     "terminationGracePeriodSeconds": grace_s,
                     "securityContext": {"runAsNonRoot": True},
                     "containers": [container],
-                    "automountServiceAccountToken": False,  # SA_VOLUME instead
                     "volumes": [
-                        {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}},
-                        SA_VOLUME,
+                        {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}
                     ],
                 },
             },
