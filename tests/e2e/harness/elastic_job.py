@@ -102,6 +102,19 @@ def grant_agent_access(
     return path
 
 
+AGENT_TIMINGS: list[dict[str, str]] = [
+    # Two pods of one `kubectl scale` warm up seconds apart on a loaded 2-core box (seen:
+    # > 2 s); the debounce must cover that spread for one scale to be one generation.
+    {"name": "EDL_DEBOUNCE", "value": "4"},
+    {"name": "EDL_MAX_DEBOUNCE", "value": "12"},
+    {"name": "EDL_HEARTBEAT_INTERVAL", "value": "1"},
+    {"name": "EDL_MEMBER_TTL", "value": "10"},
+    {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
+    {"name": "EDL_INIT_TIMEOUT", "value": "600"},  # a bound for failures, not a speed
+]
+"""The e2e trainers' membership timings (env), shared by the pod runner's and the kubelet's."""
+
+
 def elastic_container(
     tmp: Path,
     kubeconfig: Path,
@@ -136,15 +149,8 @@ def elastic_container(
         {"name": "KUBECONFIG", "value": str(kubeconfig)},
         {"name": "EDL_ELASTIC_DIR", "value": f"{tmp}/members/$(POD_NAME)"},
         {"name": "EDL_SAMPLE_LEDGER", "value": str(tmp / "ledger")},
-        # Two pods of one `kubectl scale` warm up seconds apart on a loaded 2-core box (seen:
-        # > 2 s); the debounce must cover that spread for one scale to be one generation.
-        {"name": "EDL_DEBOUNCE", "value": "4"},
-        {"name": "EDL_MAX_DEBOUNCE", "value": "12"},
-        {"name": "EDL_HEARTBEAT_INTERVAL", "value": "1"},
-        {"name": "EDL_MEMBER_TTL", "value": "10"},
-        {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
+        *AGENT_TIMINGS,
         {"name": "EDL_DRAIN_TIMEOUT", "value": "30"},
-        {"name": "EDL_INIT_TIMEOUT", "value": "600"},  # a bound for failures, not a speed
         {"name": "EDL_REINIT", "value": reinit},
     ]
     return {

@@ -26,6 +26,7 @@ from kubernetes import client
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.elastic_job import (
+    AGENT_TIMINGS,
     JOB,
     SERVICE_ACCOUNT,
     STEP_SLEEP,
@@ -83,13 +84,8 @@ def trainer_deployment(
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(cp.apiserver_port)},
         {"name": "EDL_ELASTIC_DIR", "value": f"{SHARED}/members/$(POD_NAME)"},
         {"name": "EDL_SAMPLE_LEDGER", "value": f"{SHARED}/ledger"},
-        {"name": "EDL_DEBOUNCE", "value": "4"},
-        {"name": "EDL_MAX_DEBOUNCE", "value": "12"},
-        {"name": "EDL_HEARTBEAT_INTERVAL", "value": "1"},
-        {"name": "EDL_MEMBER_TTL", "value": "10"},
-        {"name": "EDL_POLL_INTERVAL", "value": "0.3"},
+        *AGENT_TIMINGS,
         {"name": "EDL_DRAIN_TIMEOUT", "value": "20"},
-        {"name": "EDL_INIT_TIMEOUT", "value": "600"},  # a bound for failures, not a speed
         {"name": "PADDLE_DISTRI_BACKEND", "value": "gloo"},
     ]
     container = {
