@@ -9,7 +9,7 @@ the node's containerd, and a Service on the agent's port. The kubelet session's 
 runs the ServiceAccount admission plugin: the pod gets the projected token volume and nothing
 else (no kubeconfig), and `edl-agent run --membership kubernetes` reads it with
 `load_incluster_config`. Checked as a user would: the pod's readiness against the agent's
-/readyz and its Service's EndpointSlice; what the token is refused, from inside the pod
+/readyz (and that no EndpointSlice runs ahead of it); what the token is refused, from inside the pod
 (`kubectl exec`); the job's Lease and world ConfigMap; the job trained to its end.
 """
 
@@ -162,10 +162,10 @@ def trainer_pod(
                 tick = None
             if tick is not None:
                 ticks.append(tick)
-                if tick.endpoint_ready and tick.pod_ready:
+                if tick.pod_ready and tick.readyz == 200:
                     break
             time.sleep(0.3)
-        assert ticks and ticks[-1].endpoint_ready, (ticks[-5:], kubelet_node.log_tails(20))
+        assert ticks and ticks[-1].pod_ready, (ticks[-5:], kubelet_node.log_tails(20))
         (pod,) = core.list_namespaced_pod(ns, label_selector=SELECTOR).items
         yield TrainerPod(source, ns, port, pod, ticks)
     finally:
@@ -177,17 +177,18 @@ def test_the_agent_pod_is_not_ready_until_its_readyz_says_so(
 ) -> None:
     ticks = trainer_pod.ticks
     # its container running while /readyz does not say ready (not answering yet, or 503):
-    # not Ready, and its endpoint in the Service's EndpointSlice not ready
+    # not Ready (the condition a Service's EndpointSlice follows). The pod's IP is its node's
+    # loopback address, which an EndpointSlice may not hold (validation refuses 127.0.0.0/8),
+    # so the slice itself never lists it here: whatever it shows must not run ahead of Ready.
     waiting = [t for t in ticks if t.running and t.readyz != 200]
     assert waiting, trainer_pod.changes()
     assert all(not t.pod_ready and not t.endpoint_ready for t in waiting), waiting
-    assert any(t.endpoint_ready is False for t in waiting), waiting  # listed, not ready
-    # never Ready (nor in the Service) before /readyz said so; Ready and in it at the end
+    # never Ready (nor ready in a slice) before /readyz said so; Ready at the end
     for t in ticks:
         assert not t.endpoint_ready or t.pod_ready, t
         assert not t.pod_ready or t.readyz == 200, t
     last = ticks[-1]
-    assert last.pod_ready and last.endpoint_ready and last.readyz == 200, last
+    assert last.pod_ready and last.readyz == 200, last
     assert "trainer running" in last.reason, last
     # the kubelet's own record of the probe it failed (`kubectl describe pod`)
     events = (
