@@ -180,8 +180,10 @@ def test_the_agent_pod_is_not_ready_until_its_readyz_says_so(
     # not Ready (the condition a Service's EndpointSlice follows). The pod's IP is its node's
     # loopback address, which an EndpointSlice may not hold (validation refuses 127.0.0.0/8),
     # so the slice itself never lists it here: whatever it shows must not run ahead of Ready.
+    # Whether a look lands in that window depends on speed (a warm node starts the container
+    # and the agent answers between two looks), so it is not required; the kubelet's own
+    # failed first probe (the event below) is the window's record.
     waiting = [t for t in ticks if t.running and t.readyz != 200]
-    assert waiting, trainer_pod.changes()
     assert all(not t.pod_ready and not t.endpoint_ready for t in waiting), waiting
     # never Ready (nor ready in a slice) before /readyz said so; Ready at the end
     for t in ticks:
@@ -190,7 +192,8 @@ def test_the_agent_pod_is_not_ready_until_its_readyz_says_so(
     last = ticks[-1]
     assert last.pod_ready and last.readyz == 200, last
     assert "trainer running" in last.reason, last
-    # the kubelet's own record of the probe it failed (`kubectl describe pod`)
+    # the kubelet's own record of the probe it failed before the agent answered (its first
+    # probe runs as the container starts, before the agent's server is up: `kubectl describe`)
     events = (
         client.CoreV1Api(kube_api)
         .list_namespaced_event(
