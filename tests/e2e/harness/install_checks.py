@@ -6,6 +6,8 @@ call the same check on a `Cluster` (harness/image_cluster.py), so both say the s
 
 from __future__ import annotations
 
+import json
+
 from kubernetes import client
 
 from tests.e2e.harness.image_cluster import (
@@ -23,6 +25,51 @@ ADAPTER = "edl-metrics-adapter"
 TRAINER = "digits-trainer"
 CUSTOM = ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io")
 EXTERNAL = "v1beta1.external.metrics.k8s.io"
+
+
+def custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
+    """Another server (say KEDA) owns external.metrics.k8s.io before EDL is installed:
+    manifests/overlays/custom-only's adapter serves custom.metrics.k8s.io (Available) and
+    leaves the external APIService to its owner."""
+    foreign = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": EXTERNAL},
+        "spec": {
+            "group": "external.metrics.k8s.io",
+            "version": "v1beta1",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+            "insecureSkipTLSVerify": True,
+            "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
+        },
+    }
+    path = cluster.overlays / "foreign-external.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(foreign))
+    cluster.kubectl("apply", "-f", str(path))
+    try:
+        overlay = cluster.adapter_overlay("manifests/overlays/custom-only")
+        cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
+        wait_rollout(cluster.api, ADAPTER_NS, ADAPTER, timeout_s=240)
+        wait_for(
+            lambda: all(cluster.available(n) for n in CUSTOM),
+            timeout_s=120,
+            what="EDL's custom.metrics.k8s.io APIServices Available",
+            describe=lambda: cluster.kubectl("get", "apiservices"),
+        )
+        owner = cluster.kubectl(
+            "get",
+            "apiservice",
+            EXTERNAL,
+            "-o",
+            "jsonpath={.spec.service.namespace}/{.spec.service.name}",
+        )
+        assert owner == "keda/keda-operator-metrics-apiserver"
+        listing = cluster.raw("/apis/custom.metrics.k8s.io/v1beta2")
+        assert {r["name"] for r in listing["resources"]} >= {"pods/samples_per_second"}
+    finally:
+        cluster.kubectl("delete", "apiservice", EXTERNAL, "--ignore-not-found")
 
 
 def manifests_run_and_the_hpa_scales_training(cluster: Cluster) -> ContainerFacts:

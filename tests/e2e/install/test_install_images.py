@@ -23,7 +23,6 @@ the example's alternative, `hpa-throughput.yaml`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -31,8 +30,10 @@ from kubernetes import client
 
 from tests.e2e.harness.image_cluster import Cluster, image_cluster
 from tests.e2e.harness.install import PodStartFailed, pod_errors, wait_rollout
-from tests.e2e.harness.install_checks import manifests_run_and_the_hpa_scales_training
-from tests.support.waiting import wait_for
+from tests.e2e.harness.install_checks import (
+    custom_only_overlay_leaves_external_metrics_to_their_owner,
+    manifests_run_and_the_hpa_scales_training,
+)
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -52,46 +53,7 @@ def cluster(edl_images: dict[str, str]) -> Iterator[Cluster]:
 
 
 def test_custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
-    # Another server (say KEDA) owns external.metrics.k8s.io before EDL is installed.
-    foreign = {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": EXTERNAL},
-        "spec": {
-            "group": "external.metrics.k8s.io",
-            "version": "v1beta1",
-            "groupPriorityMinimum": 100,
-            "versionPriority": 100,
-            "insecureSkipTLSVerify": True,
-            "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
-        },
-    }
-    path = cluster.overlays / "foreign-external.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(foreign))
-    cluster.kubectl("apply", "-f", str(path))
-    try:
-        overlay = cluster.adapter_overlay("manifests/overlays/custom-only")
-        cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
-        wait_rollout(cluster.api, ADAPTER_NS, ADAPTER, timeout_s=240)
-        wait_for(
-            lambda: all(cluster.available(n) for n in CUSTOM),
-            timeout_s=120,
-            what="EDL's custom.metrics.k8s.io APIServices Available",
-            describe=lambda: cluster.kubectl("get", "apiservices"),
-        )
-        owner = cluster.kubectl(
-            "get",
-            "apiservice",
-            EXTERNAL,
-            "-o",
-            "jsonpath={.spec.service.namespace}/{.spec.service.name}",
-        )
-        assert owner == "keda/keda-operator-metrics-apiserver"
-        listing = cluster.raw("/apis/custom.metrics.k8s.io/v1beta2")
-        assert {r["name"] for r in listing["resources"]} >= {"pods/samples_per_second"}
-    finally:
-        cluster.kubectl("delete", "apiservice", EXTERNAL, "--ignore-not-found")
+    custom_only_overlay_leaves_external_metrics_to_their_owner(cluster)
 
 
 def test_manifests_run_from_the_images_and_the_hpa_scales_training(cluster: Cluster) -> None:

@@ -29,6 +29,7 @@ from tests.e2e.harness.image_cluster import Cluster, kubelet_image_cluster
 from tests.e2e.harness.install_checks import (
     ADAPTER_NS,
     TRAINER_NS,
+    custom_only_overlay_leaves_external_metrics_to_their_owner,
     manifests_run_and_the_hpa_scales_training,
 )
 from tests.e2e.harness.kubelet_node import KubeletNodeGroup
@@ -49,6 +50,10 @@ def cluster(
         control_plane, kubelet_node_group, proxy_address, edl_images, (ADAPTER_NS, TRAINER_NS)
     ) as c:
         yield c
+
+
+def test_custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
+    custom_only_overlay_leaves_external_metrics_to_their_owner(cluster)
 
 
 def test_manifests_run_from_the_images_and_the_hpa_scales_training(
