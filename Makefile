@@ -87,8 +87,8 @@ node:
 	@bash tests/e2e/node/build.sh >/dev/null
 
 # Pods run by real kubelets + containerd (three nodes on loopback addresses) from EDL's images
-# (tests/e2e/install/test_kubelet_pod.py, tests/e2e/agent/test_kubelet_elastic.py;
-# docs/development.md, "The e2e node"). The other e2e tests still use the pod runner.
+# (tests/e2e/install/test_kubelet_pod.py, test_kubelet_install.py, test_kubelet_helm.py,
+# tests/e2e/agent/test_kubelet_*.py; docs/development.md, "The e2e node"). The other e2e tests still use the pod runner.
 e2e-kubelet: venv system-deps controlplane node
 	@bash scripts/pytest-layer.sh e2e-kubelet
 

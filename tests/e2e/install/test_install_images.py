@@ -23,17 +23,17 @@ the example's alternative, `hpa-throughput.yaml`.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
 
 import pytest
-import requests
 from kubernetes import client
 
 from tests.e2e.harness.image_cluster import Cluster, image_cluster
 from tests.e2e.harness.install import PodStartFailed, pod_errors, wait_rollout
-from tests.support.waiting import wait_for
+from tests.e2e.harness.install_checks import (
+    custom_only_overlay_leaves_external_metrics_to_their_owner,
+    manifests_run_and_the_hpa_scales_training,
+)
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -53,111 +53,12 @@ def cluster(edl_images: dict[str, str]) -> Iterator[Cluster]:
 
 
 def test_custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
-    # Another server (say KEDA) owns external.metrics.k8s.io before EDL is installed.
-    foreign = {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": EXTERNAL},
-        "spec": {
-            "group": "external.metrics.k8s.io",
-            "version": "v1beta1",
-            "groupPriorityMinimum": 100,
-            "versionPriority": 100,
-            "insecureSkipTLSVerify": True,
-            "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
-        },
-    }
-    path = cluster.overlays / "foreign-external.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(foreign))
-    cluster.kubectl("apply", "-f", str(path))
-    try:
-        overlay = cluster.adapter_overlay("manifests/overlays/custom-only")
-        cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
-        wait_rollout(cluster.api, ADAPTER_NS, ADAPTER, timeout_s=240)
-        wait_for(
-            lambda: all(cluster.available(n) for n in CUSTOM),
-            timeout_s=120,
-            what="EDL's custom.metrics.k8s.io APIServices Available",
-            describe=lambda: cluster.kubectl("get", "apiservices"),
-        )
-        owner = cluster.kubectl(
-            "get",
-            "apiservice",
-            EXTERNAL,
-            "-o",
-            "jsonpath={.spec.service.namespace}/{.spec.service.name}",
-        )
-        assert owner == "keda/keda-operator-metrics-apiserver"
-        listing = cluster.raw("/apis/custom.metrics.k8s.io/v1beta2")
-        assert {r["name"] for r in listing["resources"]} >= {"pods/samples_per_second"}
-    finally:
-        cluster.kubectl("delete", "apiservice", EXTERNAL, "--ignore-not-found")
+    custom_only_overlay_leaves_external_metrics_to_their_owner(cluster)
 
 
 def test_manifests_run_from_the_images_and_the_hpa_scales_training(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "-k", str(cluster.adapter_overlay("manifests/base")), timeout_s=60)
-    wait_rollout(cluster.api, ADAPTER_NS, ADAPTER, timeout_s=240)
-    wait_for(
-        lambda: all(cluster.available(n) for n in (*CUSTOM, EXTERNAL)),
-        timeout_s=120,
-        what="all three APIServices Available",
-        describe=lambda: cluster.kubectl("get", "apiservices"),
-    )
-    # The adapter runs as the manifest says: user 65532, read-only root, no capabilities.
-    core = client.CoreV1Api(cluster.api)
-    pod = core.list_namespaced_pod(ADAPTER_NS).items[0]
-    inspected = cluster.containers.inspect(str(pod.metadata.uid))
-    assert inspected["Config"]["User"].split(":")[0] == "65532"
-    assert inspected["HostConfig"]["ReadonlyRootfs"] is True
-    assert inspected["HostConfig"]["NetworkMode"] == "host"
-
-    overlay = cluster.trainer_overlay("digits", cluster.images["trainer"])
-    cluster.kubectl("apply", "-k", str(overlay), timeout_s=60)
-    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
-
-    path = (
-        f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{TRAINER_NS}"
-        "/pods/*/samples_per_second?labelSelector=app%3Dtrainer"
-    )
-
-    def training_pods() -> dict[str, float]:
-        items = cluster.raw(path)["items"]
-        return {i["describedObject"]["name"]: _quantity(i["value"]) for i in items}
-
-    wait_for(
-        lambda: any(v > 0 for v in training_pods().values()),
-        timeout_s=240,
-        what="samples_per_second of the trainer through kube-apiserver",
-        describe=lambda: cluster.kubectl("get", "pods", "-A", "-o", "wide"),
-    )
-    apps = client.AppsV1Api(cluster.api)
-    wait_for(
-        lambda: apps.read_namespaced_deployment(TRAINER, TRAINER_NS).spec.replicas == 2,
-        timeout_s=300,
-        what="the HPA scaling the trainer to 2",
-        describe=lambda: cluster.kubectl("describe", "hpa", TRAINER, "-n", TRAINER_NS),
-    )
-    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
-
-    def both_train_in_a_world_of_two() -> bool:
-        pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items
-        sizes = [_agent_gauge(str(p.status.pod_ip), "edl_trainer_world_size") for p in pods]
-        rates = training_pods()
-        return (
-            len(pods) == 2 and sizes == [2.0, 2.0] and len(rates) == 2 and min(rates.values()) > 0
-        )
-
-    wait_for(
-        both_train_in_a_world_of_two,
-        timeout_s=300,
-        what="both trainer pods training in a world of 2",
-        describe=lambda: f"{training_pods()}\n{cluster.kubectl('get', 'pods', '-n', TRAINER_NS)}",
-    )
-    # The world changed under a running job (1 -> 2 members): a later generation on both pods.
-    pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items
-    generations = [_agent_gauge(str(p.status.pod_ip), "edl_trainer_generation") for p in pods]
-    assert all(g is not None and g >= 2 for g in generations), generations
+    facts = manifests_run_and_the_hpa_scales_training(cluster)
+    assert facts.runtime == "podman"
 
 
 def test_a_wrong_image_name_shows_the_pods_error(cluster: Cluster) -> None:
@@ -172,17 +73,3 @@ def test_a_wrong_image_name_shows_the_pods_error(cluster: Cluster) -> None:
     core = client.CoreV1Api(cluster.api)
     assert pod_errors(core, WRONG_NS, "app=trainer")
     cluster.kubectl("delete", "-k", str(overlay), "--wait=false", timeout_s=60)
-
-
-def _quantity(text: str) -> float:
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-
-
-def _agent_gauge(ip: str, name: str) -> float | None:
-    """A gauge from the agent's /metrics (what `kubectl port-forward` + curl would show)."""
-    try:
-        body = requests.get(f"http://{ip}:9400/metrics", timeout=2).text
-    except requests.RequestException:
-        return None
-    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M)
-    return float(m.group(1)) if m else None
