@@ -19,13 +19,10 @@ replicas and a longer run, as in the podman version.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from kubernetes import client
 
-from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.image_cluster import Cluster, kubelet_image_cluster
+from tests.e2e.harness.image_cluster import Cluster
 from tests.e2e.harness.install_checks import (
     ADAPTER_NS,
     TRAINER_NS,
@@ -33,37 +30,24 @@ from tests.e2e.harness.install_checks import (
     manifests_run_and_the_hpa_scales_training,
 )
 from tests.e2e.harness.kubelet_node import KubeletNodeGroup
-from tests.e2e.harness.podrunner import LoopbackAddressPool
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow, pytest.mark.kubelet]
 
 
-@pytest.fixture(scope="module")
-def cluster(
-    control_plane: ControlPlane,
-    kubelet_node_group: KubeletNodeGroup,
-    loopback_pool: LoopbackAddressPool,
-    edl_images: dict[str, str],
-) -> Iterator[Cluster]:
-    proxy_address = str(loopback_pool.network[1])  # .1: never a node's (the pool starts at .2)
-    with kubelet_image_cluster(
-        control_plane, kubelet_node_group, proxy_address, edl_images, (ADAPTER_NS, TRAINER_NS)
-    ) as c:
-        yield c
-
-
-def test_custom_only_overlay_leaves_external_metrics_to_their_owner(cluster: Cluster) -> None:
-    custom_only_overlay_leaves_external_metrics_to_their_owner(cluster)
+def test_custom_only_overlay_leaves_external_metrics_to_their_owner(
+    kubelet_cluster: Cluster,
+) -> None:
+    custom_only_overlay_leaves_external_metrics_to_their_owner(kubelet_cluster)
 
 
 def test_manifests_run_from_the_images_and_the_hpa_scales_training(
-    cluster: Cluster, kubelet_node_group: KubeletNodeGroup
+    kubelet_cluster: Cluster, kubelet_node_group: KubeletNodeGroup
 ) -> None:
-    facts = manifests_run_and_the_hpa_scales_training(cluster)
+    facts = manifests_run_and_the_hpa_scales_training(kubelet_cluster)
     assert facts.runtime == "containerd"
 
     # Every pod is the kubelets': a containerd container from EDL's image on one of the nodes.
-    core = client.CoreV1Api(cluster.api)
+    core = client.CoreV1Api(kubelet_cluster.api)
     for ns, key in ((ADAPTER_NS, "adapter"), (TRAINER_NS, "trainer")):
         pods = core.list_namespaced_pod(ns).items
         assert pods, ns
@@ -71,4 +55,4 @@ def test_manifests_run_from_the_images_and_the_hpa_scales_training(
             assert str(pod.spec.node_name) in kubelet_node_group.names, pod.spec.node_name
             (status,) = pod.status.container_statuses or []
             assert status.container_id.startswith("containerd://"), status
-            assert status.image == cluster.images[key], status
+            assert status.image == kubelet_cluster.images[key], status
