@@ -33,6 +33,7 @@ from tests.e2e.harness.elastic_job import (
     TRAIN_ARGS,
     grant_agent_access,
 )
+from tests.e2e.harness.incluster import apiserver_env
 from tests.e2e.harness.session import Kubectl
 
 NAME = "trainer"
@@ -80,8 +81,7 @@ def trainer_deployment(
         _field_env("POD_UID", "metadata.uid"),
         _field_env("POD_IP", "status.podIP"),
         _field_env("EDL_NAMESPACE", "metadata.namespace"),
-        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": str(cp.apiserver_port)},
+        *apiserver_env(cp),
         {"name": "EDL_ELASTIC_DIR", "value": f"{SHARED}/members/$(POD_NAME)"},
         {"name": "EDL_SAMPLE_LEDGER", "value": f"{SHARED}/ledger"},
         *AGENT_TIMINGS,
