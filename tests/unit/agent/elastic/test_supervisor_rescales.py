@@ -172,7 +172,7 @@ def run_in_thread(sup: ElasticSupervisor, seconds: float = 30) -> dict[str, int]
     return out
 
 
-def until(what: str, check: Callable[[], object], timeout: float = 15) -> None:
+def until(what: str, check: Callable[[], object], timeout: float = 60) -> None:
     wait_for(check, timeout_s=timeout, what=what, interval_s=0.02)
 
 
@@ -183,7 +183,7 @@ def world(store: LocalStore) -> World:
 
 
 def finish(sup: ElasticSupervisor, out: dict[str, int]) -> int:
-    sup._test_thread.join(30)  # type: ignore[attr-defined]
+    sup._test_thread.join(300)  # type: ignore[attr-defined]
     return out["status"]
 
 
@@ -266,12 +266,10 @@ def test_a_stopped_trainer_is_excluded_within_the_stall_bound(tmp_path: Path) ->
     try:
         sup, fake, store, _ = make(tmp_path, watchdog=StallWatchdog(0.5, flush_seconds=0.1))
         fake.pid = sleeper.pid
-        out = run_in_thread(sup)
+        out = run_in_thread(sup, seconds=3600)
         until("training in 1", lambda: fake.generation == 1 and fake._stepping())
         sleeper.send_signal(signal.SIGSTOP)
-        t0 = time.monotonic()
-        assert finish(sup, out) == 1
-        assert time.monotonic() - t0 < 10
+        assert finish(sup, out) == 1  # the run's time limit (an hour) is not what ended it
         assert signal.SIGKILL in fake.signals  # a stopped process only dies by SIGKILL
         assert store.heartbeats() == []  # it left the job: the others go on without it
     finally:
@@ -296,8 +294,8 @@ def test_sigterm_while_the_trainer_is_still_starting_is_a_clean_leave(tmp_path: 
 def test_a_trainer_stuck_forming_a_world_that_lost_a_member_is_restarted_at_once(
     tmp_path: Path,
 ) -> None:
-    sup, fake, store, _ = make(tmp_path, drain_timeout=60)
-    out = run_in_thread(sup)
+    sup, fake, store, _ = make(tmp_path, drain_timeout=3600)  # the hand-over bound: an hour
+    out = run_in_thread(sup, seconds=3600)
     until("training in 1", lambda: fake.generation == 1 and fake._stepping())
     fake.in_process = True
     store.beat(PEER)
@@ -305,9 +303,7 @@ def test_a_trainer_stuck_forming_a_world_that_lost_a_member_is_restarted_at_once
     fake.forms_forever = True  # it drains and re-forms in-process, and the peer dies in it
     until("forming 2", lambda: fake.deaf)
     fake.forms_forever, fake.done_after = False, 3  # the next process joins, and finishes
-    t0 = time.monotonic()
     store.remove(PEER)
-    until("restarted in 3", lambda: len(fake.starts) == 2, timeout=20)
-    assert time.monotonic() - t0 < 15  # not the 60 s hand-over bound
+    until("restarted in 3", lambda: len(fake.starts) == 2, timeout=120)  # not after an hour
     assert fake.starts[-1].generation == 3 and fake.starts[-1].world_size == 1
     assert finish(sup, out) == 0

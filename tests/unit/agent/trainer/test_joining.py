@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,9 +45,9 @@ def test_a_trainer_meeting_its_peers_follows_a_newer_world_at_once(tmp_path: Pat
     newer = TrainerWorld(0, 1, 5, (NOBODY,), NOBODY, NOBODY, "gloo")
     channel = ControlChannel(tmp_path / "control")
     threading.Timer(0.5, channel.hand_over, args=(NextWorld(5, newer),)).start()
-    t0 = time.monotonic()
+    # Rank 0 of generation 4 never answers: a meeting that only ended at its bound would
+    # raise RendezvousTimeout here, whatever the machine's speed.
     et.joiner.join()
-    assert time.monotonic() - t0 < 10  # not the 60 s meeting bound, nor a C++ timeout
     assert [w.generation for w in collective.formed] == [5]  # generation 4 was never formed
     assert (et.generation, et.rank, et.world_size) == (5, 0, 1)
     timings = channel.timings(5)
@@ -62,10 +61,8 @@ def test_a_sigterm_while_meeting_leaves_with_the_rescale_status(
     et = trainer(tmp_path, STALE)
     signal.signal(signal.SIGTERM, et.joiner.on_sigterm)
     threading.Timer(0.5, os.kill, args=(os.getpid(), signal.SIGTERM)).start()
-    t0 = time.monotonic()
-    with pytest.raises(LeaveTraining) as left:
+    with pytest.raises(LeaveTraining) as left:  # not RendezvousTimeout: the signal ended it
         et.joiner.join()
-    assert time.monotonic() - t0 < 30
     assert left.value.status == RESCALE_EXIT
     assert left.value.why == "stopped before joining generation 4"
 
@@ -89,7 +86,6 @@ sys.exit(3)  # never reached: the trainer exits 75 itself
 @pytest.mark.slow
 def test_the_trainer_process_exits_75_on_a_sigterm_while_meeting(tmp_path: Path) -> None:
     """End to end in a process: the signal, the joiner's leave, the trainer's exit status."""
-    t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", SIGTERM_WHILE_MEETING, str(tmp_path), str(ROOT)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -97,8 +93,7 @@ def test_the_trainer_process_exits_75_on_a_sigterm_while_meeting(tmp_path: Path)
         text=True,
         timeout=60,
     )
-    assert proc.returncode == RESCALE_EXIT, proc.stderr[-2000:]
-    assert time.monotonic() - t0 < 30
+    assert proc.returncode == RESCALE_EXIT, proc.stderr[-2000:]  # a meeting timeout is not 75
     assert "stopped before joining generation 4 (exit 75)" in proc.stderr
 
 
