@@ -8,8 +8,7 @@ new pods with new names, and their agents, finding no member with training state
 from the newest checkpoint. The pod runner runs pods as host processes and mounts nothing, so
 the ReadWriteMany PersistentVolumeClaim is modelled by what it gives the pods: one host
 directory that every pod process (old and new) sees at the same path, here passed as
-``EDL_CHECKPOINT_URL`` (the container runner mounts a real claim that way, tests/e2e/
-harness/containers.py). Then: the ledger shows every sample of every epoch exactly once in
+``EDL_CHECKPOINT_URL``. Then: the ledger shows every sample of every epoch exactly once in
 the final lineage, with the restore from the checkpoint in it, and the accuracy is within 1
 point of a one-process run.
 """

@@ -1,10 +1,9 @@
 """`helm install` of both charts from the `.tgz` files `helm package` makes, on an image
-cluster (harness/image_cluster.py: podman or the kubelet's nodes); what the Helm install tests
-check, whoever runs the pods.
+cluster (harness/image_cluster.py: the kubelet's nodes); what the Helm install test checks.
 
-The harness's additions (listen on the pod IP, the Service through the kube-proxy stand-in,
-and on the kubelet's nodes `hostNetwork` and kube-apiserver's address) go in through a Helm
-post-renderer, as a platform team would add their own.
+The harness's additions (`hostNetwork`, listen on the pod IP, kube-apiserver's address, the
+Service through the kube-proxy stand-in) go in through a Helm post-renderer, as a platform
+team would add their own.
 """
 
 from __future__ import annotations
@@ -17,9 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
 
-from tests.e2e.harness.image_cluster import ADAPTER, ADAPTER_NS, TRAINER, TRAINER_NS, Cluster
+from tests.e2e.harness.image_cluster import (
+    ADAPTER,
+    ADAPTER_NS,
+    TRAINER,
+    TRAINER_NS,
+    Cluster,
+    wait_hpa_scales_the_trainer_to_two,
+)
 from tests.e2e.harness.install import wait_rollout
 from tests.support.helm import CHARTS, helm
 from tests.support.waiting import wait_for
@@ -32,14 +37,12 @@ import json
 import sys
 import yaml
 
-HOST_NETWORK = {host_network}
 EXTRA_ENV = json.loads({extra_env!r})
 docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
 for d in docs:
     if d["kind"] == "Deployment":
         spec = d["spec"]["template"]["spec"]
-        if HOST_NETWORK:
-            spec["hostNetwork"] = True
+        spec["hostNetwork"] = True
         spec["containers"][0].setdefault("env", []).extend(EXTRA_ENV)
     if d["kind"] == "Deployment" and d["metadata"]["name"] == "{adapter}":
         env = d["spec"]["template"]["spec"]["containers"][0].setdefault("env", [])
@@ -67,7 +70,6 @@ class Helm:
                 python=sys.executable,
                 adapter=ADAPTER,
                 proxy=cluster.proxy_address,
-                host_network=cluster.host_network,
                 extra_env=json.dumps(list(cluster.extra_env)),
             )
         )
@@ -168,14 +170,7 @@ def helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
     run("install", "digits", str(charts["edl-trainer"]), "-n", TRAINER_NS, "--create-namespace",
         "-f", str(trainer_values), *image_sets(cluster.images["trainer"]), *post)  # fmt: skip
     wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
-    apps = client.AppsV1Api(cluster.api)
-    wait_for(
-        lambda: apps.read_namespaced_deployment(TRAINER, TRAINER_NS).spec.replicas == 2,
-        timeout_s=300,
-        what="the chart's HPA scaling the trainer to 2",
-        describe=lambda: cluster.kubectl("describe", "hpa", TRAINER, "-n", TRAINER_NS),
-    )
-    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
+    wait_hpa_scales_the_trainer_to_two(cluster, "the chart's")
 
     def world_of_two() -> bool:
         raw = cluster.kubectl("get", "configmap", "edl-digits-world", "-n", TRAINER_NS,

@@ -1,23 +1,18 @@
-"""A control plane whose pods run from EDL's container images (host network).
+"""A control plane whose pods run from EDL's container images on real kubelets (host network).
 
-Shared by the install tests (kustomize and Helm). Two ways to run the pods:
+Shared by the install tests (kustomize and Helm). `kubelet_image_cluster`: the kubelet
+session's control plane and its real nodes (`KubeletNodeGroup`: kubelet + containerd, each
+node on a loopback address of its own, which is its host-network pods' IP). No test of that
+session runs the harness's adapter process, so its APIServices are free for the adapter pods.
 
-* `image_cluster`: a control plane of its own (one APIService has one server, and the pod
-  runner's session control plane's belongs to the harness's adapter process) whose pod runner
-  runs each pod from its image under podman, each on a loopback address of its own;
-* `kubelet_image_cluster`: the kubelet session's control plane and its real nodes
-  (`KubeletNodeGroup`: kubelet + containerd, each node on a loopback address of its own, which
-  is its host-network pods' IP). No test of that session runs the harness's adapter process, so
-  its APIServices are free for the adapter pods.
-
-What the harness adds on top of a user's install, and why: all pods share the host's network
-namespace, so each process is told to listen on its own pod IP (EDL_ADAPTER_HOST,
-EDL_AGENT_HOST); the adapter's Service becomes `type: ExternalName` pointing at the harness's
-kube-proxy stand-in (harness/serviceproxy.py: there is no kube-proxy, and pod IPs are loopback
-addresses, which an EndpointSlice may not hold), keeping its selector and ports. On the
-kubelet's nodes the Deployments also get `hostNetwork: true` (no CNI) and
+What the harness adds on top of a user's install, and why: the Deployments get
+`hostNetwork: true` (no CNI), so all pods share the host's network namespace and each process
+is told to listen on its own pod IP (EDL_ADAPTER_HOST, EDL_AGENT_HOST);
 `KUBERNETES_SERVICE_HOST/PORT` = kube-apiserver's loopback address (the kubelet's values name
-the `kubernetes` Service's ClusterIP, which only kube-proxy makes reachable).
+the `kubernetes` Service's ClusterIP, which only kube-proxy makes reachable); the adapter's
+Service becomes `type: ExternalName` pointing at the harness's kube-proxy stand-in
+(harness/serviceproxy.py: there is no kube-proxy, and pod IPs are loopback addresses, which an
+EndpointSlice may not hold), keeping its selector and ports.
 """
 
 from __future__ import annotations
@@ -31,22 +26,21 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import requests
 import yaml
 from kubernetes import client, config
 
-from tests.e2e.harness.containers import ContainerSettings, PodmanContainers
-from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
+from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.incluster import apiserver_env
-from tests.e2e.harness.install import json_patch, write_overlay
+from tests.e2e.harness.install import json_patch, wait_rollout, write_overlay
 from tests.e2e.harness.kubelet_node import KubeletNodeGroup
-from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
 from tests.e2e.harness.processes import HarnessError
 from tests.e2e.harness.serviceproxy import ServiceProxy
-from tests.e2e.harness.session import LOG_SOURCES, Kubectl, work_root
+from tests.e2e.harness.session import Kubectl
 from tests.support.kustomize import ROOT
+from tests.support.waiting import wait_for
 
 ADAPTER_NS = "edl-system"
 ADAPTER = "edl-metrics-adapter"
@@ -72,27 +66,7 @@ class ContainerFacts:
     read_only_root: bool
     host_network: bool
     runtime: str
-    """Who runs it: `podman` or `containerd` (the kubelet's)."""
-
-
-class ContainerRuntime(Protocol):
-    def facts(self, pod: Any) -> ContainerFacts:
-        """`pod` (a V1Pod)'s first container."""
-        ...
-
-
-@dataclass
-class PodmanRuntime:
-    containers: PodmanContainers
-
-    def facts(self, pod: Any) -> ContainerFacts:
-        inspected = self.containers.inspect(str(pod.metadata.uid))
-        return ContainerFacts(
-            user=str(inspected["Config"]["User"]).split(":")[0],
-            read_only_root=bool(inspected["HostConfig"]["ReadonlyRootfs"]),
-            host_network=inspected["HostConfig"]["NetworkMode"] == "host",
-            runtime="podman",
-        )
+    """Who runs it: `containerd` (the kubelet's)."""
 
 
 @dataclass
@@ -126,25 +100,20 @@ class Cluster:
     cp: ControlPlane
     api: client.ApiClient
     kubectl: Kubectl
-    runtime: ContainerRuntime
+    runtime: KubeletRuntime
     images: dict[str, str]
     overlays: Path
     proxy_address: str
-    host_network: bool = False
-    """Deployments get `hostNetwork: true` (the kubelet's nodes; podman puts every pod there)."""
     extra_env: tuple[dict[str, Any], ...] = ()
-    """Added to every EDL container's env (the kubelet's nodes: `apiserver_env`)."""
+    """Added to every EDL container's env (`apiserver_env`: kube-apiserver's address)."""
 
     def _pod_ops(self) -> list[dict[str, Any]]:
-        if not self.host_network:
-            return []
+        """`hostNetwork: true`: the nodes have no CNI."""
         return [{"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True}]
 
     def _namespace_patches(self, namespace: str) -> list[dict[str, Any]]:
-        """PodSecurity `privileged` for `namespace` where pods need the host's network: the
+        """PodSecurity `privileged` for `namespace`, whose pods need the host's network: the
         manifests' `restricted` (and `baseline`) refuse `hostNetwork` and host ports."""
-        if not self.host_network:
-            return []
         label = "/metadata/labels/pod-security.kubernetes.io~1"
         ops = (
             {"op": "replace", "path": label + m, "value": "privileged"} for m in ("enforce", "warn")
@@ -226,60 +195,6 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def image_cluster(edl_images: dict[str, str], namespaces: tuple[str, ...]) -> Iterator[Cluster]:
-    """A control plane of its own whose pods in `namespaces` run from EDL's images."""
-    work = work_root()
-    cp = ControlPlane(ControlPlaneSettings(bin_dir=ensure_binaries(), work_dir=work))
-    LOG_SOURCES.append(cp)
-    runners: list[PodRunner] = []
-    containers: PodmanContainers | None = None
-    proxy: ServiceProxy | None = None
-    try:
-        cp.start()
-        assert cp.pki is not None
-        api = config.new_client_from_config(config_file=str(cp.kubeconfig))
-
-        def own_client() -> client.CoreV1Api:  # one per thread-owning component
-            return client.CoreV1Api(config.new_client_from_config(config_file=str(cp.kubeconfig)))
-
-        containers = PodmanContainers(
-            own_client(),
-            ContainerSettings(
-                work_dir=work / "containers",
-                api_host="127.0.0.1",
-                api_port=cp.apiserver_port,
-                cluster_ca=cp.pki.ca.cert,
-                run_id=uuid.uuid4().hex[:12],
-            ),
-        )
-        pool = LoopbackAddressPool()
-        proxy = ServiceProxy(own_client(), str(pool.network[1]), (ADAPTER_NS,))  # .1: never a pod's
-        proxy.start()
-        for ns in namespaces:
-            runner_api = config.new_client_from_config(config_file=str(cp.kubeconfig))
-            settings = PodRunnerSettings(
-                namespace=ns, log_dir=cp.log_dir / "pods", processes=containers, max_restarts=5
-            )
-            runner = PodRunner(runner_api, settings, pool)
-            runner.start()
-            runners.append(runner)
-            LOG_SOURCES.append(runner)
-        kubectl = Kubectl(shutil.which("kubectl") or "/usr/bin/kubectl", cp.kubeconfig)
-        runtime = PodmanRuntime(containers)
-        yield Cluster(cp, api, kubectl, runtime, edl_images, work / "overlays", proxy.address)
-    finally:
-        for runner in runners:
-            runner.stop()
-            LOG_SOURCES.remove(runner)
-        if proxy is not None:
-            proxy.stop()
-        if containers is not None:
-            containers.cleanup()
-        cp.stop()
-        LOG_SOURCES.remove(cp)
-
-
-@contextlib.contextmanager
 def kubelet_image_cluster(
     cp: ControlPlane,
     nodes: KubeletNodeGroup,
@@ -313,7 +228,6 @@ def kubelet_image_cluster(
             edl_images,
             overlays,
             proxy.address,
-            host_network=True,
             extra_env=tuple(apiserver_env(cp)),
         )
     finally:
@@ -335,6 +249,19 @@ def kubelet_image_cluster(
         except AssertionError as e:
             print(f"deleting namespaces {namespaces}: {e}")
         proxy.stop()
+
+
+def wait_hpa_scales_the_trainer_to_two(cluster: Cluster, hpa: str) -> None:
+    """Waits (bounded) until `hpa` (whose HPA: "the chart's", ...) has set the trainer
+    Deployment's replicas to 2 and that rollout has finished."""
+    apps = client.AppsV1Api(cluster.api)
+    wait_for(
+        lambda: apps.read_namespaced_deployment(TRAINER, TRAINER_NS).spec.replicas == 2,
+        timeout_s=300,
+        what=f"{hpa} HPA scaling the trainer to 2",
+        describe=lambda: cluster.kubectl("describe", "hpa", TRAINER, "-n", TRAINER_NS),
+    )
+    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
 
 
 def quantity(text: str) -> float:

@@ -1,8 +1,5 @@
-"""What the install tests check, whoever runs the pods (podman or the kubelet's nodes).
-
-tests/e2e/install/test_install_images.py (podman) and test_kubelet_install.py (real kubelets)
-call the same check on a `Cluster` (harness/image_cluster.py), so both say the same thing.
-"""
+"""What the kustomize install tests (tests/e2e/install/test_kubelet_install.py) check on a
+`Cluster` (harness/image_cluster.py) whose pods the kubelet nodes run."""
 
 from __future__ import annotations
 
@@ -11,18 +8,19 @@ import json
 from kubernetes import client
 
 from tests.e2e.harness.image_cluster import (
+    ADAPTER,
+    ADAPTER_NS,
+    TRAINER,
+    TRAINER_NS,
     Cluster,
     ContainerFacts,
     agent_gauge,
     quantity,
+    wait_hpa_scales_the_trainer_to_two,
 )
 from tests.e2e.harness.install import wait_rollout
 from tests.support.waiting import wait_for
 
-ADAPTER_NS = "edl-system"
-TRAINER_NS = "ml"  # the example kustomization's namespace
-ADAPTER = "edl-metrics-adapter"
-TRAINER = "digits-trainer"
 CUSTOM = ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io")
 EXTERNAL = "v1beta1.external.metrics.k8s.io"
 
@@ -110,14 +108,7 @@ def manifests_run_and_the_hpa_scales_training(cluster: Cluster) -> ContainerFact
         what="samples_per_second of the trainer through kube-apiserver",
         describe=lambda: cluster.kubectl("get", "pods", "-A", "-o", "wide"),
     )
-    apps = client.AppsV1Api(cluster.api)
-    wait_for(
-        lambda: apps.read_namespaced_deployment(TRAINER, TRAINER_NS).spec.replicas == 2,
-        timeout_s=300,
-        what="the HPA scaling the trainer to 2",
-        describe=lambda: cluster.kubectl("describe", "hpa", TRAINER, "-n", TRAINER_NS),
-    )
-    wait_rollout(cluster.api, TRAINER_NS, TRAINER, timeout_s=300)
+    wait_hpa_scales_the_trainer_to_two(cluster, "the example's")
 
     def both_train_in_a_world_of_two() -> bool:
         pods = core.list_namespaced_pod(TRAINER_NS, label_selector="app=trainer").items

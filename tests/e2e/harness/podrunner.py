@@ -7,10 +7,8 @@ can listen on the same container port, as in a real cluster), starts its first c
 expansion and the common `fieldRef`s, as the kubelet does), and reports it through the real
 `pods/status` subresource: `Running`, `podIP(s)`, `startTime`, conditions, container status;
 `Ready` once the readiness probe (or the first container port) answers. When the pod is deleted
-the process is stopped. With `PodRunnerSettings.processes` set to
-`containers.PodmanContainers` the pods run from their images instead (podman, host network);
-an image that is not there shows as the kubelet shows it: a waiting container with reason
-`ErrImagePull`.
+the process is stopped. Pods that run from EDL's images run on the kubelet nodes
+(`harness/kubelet_node.py`), not here.
 
 Two modes of placement. Without `nodes` (the default) the runner runs every pod of its
 namespace and leaves them unbound (no `nodeName`), so a ReplicaSet scale-down deletes them
@@ -198,7 +196,7 @@ class PodRunnerSettings:
     nodes: tuple[NodeSpec, ...] = ()
     """Node objects to be the kubelet of (empty: run every pod, unbound)."""
     processes: PodProcesses = field(default_factory=LocalProcesses)
-    """Local processes, or containers from the pods' images (harness/containers.py)."""
+    """How each pod's container runs (local processes)."""
 
 
 class PodRunner:

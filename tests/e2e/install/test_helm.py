@@ -8,47 +8,23 @@
    PodSecurity labels, the
    kube-apiserver then refuses a privileged pod there, an upgrade changes a level, and the
    uninstall keeps the namespace.
-2. On a control plane of its own whose pods run from EDL's images (podman, host network):
-   - with another adapter's `v1beta1.external.metrics.k8s.io` in place, `helm install`
-     refuses, naming its Service, and creates nothing; `edl-adapter preflight` (the
-     kustomize users' check) refuses the same install;
-   - `helm install` of both charts, from the `.tgz` files `helm package` makes (as
-     `make dist` ships them), with a UID, GID and fsGroup of their own (as OpenShift assigns
-     them from a namespace's range, not the images' 65532), pod labels, JSON logs, and for the
-     trainer a dataset volume and a memory-backed /dev/shm, ends with the trainer Deployment
-     scaled to 2 by its HPA on per-pod throughput (this cluster has no Nodes for the sizer:
-     tests/e2e/metrics_adapter/test_sizing.py has them), both pods training in one world and
-     running as that UID;
-   - `helm uninstall` of both leaves none of their objects behind (Helm keeps the namespaces
-     it was told to create; Events expire on their own).
-The harness's additions (listen on the pod IP, the Service through the kube-proxy stand-in)
-go in through a Helm post-renderer, as a platform team would add their own.
+2. The refusal to take over another server's APIService and the install whose pods run from
+   EDL's images are in test_kubelet_helm.py (the kubelet session's control plane and nodes).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.helm_install import (
-    EXTERNAL,
-    Helm,
-    helm_install_scales_the_trainer_and_uninstall_leaves_nothing,
-    image_sets,
-)
-from tests.e2e.harness.image_cluster import ADAPTER, ADAPTER_NS, TRAINER_NS, Cluster, image_cluster
 from tests.e2e.harness.session import Kubectl
 from tests.support.cached_scripts import cached_path
-from tests.support.helm import CHARTS, HelmFailed, examples, helm, template
-from tests.support.kustomize import ROOT
+from tests.support.helm import CHARTS, examples, helm, template
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -139,71 +115,3 @@ def test_the_chart_owns_a_created_namespace_and_its_pod_security_is_enforced(
         assert kubectl("get", "deployments,hpa,roles", "-n", ns, "-o", "name") == ""
     finally:
         kubectl("delete", "namespace", ns, "--ignore-not-found", "--timeout=100s", timeout_s=120)
-
-
-# ---- install, refuse, uninstall on a control plane whose pods run from the images ----------
-
-
-@pytest.fixture(scope="module")
-def cluster(edl_images: dict[str, str]) -> Iterator[Cluster]:
-    with image_cluster(edl_images, (ADAPTER_NS, TRAINER_NS)) as c:
-        yield c
-
-
-def test_helm_refuses_to_take_over_another_adapters_apiservice(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    foreign = {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": EXTERNAL},
-        "spec": {
-            "group": "external.metrics.k8s.io", "version": "v1beta1",
-            "groupPriorityMinimum": 100, "versionPriority": 100, "insecureSkipTLSVerify": True,
-            "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
-        },
-    }  # fmt: skip
-    path = tmp_path / "foreign.json"
-    path.write_text(json.dumps(foreign))
-    cluster.kubectl("apply", "-f", str(path))
-    run = Helm(cluster, tmp_path / "helm")
-    try:
-        with pytest.raises(HelmFailed) as refused:
-            run("install", "edl", str(CHARTS / "edl"), "-n", ADAPTER_NS, "--create-namespace",
-                *image_sets(cluster.images["adapter"]))  # fmt: skip
-        assert (
-            f"APIService {EXTERNAL} is served by Service keda/keda-operator-metrics-apiserver, "
-            f"not by this release's {ADAPTER_NS}/{ADAPTER}: refusing to take it over"
-        ) in str(refused.value)
-        assert run("list", "-A", "-q").strip() == ""
-        where = "jsonpath={.spec.service.namespace}/{.spec.service.name}"
-        owner = cluster.kubectl("get", "apiservice", EXTERNAL, "-o", where)
-        assert owner == "keda/keda-operator-metrics-apiserver"
-        assert cluster.kubectl("get", "deployments", "-n", ADAPTER_NS, "-o", "name") == ""
-
-        # The kustomize users' check refuses the same install (the real CLI, the real API).
-        rendered = subprocess.run(
-            [cluster.kubectl.binary, "kustomize", str(ROOT / "manifests/base")],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout  # fmt: skip
-        preflight = subprocess.run(
-            [str(Path(sys.executable).parent / "edl-adapter"), "preflight", "-f", "-",
-             "--kubeconfig", str(cluster.cp.kubeconfig)],
-            input=rendered, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert preflight.returncode == 1, preflight
-        assert preflight.stdout == "" and "Traceback" not in preflight.stderr, preflight
-        assert preflight.stderr.splitlines()[-1] == (
-            f"edl-adapter: error: APIService {EXTERNAL} is served by Service "
-            "keda/keda-operator-metrics-apiserver; installing would switch it to "
-            "edl-system/edl-metrics-adapter; leave that APIService out "
-            "(manifests/overlays/custom-only for the external one) or pass --take-over"
-        )
-    finally:
-        cluster.kubectl("delete", "apiservice", EXTERNAL, "--ignore-not-found")
-
-
-def test_helm_install_scales_the_trainer_and_uninstall_leaves_nothing(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    helm_install_scales_the_trainer_and_uninstall_leaves_nothing(cluster, tmp_path)

@@ -6,8 +6,7 @@ read-only root without a writable /tmp
 the adapter and the agent say in one line what they need, and run when they get it; the
 PyTorch CPU trainer image trains the torch example as an elastic job of one under
 `edl-agent` (read-only root; the agent's folders and torch's TMPDIR on one volume).
-Containers use podman with runc and the host network, as the pod runner does
-(tests/e2e/harness/containers.py).
+Containers use podman with runc and the host network (tests/e2e/harness/containers.py).
 """
 
 from __future__ import annotations
