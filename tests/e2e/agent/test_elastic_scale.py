@@ -1,28 +1,29 @@
-"""Elastic digits training on the real control plane, rescaled by `kubectl scale`: 1 -> 3 -> 2 -> 1.
+"""Elastic PyTorch digits training on the real control plane, `kubectl scale` 1 -> 3 -> 2 -> 1.
 
 Every pod of the trainer Deployment runs `edl-agent run --elastic --membership kubernetes`
-around the elastic digits example of one framework (Paddle's `examples.train_digits_elastic`,
-PyTorch's `examples.train_digits_torch_elastic`); the agents agree on a world through Leases and the
-`edl-digits-world` ConfigMap, reaching kube-apiserver as ServiceAccount `edl-trainer` (a
-token kubeconfig, RBAC as in docs/elastic.md). The test scales the Deployment with `kubectl`,
-the ReplicaSet creates and deletes pods, the pod runner starts and SIGTERMs their processes,
-and after each step the test waits (bounded) for a new generation of the expected size to
-train. Then, as in tests/integration/agent/test_elastic_digits.py: the sample ledger shows every
-sample of every epoch exactly once in the final lineage, the restored global step never went
-back, and the accuracy is within 1 point of a one-process run of the same seed. Once the job
-is done, the agents stay up idle (the default `--on-finished idle`: a Deployment restarts a
-container that exits, even with 0), the world record says finished, and a pod added after the
-end neither trains nor fails.
+around PyTorch's elastic digits example (`examples.train_digits_torch_elastic`); the agents
+agree on a world through Leases and the `edl-digits-world` ConfigMap, reaching kube-apiserver
+as ServiceAccount `edl-trainer` (a token kubeconfig, RBAC as in docs/elastic.md). The test
+scales the Deployment with `kubectl`, the ReplicaSet creates and deletes pods, the pod runner
+starts and SIGTERMs their processes, and after each step the test waits (bounded) for a new
+generation of the expected size to train. Then, as in tests/integration/agent/
+test_elastic_digits.py: the sample ledger shows every sample of every epoch exactly once in
+the final lineage, the restored global step never went back, and the accuracy is within 1
+point of a one-process run of the same seed. Once the job is done, the agents stay up idle
+(the default `--on-finished idle`: a Deployment restarts a container that exits, even with
+0), the world record says finished, and a pod added after the end neither trains nor fails.
+
+The Paddle cases (`EDL_REINIT` auto and process) run on the real kubelets
+(tests/e2e/agent/test_kubelet_elastic.py); PyTorch stays here on the pod runner because the
+kubelet nodes get the Paddle trainer image only: `edl-trainer-torch` is 3.7 GB, imported
+into every node of every kubelet session.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
 import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,7 @@ from tests.e2e.harness.elastic_job import (
     grant_agent_access,
     reap_trainers,
 )
+from tests.e2e.harness.scale_checks import Pauses, finished_pods_idle, goes_through
 from tests.e2e.harness.session import E2ENamespace, Kubectl
 from tests.e2e.harness.workloads import METRICS_PORT, create_trainer_job
 from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
@@ -50,22 +52,7 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
-def metrics(ip: str) -> dict[str, float]:
-    """The agent's unlabelled samples, name -> value (`edl_trainer_*` only)."""
-    url = f"http://{ip}:{METRICS_PORT}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = re.fullmatch(r"(edl_trainer_[a-z_]+) ([0-9.e+-]+)", line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
-
-
-@pytest.mark.parametrize(
-    ("framework", "reinit"), [("paddle", "auto"), ("paddle", "process"), ("torch", "auto")]
-)
+@pytest.mark.parametrize(("framework", "reinit"), [("torch", "auto")])
 def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
     e2e_ns: E2ENamespace,
     kubectl: Kubectl,
@@ -74,9 +61,8 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
     framework: str,
     reinit: str,
 ) -> None:
-    """`auto`: survivors re-initialise in-process where the framework allows; `process`:
-    restarts (PyTorch's restart path is covered by
-    tests/integration/agent/test_elastic_digits.py)."""
+    """`auto`: survivors re-initialise in-process where the framework allows (PyTorch's
+    restart path is covered by tests/integration/agent/test_elastic_digits.py)."""
     ns = e2e_ns.name
     kubeconfig = grant_agent_access(
         ns, e2e_ns.api, kubectl, control_plane, tmp_path / "agent.kubeconfig"
@@ -97,28 +83,11 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
     )
     watch = WorldWatch(client.CoreV1Api(e2e_ns.api), ns, tmp_path / "ledger", gate=gate)
     logs = e2e_ns.runner.log_tails
-    pause_seen: dict[str, tuple[float, float]] = {}  # pod IP -> (count, sum) of its pauses
+    pauses = Pauses(METRICS_PORT, lambda: list(e2e_ns.runner.running().values()))
     steps: list[str] = []
 
     def scale(replicas: int) -> None:
         kubectl("-n", ns, "scale", "deployment/trainer", f"--replicas={replicas}")
-
-    def agents_agree(size: int, gen: int) -> dict[str, dict[str, float]] | None:
-        """Every running pod's agent exports this world (the metrics the HPA side reads), and
-        a survivor has recorded the rescale's pause (at its first step in the new world)."""
-        seen = {ip: metrics(ip) for ip in e2e_ns.runner.running().values()}
-        ok = len(seen) == size and all(
-            m.get("edl_trainer_world_size") == size and m.get("edl_trainer_generation") == gen
-            for m in seen.values()
-        )
-        return seen if ok and (gen == 1 or _new_pauses(seen, pause_seen)) else None
-
-    def last_pause(seen: dict[str, dict[str, float]]) -> float:
-        """The newest pause of the longest-lived survivor (the one with the most rescales)."""
-        fresh = _new_pauses(seen, pause_seen)
-        for ip, m in seen.items():
-            pause_seen[ip] = (m.get(_PAUSE + "_count", 0.0), m.get(_PAUSE + "_sum", 0.0))
-        return fresh[max(fresh)] if fresh else 0.0
 
     try:
         gen = wait_for(
@@ -127,7 +96,7 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
             what="a world of 1 training",
             describe=logs,
         )
-        last_pause(wait_for(lambda: agents_agree(1, gen), timeout_s=90, what="metrics of 1"))
+        pauses.last(wait_for(lambda: pauses.agree(1, gen), timeout_s=90, what="metrics of 1"))
         for size in (3, 2, 1):
             before = watch.global_step()
             t0 = time.monotonic()
@@ -140,14 +109,14 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
             )
             took = time.monotonic() - t0
             seen = wait_for(
-                functools.partial(agents_agree, size, gen),
+                functools.partial(pauses.agree, size, gen),
                 timeout_s=90,
                 what=f"every agent exporting world_size {size}, generation {gen}",
                 describe=logs,
             )
             steps.append(
                 f"-> {size}: generation {gen}, trained {took:.1f} s after the scale "
-                f"(global step {before} then), pause {last_pause(seen):.2f} s"
+                f"(global step {before} then), pause {pauses.last(seen):.2f} s"
             )
             print(steps[-1])
         gate.allow_all()  # the scales are done: the job trains to its end
@@ -160,7 +129,9 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
             what="the world record marked finished",
             describe=logs,
         )
-        _finished_pods_idle(e2e_ns.runner.running, scale, watch, logs)
+        finished_pods_idle(
+            lambda: list(e2e_ns.runner.running().values()), METRICS_PORT, scale, watch, logs
+        )
     finally:
         print(f"world history (s, generation, size): {watch.history}")
         try:
@@ -193,88 +164,6 @@ def test_kubectl_scale_1_3_2_1_trains_every_sample_once(
     ]
     assert {t.reinit for t in timings} == ({"in-process"} if reinit == "auto" else {"process"})
     assert {t.framework for t in timings} == {framework}
-
-
-_PAUSE = "edl_trainer_rescale_pause_seconds"
-
-
-def _finished_pods_idle(
-    running: Callable[[], dict[str, str]],
-    scale: Callable[[int], None],
-    watch: WorldWatch,
-    logs: Callable[[], str],
-) -> None:
-    """After the end the last pod idles (not restarted, no trainer, ready); one added after
-    the end (an HPA scale-up) reads the finished world and idles too, training nothing."""
-    (survivor,) = wait_for(
-        lambda: [ip for ip in running().values() if metrics(ip).get(_FINISHED) == 1] or None,
-        timeout_s=30,
-        what="the last agent exporting the finished job",
-        describe=logs,
-    )
-    step = watch.global_step()
-    scale(2)
-    late = wait_for(
-        lambda: (
-            [
-                ip
-                for ip in running().values()
-                if ip != survivor and metrics(ip).get(_FINISHED) == 1 and _ready(ip)
-            ]
-            or None
-        ),
-        timeout_s=180,  # its warm trainer, started before the finish was read, goes first
-        what="a pod added after the end idling ready (its warm trainer gone)",
-        describe=logs,
-    )
-    # Ready and finished means idle: the late agent's warm trainer is gone, none restarts.
-    for ip in (survivor, *late):
-        assert metrics(ip).get("edl_trainer_up") == 0 and _ready(ip)
-    assert len(running()) == 2 and watch.global_step() == step
-
-
-def _ready(ip: str) -> bool:
-    url = f"http://{ip}:{METRICS_PORT}/readyz"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status == 200 and "finished at step" in resp.read().decode()
-    except OSError:
-        return False
-
-
-_FINISHED = "edl_trainer_job_finished"
-
-
-def _new_pauses(
-    seen: dict[str, dict[str, float]], before: dict[str, tuple[float, float]]
-) -> dict[float, float]:
-    """rescale count -> the pause just added, for each agent whose histogram grew."""
-    out = {}
-    for ip, m in seen.items():
-        count, total = m.get(_PAUSE + "_count", 0.0), m.get(_PAUSE + "_sum", 0.0)
-        old_count, old_total = before.get(ip, (0.0, 0.0))
-        if count > old_count:
-            out[count] = total - old_total
-    return out
-
-
-def goes_through(sizes: list[int], targets: list[int]) -> bool:
-    """Whether the worlds' sizes start at ``targets[0]`` and reach each next target in order,
-    every size on the way strictly toward it (an intermediate world, never an overshoot)."""
-    if not sizes or sizes[0] != targets[0]:
-        return False
-    at, last = 0, sizes[0]
-    for size in sizes[1:]:
-        if at + 1 >= len(targets):
-            return False  # a world after the last target
-        here, goal = targets[at], targets[at + 1]
-        toward = last < size <= goal if goal > here else goal <= size < last
-        if not toward:
-            return False
-        last = size
-        if size == goal:
-            at += 1
-    return at == len(targets) - 1
 
 
 def test_goes_through_allows_an_intermediate_world_and_nothing_else() -> None:

@@ -5,8 +5,19 @@ one trainer per node, the agent on its pod IP, its in-cluster client on the proj
 ServiceAccount token) is run by the kubelets of `kubelet_node_group` (three nodes on loopback
 addresses of their own). What only a kubelet shows, checked as a user would:
 
-* `kubectl scale` 1 -> 3 -> 1: the world re-forms at each size, and the job trains every
-  sample of every epoch exactly once (the sample ledger, read from a hostPath folder);
+* `kubectl scale` 1 -> 3 -> 2 -> 1 (Paddle, `EDL_REINIT` auto and process; PyTorch's scale
+  test stays on the pod runner, tests/e2e/agent/test_elastic_scale.py: its image is 3.7 GB):
+  the world re-forms at each size, one trainer per node, every agent exports it on its pod IP
+  (the metrics the HPA side reads), the job trains every sample of every epoch exactly once
+  (the sample ledger, read from a hostPath folder), the restored global step never goes back,
+  the accuracy is within 1 point of a one-process run, and once finished the agents idle (a pod
+  added after the end trains nothing);
+* `kubectl delete` of every trainer pod at once: the ReplicaSet's new pods find no member
+  with training state and restore from the newest checkpoint. The checkpoint volume is a
+  hostPath folder every pod mounts at `/edl-checkpoints` (`EDL_CHECKPOINT_URL`): it stands in
+  for the ReadWriteMany claim, since all the nodes are this one machine; a real volume the
+  kubelet mounts into each container, with no gateway process beside the nodes (the S3 path
+  is covered by the integration layer);
 * a container killed with SIGKILL is restarted by its kubelet (restartCount 1) and its agent
   rejoins the world as a new member, no sample lost or repeated;
 * a pod deleted during training leaves the world through SIGTERM (its container exits 0, not
@@ -30,21 +41,32 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from agent.checkpoints.catalogue import Checkpoints
+from agent.checkpoints.local import LocalDirectory
+from agent.protocol.control import Timings
 from agent.trainer.ledger import verify
 from agent.trainer.step_gate import StepGate
 from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane
-from tests.e2e.harness.elastic_job import EPOCHS, STEPS_PER_EPOCH, WorldWatch
+from tests.e2e.harness.elastic_job import (
+    EPOCHS,
+    GLOBAL_BATCH,
+    JOB,
+    TRAIN_ARGS,
+    WorldWatch,
+)
 from tests.e2e.harness.kubelet_node import KubeletNodeGroup
 from tests.e2e.harness.kubelet_trainer import (
+    AGENT_PORT,
     NAME,
     prepare_namespace,
     shared_folder,
     trainer_deployment,
     trainer_pods,
 )
+from tests.e2e.harness.scale_checks import Pauses, finished_pods_idle, goes_through
 from tests.e2e.harness.session import Kubectl
-from tests.support.digits_job import NUM_TRAIN
+from tests.support.digits_job import NUM_TRAIN, SCRIPTS, reference_accuracy
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow, pytest.mark.kubelet]
@@ -93,16 +115,26 @@ class Job:
             describe=self.logs,
         )
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, epochs: int = EPOCHS) -> dict[str, Any]:
         """Opens the gate, waits (bounded) for the result; checks the ledger is exact."""
         self.gate.allow_all()
         result = self.shared / "result.json"
         wait_for(result.exists, timeout_s=300, what="the job to finish", describe=self.logs)
         final: dict[str, Any] = json.loads(result.read_text())
         report = verify(self.shared / "ledger")
-        assert report.problems(NUM_TRAIN, EPOCHS) == []
-        assert final["global_step"] == report.steps == EPOCHS * STEPS_PER_EPOCH
+        assert report.problems(NUM_TRAIN, epochs) == []
+        assert final["global_step"] == report.steps == epochs * -(-NUM_TRAIN // GLOBAL_BATCH)
         return final
+
+    def finished(self) -> dict[str, Any]:
+        """The world record, once (bounded) it says the job finished."""
+        record: dict[str, Any] = wait_for(
+            lambda: r if (r := self.watch.record()).get("finished") else None,
+            timeout_s=30,
+            what="the world record marked finished",
+            describe=self.logs,
+        )
+        return record
 
 
 @pytest.fixture
@@ -142,8 +174,8 @@ def job(
         core.delete_namespace(ns, propagation_policy="Background")
 
 
-def _create(job: Job, cp: ControlPlane, image: str, replicas: int) -> None:
-    body = trainer_deployment(image, job.shared, cp, replicas=replicas, grace_s=GRACE_S)
+def _create(job: Job, cp: ControlPlane, image: str, replicas: int, **kw: Any) -> None:
+    body = trainer_deployment(image, job.shared, cp, replicas=replicas, grace_s=GRACE_S, **kw)
     client.AppsV1Api(job.api).create_namespaced_deployment(job.namespace, as_body(body))
 
 
@@ -157,36 +189,144 @@ def _running(job: Job) -> list[Any]:
     return out
 
 
-def test_kubectl_scale_1_3_1_on_three_kubelets_trains_every_sample_once(
-    job: Job, control_plane: ControlPlane, edl_images: dict[str, str]
+def _from_the_image(pods: list[Any], image: str) -> None:
+    """Each pod's container was created by its node's containerd from EDL's image (printed)."""
+    for pod in pods:
+        (status,) = pod.status.container_statuses
+        print(
+            f"{pod.metadata.name} on {pod.spec.node_name}: {status.container_id} "
+            f"image {status.image} ({status.image_id})"
+        )
+        assert status.container_id.startswith("containerd://"), status
+        assert status.image.endswith(image.rpartition("/")[2]), status
+
+
+def _ready_pods(job: Job, size: int) -> list[Any]:
+    pods: list[Any] = wait_for(
+        lambda: ps if len(ps := _running(job)) == size else None,
+        timeout_s=120,
+        what=f"{size} trainer pods ready",
+        describe=job.logs,
+    )
+    return pods
+
+
+@pytest.mark.parametrize("reinit", ["auto", "process"])
+def test_kubectl_scale_1_3_2_1_on_three_kubelets_trains_every_sample_once(
+    job: Job, control_plane: ControlPlane, edl_images: dict[str, str], reinit: str
 ) -> None:
-    _create(job, control_plane, edl_images["trainer"], replicas=1)
+    """`auto`: survivors re-initialise in-process where Paddle allows; `process`: restarts."""
+    image = edl_images["trainer"]
+    _create(job, control_plane, image, 1, env=[{"name": "EDL_REINIT", "value": reinit}])
+    pauses = Pauses(AGENT_PORT, lambda: [p.status.pod_ip for p in _running(job)])
     gen = job.training(1, 0, 5)
-    sizes = [1]
-    for size in (3, 1):
+    _ready_pods(job, 1)
+    pauses.last(wait_for(lambda: pauses.agree(1, gen), timeout_s=90, what="metrics of 1"))
+    steps: list[str] = []
+    for size in (3, 2, 1):
+        before = job.watch.global_step()
+        t0 = time.monotonic()
         job.scale(size)
         gen = job.training(size, gen, 8 if size > 1 else 1)
-        sizes.append(size)
-        pods = wait_for(
-            lambda: ps if len(ps := _running(job)) == size else None,  # noqa: B023
-            timeout_s=120,
-            what=f"{size} trainer pods ready",
-            describe=job.logs,
-        )
-        nodes = {p.spec.node_name for p in pods}
-        assert len(nodes) == size, nodes  # one trainer per node: their agents' ports
+        took = time.monotonic() - t0
+        pods = _ready_pods(job, size)
+        assert len({p.spec.node_name for p in pods}) == size  # one trainer per node: its port
         hosts = {m["host"] for m in job.members()}
         assert hosts == {p.status.pod_ip for p in pods}
-        for pod in pods:  # started by a kubelet, from EDL's image
-            (status,) = pod.status.container_statuses
-            assert status.container_id.startswith("containerd://"), status
-            assert status.image.endswith(edl_images["trainer"].rpartition("/")[2]), status
+        _from_the_image(pods, image)
+        seen = wait_for(
+            functools.partial(pauses.agree, size, gen),
+            timeout_s=90,
+            what=f"every agent exporting world_size {size}, generation {gen}",
+            describe=job.logs,
+        )
+        steps.append(
+            f"-> {size}: generation {gen}, trained {took:.1f} s after the scale "
+            f"(global step {before} then), pause {pauses.last(seen):.2f} s"
+        )
+        print(steps[-1])
     final = job.finish()
+    finished = job.finished()
+    finished_pods_idle(
+        lambda: [p.status.pod_ip for p in _running(job)],
+        AGENT_PORT,
+        job.scale,
+        job.watch,
+        job.logs,
+    )
+    # Each scale reaches its size; on the way up a joiner ready later than its peer may train
+    # a world of its own: sizes between two targets, moving toward the next, never beyond it.
+    assert goes_through(job.watch.sizes, [1, 3, 2, 1]), job.watch.history
+    assert len(steps) == 3
     assert final["world_size"] == 1
-    assert job.watch.sizes[0] == 1 and 3 in job.watch.sizes and job.watch.sizes[-1] == 1
+    assert finished["finished_at_step"] == final["global_step"]
     report = verify(job.shared / "ledger")
     restores = [report.restores[g] for g in report.generations]
     assert restores == sorted(restores)  # the global step never went back
+    reference = reference_accuracy(job.shared.parent, TRAIN_ARGS, SCRIPTS["paddle"])
+    print(
+        f"generations {report.generations} restored at {restores}; "
+        f"rolled back {report.rolled_back_steps}; "
+        f"accuracy {final['accuracy']:.4f} vs one process {reference:.4f}"
+    )
+    assert abs(final["accuracy"] - reference) <= 0.01
+    timings = [
+        Timings.from_json(p.read_text()) for p in job.shared.glob("members/*/control/timings-*")
+    ]
+    assert {t.reinit for t in timings} == ({"in-process"} if reinit == "auto" else {"process"})
+    assert {t.framework for t in timings} == {"paddle"}
+
+
+CHECKPOINT_EPOCHS = 5
+
+
+def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
+    job: Job, control_plane: ControlPlane, edl_images: dict[str, str]
+) -> None:
+    image = edl_images["trainer"]
+    volume = shared_folder(job.shared.parent / "claim")  # the volume every pod mounts
+    train_args = [*TRAIN_ARGS, "--step-sleep", "0.2"]
+    train_args[train_args.index("--epochs") + 1] = str(CHECKPOINT_EPOCHS)
+    env = [
+        {"name": "EDL_CHECKPOINT_EVERY_STEPS", "value": "10"},
+        {"name": "EDL_CHECKPOINT_EVERY_SECONDS", "value": "0"},
+    ]
+    _create(job, control_plane, image, 2, train_args=train_args, env=env, checkpoints=volume)
+    checkpoints = Checkpoints(LocalDirectory(volume / JOB))
+
+    def checkpointed_world() -> int | None:
+        trained = job.watch.training_at(2, 0, 25)  # first: it also opens the gate
+        return trained if trained is not None and checkpoints.latest() else None
+
+    gen = wait_for(
+        checkpointed_world,
+        timeout_s=240,
+        what="a world of 2 training, checkpointed",
+        describe=job.logs,
+    )
+    old = [p.metadata.name for p in _ready_pods(job, 2)]
+    newest = checkpoints.latest()
+    assert newest is not None
+    job.kubectl("-n", job.namespace, "delete", "pod", *old, "--wait=false")
+    resumed = job.training(2, gen, 5)
+    pods = _ready_pods(job, 2)
+    assert not set(old) & {p.metadata.name for p in pods}
+    _from_the_image(pods, image)
+    final = job.finish(CHECKPOINT_EPOCHS)
+    finished = job.finished()
+    report = verify(job.shared / "ledger")
+    assert final["global_step"] == finished["finished_at_step"]
+    from_checkpoint = {g: report.restores[g] for g in report.checkpoints}
+    assert from_checkpoint, report.restores  # no member had state: the checkpoint did
+    (first, step), *_ = sorted(from_checkpoint.items())
+    assert gen < first <= resumed and step >= newest.step > 0
+    print(
+        f"deleted both pods in generation {gen} (newest checkpoint then: step {newest.step}); "
+        f"generation {first} resumed at step {step} from {report.checkpoints[first]}; "
+        f"redone {report.rolled_back_steps} steps ({report.redone_samples} samples)"
+    )
+    reference = reference_accuracy(job.shared.parent, train_args[:6], SCRIPTS["paddle"])
+    assert abs(final["accuracy"] - reference) <= 0.01
 
 
 def test_a_sigkilled_container_is_restarted_and_rejoins_as_a_new_member(

@@ -41,6 +41,8 @@ LABELS = {"app.kubernetes.io/name": "edl-kubelet-trainer"}
 AGENT_PORT = 9400
 SHARED = "/edl-test"
 """Where the test's hostPath folder is mounted in every trainer container."""
+CHECKPOINTS = "/edl-checkpoints"
+"""Where the checkpoint volume (a hostPath folder) is mounted, with `checkpoints=`."""
 
 
 def shared_folder(path: Path) -> Path:
@@ -65,18 +67,35 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def _host_path(name: str, path: Path) -> dict[str, Any]:
+    return {"name": name, "hostPath": {"path": str(path), "type": "Directory"}}
+
+
 def trainer_deployment(
-    image: str, shared: Path, cp: ControlPlane, *, replicas: int, grace_s: int = 30
+    image: str,
+    shared: Path,
+    cp: ControlPlane,
+    *,
+    replicas: int,
+    grace_s: int = 30,
+    train_args: list[str] | None = None,
+    env: list[dict[str, Any]] | None = None,
+    checkpoints: Path | None = None,
 ) -> dict[str, Any]:
-    """The trainer Deployment; `shared` is the test's hostPath folder (`shared_folder`)."""
+    """The trainer Deployment; `shared` is the test's hostPath folder (`shared_folder`).
+
+    `train_args` replace the job's (`TRAIN_ARGS` at `STEP_SLEEP` a step); `env` is added to
+    the container's; `checkpoints` (a `shared_folder`) is mounted at `CHECKPOINTS` in every
+    pod and is the agents' `EDL_CHECKPOINT_URL`.
+    """
     command = [
         "edl-agent", "run", "--host=$(POD_IP)", f"--port={AGENT_PORT}", "--elastic",
         "--job", JOB, "--membership", "kubernetes", "--min", "1", "--max", "4", "--",
         "python", "-m", "examples.train_digits_elastic",
-        *TRAIN_ARGS, "--step-sleep", str(STEP_SLEEP),
+        *(train_args or [*TRAIN_ARGS, "--step-sleep", str(STEP_SLEEP)]),
         "--result", f"{SHARED}/result.json", "--step-gate", f"{SHARED}/step-gate",
     ]  # fmt: skip
-    env = [
+    env_ = [
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_UID", "metadata.uid"),
         _field_env("POD_IP", "status.podIP"),
@@ -87,17 +106,24 @@ def trainer_deployment(
         *AGENT_TIMINGS,
         {"name": "EDL_DRAIN_TIMEOUT", "value": "20"},
         {"name": "PADDLE_DISTRI_BACKEND", "value": "gloo"},
+        *(env or []),
     ]
+    mounts = [{"name": "shared", "mountPath": SHARED}]
+    volumes = [_host_path("shared", shared)]
+    if checkpoints is not None:
+        env_.append({"name": "EDL_CHECKPOINT_URL", "value": CHECKPOINTS})
+        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINTS})
+        volumes.append(_host_path("checkpoints", checkpoints))
     container = {
         "name": "trainer",
         "image": image,
         "imagePullPolicy": "Never",  # imported from the local build: no registry
         "command": command,
-        "env": env,
+        "env": env_,
         "ports": [{"name": "metrics", "containerPort": AGENT_PORT}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": AGENT_PORT}, "periodSeconds": 2},
         "securityContext": {"allowPrivilegeEscalation": False},
-        "volumeMounts": [{"name": "shared", "mountPath": SHARED}],
+        "volumeMounts": mounts,
     }
     return {
         "apiVersion": "apps/v1",
@@ -114,9 +140,7 @@ def trainer_deployment(
                     "terminationGracePeriodSeconds": grace_s,
                     "securityContext": {"runAsNonRoot": True},
                     "containers": [container],
-                    "volumes": [
-                        {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}
-                    ],
+                    "volumes": volumes,
                 },
             },
         },
