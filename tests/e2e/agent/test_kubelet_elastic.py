@@ -370,6 +370,8 @@ class _LastStatus:
     def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
         self.terminated: Any = None
         self.gone_at: float | None = None
+        self.watching = threading.Event()
+        """Set on the watch's first event (the pod as it is): from then on none is missed."""
         self._args = (api, namespace, name)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -384,6 +386,7 @@ class _LastStatus:
             timeout_seconds=GRACE_S + 60,
         )
         for event in stream:
+            self.watching.set()
             pod = event["object"]
             for status in pod.status.container_statuses or []:
                 if status.state and status.state.terminated:
@@ -408,7 +411,7 @@ def test_a_deleted_pod_leaves_the_world_within_its_grace_period(
         describe=job.logs,
     )
     last = _LastStatus(job.api, job.namespace, victim.metadata.name)
-    time.sleep(1)  # the watch is open
+    assert last.watching.wait(60), "the watch on the pod never opened"
     t0 = time.monotonic()
     client.CoreV1Api(job.api).delete_namespaced_pod(victim.metadata.name, job.namespace)
     job.scale(1)  # the ReplicaSet's replacement, if made already, goes (unready, newest)
@@ -421,8 +424,9 @@ def test_a_deleted_pod_leaves_the_world_within_its_grace_period(
     left_after = time.monotonic() - t0
     last.join(GRACE_S + 60)
     print(f"delete -> world without it: {left_after:.2f} s (grace {GRACE_S} s)")
-    assert left_after < GRACE_S
-    assert last.gone_at is not None and last.gone_at - t0 < GRACE_S
+    # Within its grace period, told by the kubelet rather than by the test's clock: past the
+    # grace the kubelet SIGKILLs the container (exit 137); an agent that left on SIGTERM exits 0.
+    assert last.gone_at is not None, "the pod was not deleted"
     assert last.terminated is not None and last.terminated.exit_code == 0, last.terminated
     job.training(1, 0, 1)
     job.finish()
