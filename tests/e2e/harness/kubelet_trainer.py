@@ -53,14 +53,24 @@ def shared_folder(path: Path) -> Path:
 
 
 def prepare_namespace(
-    api: client.ApiClient, cp: ControlPlane, kubectl: Kubectl, namespace: str, scratch: Path
-) -> None:
-    """Namespace `namespace` with the agent's ServiceAccount, Role and RoleBinding; `scratch`
-    takes the (unused) token kubeconfig `grant_agent_access` writes."""
+    api: client.ApiClient,
+    cp: ControlPlane,
+    kubectl: Kubectl,
+    namespace: str,
+    scratch: Path,
+    *,
+    rules: list[dict[str, Any]] | None = None,
+    sa_labels: dict[str, str] | None = None,
+) -> Path:
+    """Namespace `namespace` with the agent's ServiceAccount (labelled `sa_labels`), Role
+    (`rules`, default the agent's) and RoleBinding. Returns the token kubeconfig
+    `grant_agent_access` writes in `scratch`: the pods never use it (they have the kubelet's
+    projected token), a test may speak as the ServiceAccount with it."""
     labels = {"edl.e2e/test": "true"}
     body = {"metadata": {"name": namespace, "labels": labels}}
     client.CoreV1Api(api).create_namespace(as_body(body))
-    grant_agent_access(namespace, api, kubectl, cp, scratch / "agent.kubeconfig")
+    path = scratch / "agent.kubeconfig"
+    return grant_agent_access(namespace, api, kubectl, cp, path, rules, sa_labels)
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -78,22 +88,31 @@ def trainer_deployment(
     *,
     replicas: int,
     grace_s: int = 30,
+    name: str = NAME,
+    agent_args: tuple[str, ...] = (),
+    trainer: list[str] | None = None,
     train_args: list[str] | None = None,
     env: list[dict[str, Any]] | None = None,
     checkpoints: Path | None = None,
 ) -> dict[str, Any]:
-    """The trainer Deployment; `shared` is the test's hostPath folder (`shared_folder`).
+    """The trainer Deployment `name`; `shared` is the test's hostPath folder (`shared_folder`).
 
-    `train_args` replace the job's (`TRAIN_ARGS` at `STEP_SLEEP` a step); `env` is added to
-    the container's; `checkpoints` (a `shared_folder`) is mounted at `CHECKPOINTS` in every
-    pod and is the agents' `EDL_CHECKPOINT_URL`.
+    `agent_args` go to `edl-agent run` (e.g. `--on-finished scale-to-zero`; the agents then
+    scale this Deployment: EDL_DEPLOYMENT is `name`); `trainer` replaces the command after
+    `--` (default: the digits job, its result and step gate in `SHARED`, with `train_args`,
+    by default `TRAIN_ARGS` at `STEP_SLEEP` a step); `env` is added to the container's;
+    `checkpoints` (a `shared_folder`) is mounted at `CHECKPOINTS` in every pod and is the
+    agents' `EDL_CHECKPOINT_URL`.
     """
-    command = [
-        "edl-agent", "run", "--host=$(POD_IP)", f"--port={AGENT_PORT}", "--elastic",
-        "--job", JOB, "--membership", "kubernetes", "--min", "1", "--max", "4", "--",
+    train = trainer or [
         "python", "-m", "examples.train_digits_elastic",
         *(train_args or [*TRAIN_ARGS, "--step-sleep", str(STEP_SLEEP)]),
         "--result", f"{SHARED}/result.json", "--step-gate", f"{SHARED}/step-gate",
+    ]  # fmt: skip
+    command = [
+        "edl-agent", "run", "--host=$(POD_IP)", f"--port={AGENT_PORT}", "--elastic",
+        "--job", JOB, "--membership", "kubernetes", "--min", "1", "--max", "4", *agent_args,
+        "--", *train,
     ]  # fmt: skip
     env_ = [
         _field_env("POD_NAME", "metadata.name"),
@@ -106,6 +125,7 @@ def trainer_deployment(
         *AGENT_TIMINGS,
         {"name": "EDL_DRAIN_TIMEOUT", "value": "20"},
         {"name": "PADDLE_DISTRI_BACKEND", "value": "gloo"},
+        {"name": "EDL_DEPLOYMENT", "value": name},
         *(env or []),
     ]
     mounts = [{"name": "shared", "mountPath": SHARED}]
@@ -128,7 +148,7 @@ def trainer_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": NAME},
+        "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": LABELS},
@@ -145,6 +165,16 @@ def trainer_deployment(
             },
         },
     }
+
+
+def container_origins(pods: list[Any]) -> list[str]:
+    """One line per pod: its node and the container the kubelet made, from which image (for
+    the test log: the pods ran from EDL's image, on a real kubelet)."""
+    return [
+        f"{p.metadata.name} on {p.spec.node_name}: {s.container_id} from {s.image} ({s.image_id})"
+        for p in pods
+        for s in p.status.container_statuses or []
+    ]
 
 
 def trainer_pods(api: client.ApiClient, namespace: str) -> list[Any]:
