@@ -39,16 +39,12 @@ from agent.checkpoints.errors import (
     CheckpointMissing,
     CheckpointStoreError,
 )
+from agent.checkpoints.retrying import ATTEMPTS, retried
 from agent.errors import ConfigError
 from edl_common.version import install_command
 
 log = logging.getLogger(__name__)
 
-ATTEMPTS = 3
-"""Tries per call, each on a new connection after the first: enough for a dropped connection
-or a slow handshake, few enough that an unusable store is reported within seconds."""
-BACKOFF_SECONDS = 0.5
-"""The wait before the second try; doubled before each later one."""
 STALE_SECONDS = 6 * 3600.0
 """A temporary object this old (by the clock its writer put in its name) belongs to a write
 that died; the margin covers a large upload and clock skew between pods."""
@@ -182,24 +178,10 @@ class FsspecFolder:
             raise CheckpointStoreError(f"{doing}: {type(e).__name__}: {e}") from e
 
     def _retried(self, doing: str, call: Callable[[], T]) -> T:
-        """`call` under `_errors(doing)`, tried again on a new connection after a store error.
-
-        A missing object is an answer, not a failure: `CheckpointMissing` is never retried.
-        """
-        wait = BACKOFF_SECONDS
-        for attempt in range(1, self._attempts + 1):
-            try:
-                with self._errors(doing):
-                    return call()
-            except CheckpointMissing:
-                raise
-            except CheckpointStoreError as e:
-                if attempt == self._attempts:
-                    raise
-                log.warning("%s (try %d of %d; again in %.1f s)", e, attempt, self._attempts, wait)
-            self._sleep(wait)
-            wait *= 2
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        """`call` under `_errors(doing)`, tried again on a new connection after a store error."""
+        return retried(
+            call, lambda: self._errors(doing), attempts=self._attempts, sleep=self._sleep, log=log
+        )
 
     def _write(self, path: str, data: bytes) -> None:
         """`data` to a temporary dot-name beside `path`, then moved over it."""

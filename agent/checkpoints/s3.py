@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import secrets
@@ -30,9 +31,12 @@ from importlib.util import find_spec
 from typing import Any
 
 from agent.checkpoints.errors import CheckpointMissing, CheckpointStoreError
+from agent.checkpoints.retrying import ATTEMPTS, retried
 from agent.errors import ConfigError
 from agent.protocol import env as names
 from edl_common.version import install_command
+
+log = logging.getLogger(__name__)
 
 STALE_SECONDS = 6 * 3600.0
 """An incomplete multipart upload this old belongs to a writer that died (one write of even a
@@ -134,13 +138,19 @@ class S3Prefix:
         multipart_bytes: int = MULTIPART_BYTES,
         stale_seconds: float = STALE_SECONDS,
         wall: Callable[[], float] = time.time,
+        attempts: int = ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, not {attempts}")
         self.location = location
         self._make_client = client
         self._client: Client | None = None
         self.multipart_bytes = multipart_bytes
         self.stale_seconds = stale_seconds
         self._wall = wall
+        self._attempts = attempts
+        self._sleep = sleep
 
     @property
     def url(self) -> str:
@@ -168,14 +178,28 @@ class S3Prefix:
             raise CheckpointStoreError(f"{doing}: {e}") from e
 
     def probe(self) -> None:
-        """Writes, reads back and removes a dot-object (wrong credentials, no bucket: fail now)."""
+        """Writes, reads back and removes a dot-object: no bucket or no rights fail now.
+
+        Tried `attempts` times: the SDK retries only what it knows to be transient, and a
+        job's pods probe one prefix at the same instant (`retrying`).
+        """
         key = f"{self.location.prefix}.probe-{os.getpid()}-{secrets.token_hex(4)}"
-        where = f"checkpoint store {self.url} is not usable"
-        with self._errors(where):
+
+        def write_read_remove() -> bool:
             s3 = self._s3()
             s3.put_object(Bucket=self.location.bucket, Key=key, Body=b"ok")
-            ok = s3.get_object(Bucket=self.location.bucket, Key=key)["Body"].read() == b"ok"
+            same = s3.get_object(Bucket=self.location.bucket, Key=key)["Body"].read() == b"ok"
             s3.delete_object(Bucket=self.location.bucket, Key=key)
+            return bool(same)
+
+        where = f"checkpoint store {self.url} is not usable"
+        ok = retried(
+            write_read_remove,
+            lambda: self._errors(where),
+            attempts=self._attempts,
+            sleep=self._sleep,
+            log=log,
+        )
         if not ok:
             raise CheckpointStoreError(f"checkpoint store {self.url} reads back other bytes")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.checkpoints import fsspec_store
+from agent.checkpoints import fsspec_store, retrying
 from agent.checkpoints.errors import CheckpointMissing, CheckpointStoreError
 from agent.checkpoints.settings import CheckpointSettings
 from agent.checkpoints.store import open_store
@@ -131,7 +131,7 @@ def test_a_connection_dropped_between_checkpoints_costs_a_reconnect_not_the_call
     connections.drop()  # a NAT forgot the idle SSH connection
     assert store.names() == [NAME]
     assert store.get(NAME) == b"state"
-    assert (connections.made, sleeps) == (2, [fsspec_store.BACKOFF_SECONDS])
+    assert (connections.made, sleeps) == (2, [retrying.BACKOFF_SECONDS])
 
 
 def test_a_handshake_that_times_out_is_tried_again_and_then_the_write_is_there(
@@ -143,7 +143,7 @@ def test_a_handshake_that_times_out_is_tried_again_and_then_the_write_is_there(
     store.put(NAME, b"state")
     assert (tmp_path / NAME).read_bytes() == b"state"
     assert connections.made == 3
-    assert sleeps == [fsspec_store.BACKOFF_SECONDS, 2 * fsspec_store.BACKOFF_SECONDS]
+    assert sleeps == [retrying.BACKOFF_SECONDS, 2 * retrying.BACKOFF_SECONDS]
 
 
 @pytest.mark.parametrize(
@@ -163,8 +163,8 @@ def test_a_store_that_stays_unreachable_is_a_store_error_after_every_attempt(
     with pytest.raises(CheckpointStoreError, match=message) as e:
         call(store_on(connections, sleeps))
     assert isinstance(e.value.__cause__, TimeoutError)  # the cause is kept
-    assert connections.made == fsspec_store.ATTEMPTS
-    assert len(sleeps) == fsspec_store.ATTEMPTS - 1
+    assert connections.made == retrying.ATTEMPTS
+    assert len(sleeps) == retrying.ATTEMPTS - 1
 
 
 def test_a_missing_object_is_an_answer_and_is_not_tried_again(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.checkpoints import s3
+from agent.checkpoints import retrying, s3
+from agent.checkpoints.errors import CheckpointStoreError
 from agent.checkpoints.settings import CheckpointSettings
 from agent.checkpoints.store import job_url, open_store
 from agent.errors import ConfigError
@@ -104,3 +105,53 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(s3, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"need the AWS SDK: pip install 'edl-k8s\[s3\]'"):
         s3.open_url("s3://ckpt/jobs")
+
+
+class _Bucket:
+    """An S3 client's object calls over a dict; the first `refusals` PUTs are refused with
+    `code`, as versitygw refuses one of two PUTs that create the same prefix at once."""
+
+    def __init__(self, refusals: int, code: str = "ExistingObjectIsDirectory") -> None:
+        self.objects: dict[str, bytes] = {}
+        self.refusals = refusals
+        self.code = code
+        self.puts = 0
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes) -> None:
+        from botocore.exceptions import ClientError
+
+        self.puts += 1
+        if self.refusals > 0:
+            self.refusals -= 1
+            error = {"Error": {"Code": self.code, "Message": "Existing Object is a directory."}}
+            raise ClientError(error, "PutObject")
+        self.objects[Key] = Body
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        import io
+
+        return {"Body": io.BytesIO(self.objects[Key])}
+
+    def delete_object(self, Bucket: str, Key: str) -> None:
+        del self.objects[Key]
+
+
+def _prefix(bucket: _Bucket, sleeps: list[float]) -> s3.S3Prefix:
+    location = s3.parse_url("s3://ckpt/jobs/digits")
+    return s3.S3Prefix(location, lambda: bucket, sleep=sleeps.append)
+
+
+def test_a_probe_refused_once_is_tried_again_and_the_store_is_usable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bucket, sleeps = _Bucket(refusals=1), list[float]()
+    _prefix(bucket, sleeps).probe()
+    assert (bucket.puts, sleeps, bucket.objects) == (2, [retrying.BACKOFF_SECONDS], {})
+    assert "ExistingObjectIsDirectory" in caplog.text and "try 1 of 3" in caplog.text
+
+
+def test_a_store_that_refuses_every_probe_is_not_usable() -> None:
+    bucket, sleeps = _Bucket(refusals=10, code="AccessDenied"), list[float]()
+    with pytest.raises(CheckpointStoreError, match="checkpoint store s3://ckpt/jobs/digits is not"):
+        _prefix(bucket, sleeps).probe()
+    assert bucket.puts == retrying.ATTEMPTS and len(sleeps) == retrying.ATTEMPTS - 1
