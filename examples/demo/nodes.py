@@ -11,8 +11,6 @@ pod's IP is its node's address.
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +34,10 @@ def reserved_of_machine() -> tuple[int, int]:
     return cpus, cpus - 1
 
 
-@dataclass(frozen=True)
-class NodeImages:
-    """What the nodes run: EDL's trainer image (its reference) and how long getting it took."""
-
-    trainer: str
-    build_s: float
-    import_s: dict[str, float]
+def trainer_image() -> str:
+    """`make images` for EDL's trainer image only (instant when its inputs have not changed,
+    under the images lock the e2e tests take too): its reference."""
+    return ensure_images(names=("trainer",))["trainer"]
 
 
 class DemoNodes:
@@ -68,13 +63,9 @@ class DemoNodes:
         """Every node up and Ready (HarnessError with the logs' tails otherwise)."""
         self.group.start()
 
-    def load_trainer_image(self) -> NodeImages:
-        """`make images` for the trainer (instant when up to date), then its import into every
-        node's containerd."""
-        began = time.monotonic()
-        ref = ensure_images(names=("trainer",))["trainer"]
-        built = time.monotonic() - began
-        return NodeImages(ref, built, self.group.import_image(ref))
+    def import_image(self, ref: str) -> dict[str, float]:
+        """`ref` into every node's containerd (one `podman save`): node -> seconds."""
+        return self.group.import_image(ref)
 
     def addresses(self) -> str:
         """``edl-node-1 127.x.y.z, ...``."""

@@ -39,7 +39,7 @@ from agent.trainer.step_gate import StepGate
 from edl_common.quantity import parse_quantity
 from examples.demo.cli import main
 from examples.demo.control import HPA_FILE
-from examples.demo.nodes import NODES, DemoNodes, reserved_of_machine
+from examples.demo.nodes import NODES, DemoNodes, reserved_of_machine, trainer_image
 from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
 from examples.demo.story import Stage
 from examples.demo.telemetry import JobTelemetry, World, parse_world
@@ -302,7 +302,11 @@ class ClusterDemo(Demo):
         )
         self.nodes = nodes = DemoNodes(cp, self.work / "nodes")
         took = time.monotonic() - began
-        self.say(f"  {'built' if took > 30 else 'found'} in {took:.0f} s: {bin_dir}")
+        self.say(f"  {'built' if took > 30 else 'found'} in {took:.0f} s")
+        self.say("EDL's trainer image (make images, for the trainer: built if its inputs changed)")
+        began = time.monotonic()
+        self.image = trainer_image()
+        self.say(f"  {self.image} in {time.monotonic() - began:.0f} s")
         began = time.monotonic()
         cp.start()
         cp.start_scheduler()
@@ -312,12 +316,8 @@ class ClusterDemo(Demo):
         nodes.start()
         self.say(f"  control plane and nodes up in {time.monotonic() - began:.0f} s: "
                  f"{nodes.addresses()} (1 allocatable CPU each)")  # fmt: skip
-        self.say("EDL's trainer image (make images: built if its inputs changed) into each "
-                 "node's containerd ...")  # fmt: skip
-        images = nodes.load_trainer_image()
-        self.image = images.trainer
-        imports = ", ".join(f"{n} {s:.0f} s" for n, s in images.import_s.items())
-        self.say(f"  {self.image}: make images {images.build_s:.0f} s; imported: {imports}")
+        imports = ", ".join(f"{n} {s:.0f} s" for n, s in nodes.import_image(self.image).items())
+        self.say(f"  the image imported into each node's containerd: {imports}")
         began = time.monotonic()
         self.adapter = MetricsAdapter(cp, AdapterSettings(extra_args=SIZING_ARGS))
         self.adapter.start()
