@@ -40,6 +40,7 @@ from edl_common.quantity import parse_quantity
 from examples.demo.cli import main
 from examples.demo.control import HPA_FILE
 from examples.demo.nodes import NODES, DemoNodes, reserved_of_machine, trainer_image
+from examples.demo.pod_logs import PodLogCopies
 from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
 from examples.demo.story import Stage
 from examples.demo.telemetry import JobTelemetry, World, parse_world
@@ -271,6 +272,8 @@ class ClusterDemo(Demo):
         self._hpa: tuple[str, int | None] = ("-", None)
         self._seen: set[str] = set()
         self._containers: set[str] = set()
+        self.pod_logs = PodLogCopies(self.work / "pods")
+        """The trainers' logs, kept after their pods (the kubelet removes its files)."""
 
     def _k(self) -> Kube:
         assert self.kube is not None, "the control plane is not up"
@@ -291,7 +294,7 @@ class ClusterDemo(Demo):
         self.say(
             "control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and "
             "node (kubelet, containerd) from ~/.cache/edl, built from the Go module proxy if "
-            "missing (once: about 6 + 10 minutes on 2 cores) ..."
+            "missing (once: about 6 + 5 minutes on 2 cores) ..."
         )
         began = time.monotonic()
         bin_dir = ensure_binaries()
@@ -354,8 +357,8 @@ class ClusterDemo(Demo):
         self.say(f"  export KUBECONFIG={self.cp.kubeconfig}")
         self.say(f"  kubectl -n {NAMESPACE} get hpa,deployments,pods -o wide   # while it runs")
         self.say(f"  logs: {self.work / 'cluster' / 'logs'} (control plane, adapter), "
-                 f"{self.work / 'nodes'}/*/pod-logs (pods), .../logs (kubelet, containerd); "
-                 "Ctrl-C stops everything")  # fmt: skip
+                 f"{self.work / 'pods'} (the trainers), {self.work / 'nodes'}/*/logs "
+                 "(kubelets, containerd); Ctrl-C stops everything")  # fmt: skip
         self.say("")
 
     # -- each tick ----------------------------------------------------------------------------
@@ -372,14 +375,18 @@ class ClusterDemo(Demo):
 
     def sync_agents(self) -> dict[str, tuple[str, int, Path]]:
         """The trainer pods whose container runs (their agents answer on the pod IP, their
-        node's address), with the kubelet's log file of it."""
+        node's address), with the kubelet's log file of it; the logs' copies grow."""
         assert self.nodes is not None
         agents: dict[str, tuple[str, int, Path]] = {}
         for pod in self._k().pods("app=trainer"):
+            name = pod["metadata"]["name"]
             ip = pod.get("status", {}).get("podIP")
             log = self.nodes.log_of(pod, "trainer")
+            if log is not None:
+                self.pod_logs.watch(name, log)
             if ip and log is not None and _running(pod):
-                agents[pod["metadata"]["name"]] = (ip, METRICS_PORT, log)
+                agents[name] = (ip, METRICS_PORT, log)
+        self.pod_logs.copy()
         return agents
 
     def react(self, t: float) -> None:
@@ -465,8 +472,13 @@ class ClusterDemo(Demo):
         ]
         kube.delete("HorizontalPodAutoscaler", DEPLOYMENT)
         kube.scale(DEPLOYMENT, 0)
+
+        def gone() -> bool:
+            self.pod_logs.copy()  # their last lines (the drain) before the kubelet removes them
+            return not kube.pods("app=trainer")
+
         try:
-            wait_for(lambda: not kube.pods("app=trainer"), timeout_s=120, what="the trainers gone")
+            wait_for(gone, timeout_s=120, what="the trainers gone")
         except Exception as e:
             raise DemoError(f"the trainer pods did not go away: {e}") from e
         return restarts

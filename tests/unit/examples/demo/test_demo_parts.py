@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -10,7 +11,8 @@ import yaml
 from agent.protocol.control import Timings
 from edl_sizing import snapshot_from_dict
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
-from examples.demo.on_cluster import trainer_deployment
+from examples.demo.on_cluster import URGENT, Kube, KubeStage, trainer_deployment
+from examples.demo.pod_logs import PodLogCopies
 from examples.demo.report import Summary, TimelinePoint, turning_points
 from examples.demo.run import DemoOptions, EmbeddedDemo
 from examples.demo.story import SERVICE, Story
@@ -233,6 +235,43 @@ def test_the_loss_is_read_from_a_kubelet_log_too(tmp_path: Path) -> None:
     t = JobTelemetry(lambda: World(1, 1), global_batch=64)
     training = t.observe(0.0, {"p": ("127.0.0.1", 1, log)})
     assert (training.loss_step, training.loss) == (10, 1.5)
+
+
+def test_the_other_work_is_1_cpu_pods_of_edls_image_on_the_host_network() -> None:
+    created: list[dict[str, Any]] = []
+
+    class Recorder:
+        def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+            created.append(doc)
+            return doc
+
+    stage = KubeStage(cast(Kube, Recorder()), "localhost/edl-trainer:9")
+    stage.add_workload("serving", 2, 1, 1000)
+    (doc,) = created
+    pod = doc["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert doc["spec"]["replicas"] == 2 and pod["hostNetwork"] is True
+    assert (c["image"], c["imagePullPolicy"]) == ("localhost/edl-trainer:9", "Never")
+    assert c["resources"]["requests"]["cpu"] == "1" and pod["priorityClassName"] == URGENT
+    assert stage.slots == 3
+
+
+def test_a_trainers_log_outlives_its_pod(tmp_path: Path) -> None:
+    source = tmp_path / "pod-logs" / "ml_p-1_uid" / "trainer" / "0.log"
+    source.parent.mkdir(parents=True)
+    source.write_text("t stdout F step 5 loss 2\n")
+    copies = PodLogCopies(tmp_path / "pods")
+    copies.watch("p-1", source)
+    copies.watch("p-1", source)  # every tick: copied once
+    copies.copy()
+    with source.open("a") as f:
+        f.write("t stderr F agent: drained\n")
+    copies.copy()
+    source.unlink()  # the kubelet removed the pod
+    copies.copy()
+    assert (tmp_path / "pods" / "p-1.log").read_text() == (
+        "t stdout F step 5 loss 2\nt stderr F agent: drained\n"
+    )
 
 
 def test_the_story_gate_never_holds_a_step_an_act_needs_nor_lets_the_job_end_early(
