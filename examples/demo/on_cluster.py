@@ -257,7 +257,7 @@ class ClusterDemo(Demo):
     def __init__(self, opts: DemoOptions, out: TextIO = sys.stdout) -> None:
         super().__init__(opts, out)
         cpus, reserved = reserved_of_machine()
-        self.title = f"on {NODES} kubelet nodes of 1 CPU ({reserved} of {cpus} reserved each)"
+        self.title = f"on {NODES} kubelets of 1 CPU ({reserved} of {cpus} reserved each)"
         shared = self.work / "job"  # mounted into the trainers: the result and the step gate
         self.result = shared / "result.json"
         self.gate = StepGate(shared / "step-gate")

@@ -11,7 +11,7 @@ import yaml
 from agent.protocol.control import Timings
 from edl_sizing import snapshot_from_dict
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
-from examples.demo.on_cluster import URGENT, Kube, KubeStage, trainer_deployment
+from examples.demo.on_cluster import URGENT, ClusterDemo, Kube, KubeStage, trainer_deployment
 from examples.demo.pod_logs import PodLogCopies
 from examples.demo.report import Summary, TimelinePoint, turning_points
 from examples.demo.run import DemoOptions, EmbeddedDemo
@@ -254,6 +254,15 @@ def test_the_other_work_is_1_cpu_pods_of_edls_image_on_the_host_network() -> Non
     assert (c["image"], c["imagePullPolicy"]) == ("localhost/edl-trainer:9", "Never")
     assert c["resources"]["requests"]["cpu"] == "1" and pod["priorityClassName"] == URGENT
     assert stage.slots == 3
+
+
+def test_the_cluster_demos_title_says_what_each_kubelet_reserves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    demo = ClusterDemo(DemoOptions(out=tmp_path))
+    assert demo.title == "on 3 kubelets of 1 CPU (15 of 16 reserved each)"
+    assert reserved_cpu("1", 16) == "15000m"  # what each kubelet is told
 
 
 def test_a_trainers_log_outlives_its_pod(tmp_path: Path) -> None:
