@@ -115,8 +115,10 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/python -m examples.demo
 
-# The same story on a real control plane (built from the Go module proxy on first use).
-demo-cluster: venv
+# The same story on a real control plane and three real kubelet nodes (containerd), every pod
+# from EDL's trainer image: control plane and node built from the Go module proxy on first use
+# (cached), the image by the demo (`make images` for the trainer only, skipped when up to date).
+demo-cluster: venv controlplane node
 	$(BIN)/python -m examples.demo.on_cluster
 
 # bench_adapter_peer.py also builds prometheus-adapter (bench/peer/build.sh, cached) and the control plane.

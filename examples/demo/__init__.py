@@ -17,6 +17,6 @@ A job grows into freed capacity, shrinks for a higher-priority arrival and loses
 
 It is a package rather than one file because each part has one job and the unit tests take
 them one at a time (``tests/unit/examples/demo``); ``make demo-cluster`` (:mod:`.on_cluster`)
-replays
-the same story on the e2e harness's real control plane.
+replays the same story on the e2e harness's real control plane and three real kubelet nodes
+(:mod:`.nodes`; :mod:`.pod_logs` keeps the trainers' logs after their pods).
 """

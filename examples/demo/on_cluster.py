@@ -1,19 +1,23 @@
-"""`make demo-cluster`: the same story on a real control plane (the e2e harness's).
+"""`make demo-cluster`: the same story on a real control plane and real kubelets.
 
-What runs, all on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager (with the real
-HPA controller, syncing every second) and kube-scheduler, built from the Go module proxy
-(``tests/e2e/controlplane/build.sh``, cached in ``~/.cache/edl``); one Node object with 3 CPUs
-whose kubelet is the e2e pod runner (it runs each bound pod's command as a local process on
-its own 127.x.y.z address); the real ``edl-adapter`` with its sizer on the Kubernetes capacity
-source, behind the aggregation layer (APIService, front-proxy mTLS, delegated auth).
+What runs, all on this machine's loopback addresses: etcd, kube-apiserver (with the
+ServiceAccount admission plugin: pods get projected tokens), kube-controller-manager (with the
+real HPA controller, syncing every second) and kube-scheduler, built from the Go module proxy
+(``tests/e2e/controlplane/build.sh``, cached in ``~/.cache/edl``); three nodes
+``edl-node-1..3``, each containerd v2 and a kubelet (``tests/e2e/node/build.sh``; the e2e
+harness's :class:`~tests.e2e.harness.kubelet_node.KubeletNodeGroup`) with 1 allocatable CPU
+(:mod:`examples.demo.nodes`): every pod is a container the kubelets start from EDL's trainer
+image (``make images``, imported into each node's containerd); the real ``edl-adapter`` with
+its sizer on the Kubernetes capacity source, behind the aggregation layer (APIService,
+front-proxy mTLS, delegated auth).
 
 The job is the repository's example, ``manifests/examples/digits-trainer``: its Deployment
-(adapted only where a local process differs from a container: the command's arguments, a
-token kubeconfig for the ServiceAccount, no volume), its RBAC and its HPA
-``hpa-sizing.yaml`` on ``desired_replicas``, unchanged. The other work are Deployments: a
-batch job of 2 pods at the start, and a service of 2 pods of PriorityClass
-``edl-demo-urgent`` (value 1000, ``preemptionPolicy: Never``: it waits for room, and the sizer
-makes it).
+(adapted only where these nodes need it: the local image, the host network, kube-apiserver's
+loopback address, the demo's folders mounted from the host), its RBAC and its HPA
+``hpa-sizing.yaml`` on ``desired_replicas``, unchanged. The other work are Deployments of
+1-CPU sleeper pods from the same image: a batch job of 2 pods at the start, and a service of 2
+pods of PriorityClass ``edl-demo-urgent`` (value 1000, ``preemptionPolicy: Never``: it waits
+for room, and the sizer makes it).
 
 ``python -m examples.demo.on_cluster [--short] [--plain] [--out DIR]``; the kubeconfig to
 watch it with ``kubectl`` is printed at the start.
@@ -21,7 +25,6 @@ watch it with ``kubectl`` is printed at the start.
 
 from __future__ import annotations
 
-import base64
 import re
 import sys
 import time
@@ -31,19 +34,21 @@ from typing import Any, TextIO
 
 import requests
 import yaml
-from kubernetes import config
 
+from agent.trainer.step_gate import StepGate
 from edl_common.quantity import parse_quantity
 from examples.demo.cli import main
 from examples.demo.control import HPA_FILE
+from examples.demo.nodes import NODES, DemoNodes, reserved_of_machine, trainer_image
+from examples.demo.pod_logs import PodLogCopies
 from examples.demo.run import AGENT_ENV, REPO_ROOT, Demo, DemoError, DemoOptions, sizer_of
 from examples.demo.story import Stage
 from examples.demo.telemetry import JobTelemetry, World, parse_world
 from examples.demo.view import ClusterState, PodView, Sizer, cluster_state
 from tests.e2e.harness.adapter import AdapterSettings, MetricsAdapter
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
-from tests.e2e.harness.nodes import NodeSpec
-from tests.e2e.harness.podrunner import LoopbackAddressPool, PodRunner, PodRunnerSettings
+from tests.e2e.harness.incluster import apiserver_env, kubelet_session_settings
+from tests.e2e.harness.processes import HarnessError
 from tests.support.waiting import wait_for
 
 EXAMPLE = REPO_ROOT / "manifests" / "examples" / "digits-trainer"
@@ -77,6 +82,7 @@ COLLECTIONS = {
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 _SELECTOR = re.compile(r"\(&LabelSelector\{.*\}\)")
 """The Go dump of a metric's selector in the HPA's messages (the job label, said already)."""
+_LONG_HEX = re.compile(r"\b([0-9a-f]{12})[0-9a-f]{20,}\b")
 
 
 class Kube:
@@ -134,29 +140,51 @@ def _app(pod: dict[str, Any]) -> str:
     return str(pod["metadata"].get("labels", {}).get("app", "?"))
 
 
+def _running(pod: dict[str, Any]) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return any("running" in (s.get("state") or {}) for s in statuses)
+
+
+def _short(ref: object) -> str:
+    """A container or image id (``containerd://0123...``, ``sha256:0123...``) with 12 hex
+    digits."""
+    return _LONG_HEX.sub(r"\1", str(ref or "?"))
+
+
 def _cpu(pod: dict[str, Any]) -> int:
     requests_ = pod["spec"]["containers"][0].get("resources", {}).get("requests", {})
     return int(float(requests_.get("cpu", "0")))
 
 
+SLEEPER = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "time.sleep(3600)"
+)
+"""The other work's container: sleeps, leaves at once on SIGTERM (it is PID 1)."""
+
+
 class KubeStage:
-    """The story's other work as Deployments of 1-CPU sleeper pods."""
+    """The story's other work as Deployments of 1-CPU sleeper pods of EDL's trainer image."""
 
-    slots = 3
+    slots = NODES  # 1 allocatable CPU each
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, image: str) -> None:
         self._kube = kube
+        self._image = image
 
     def add_workload(self, name: str, count: int, cpu: int, priority: int) -> None:
         """A Deployment ``name`` of ``count`` pods (PriorityClass ``edl-demo-urgent`` when
         ``priority`` > 0)."""
         spec: dict[str, Any] = {
-            "terminationGracePeriodSeconds": 0,
+            "hostNetwork": True,  # the nodes have no pod network
+            "terminationGracePeriodSeconds": 5,
             "containers": [
                 {
                     "name": name,
-                    "image": "edl-demo.invalid/sleeper:local",
-                    "command": ["python", "-c", "import time; time.sleep(3600)"],
+                    "image": self._image,
+                    "imagePullPolicy": "Never",  # imported into each node: no registry
+                    "command": ["python", "-c", SLEEPER],
                     "resources": {"requests": {"cpu": str(cpu), "memory": "64Mi"}},
                 }
             ],
@@ -182,19 +210,26 @@ class KubeStage:
         return len(live) == want.get("replicas", -1) and all(_bound(p) for p in live)
 
 
-def trainer_deployment(args: list[str], env: dict[str, str], checkpoints: Path) -> dict[str, Any]:
-    """The example's Deployment, with what a local process needs instead of a container.
+def trainer_deployment(
+    args: list[str], env: dict[str, str], image: str, folders: list[Path], checkpoints: Path
+) -> dict[str, Any]:
+    """The example's Deployment, with what these nodes need.
 
-    Its checkpoints go to `checkpoints` (in the demo's work folder, new each run; the example's
-    optional checkpoints component mounts a volume, and on the host path a later run would find
-    the job finished and train nothing).
+    The image from the local build (``imagePullPolicy: Never``), the host network (the nodes
+    have no CNI; the containerPort keeps one trainer per node) with the agent on its pod IP,
+    ``env`` added (kube-apiserver's loopback address, the ledger's folder, the demo's
+    timings), and the demo's ``folders`` (the ledger, the step gate and the result, the
+    checkpoints) mounted from the host at the same paths. Its checkpoints go to
+    `checkpoints` (in the demo's work folder, new each run: the example's optional
+    checkpoints component mounts a volume that a later run would find finished).
     """
     doc: dict[str, Any] = yaml.safe_load((EXAMPLE / "deployment.yaml").read_text())
     doc["metadata"]["annotations"]["edl.paddlepaddle.org/max-workers"] = "3"  # 3 slots
     pod = doc["spec"]["template"]["spec"]
-    pod.pop("volumes", None)
+    pod["hostNetwork"] = True
     (c,) = pod["containers"]
-    c.pop("volumeMounts", None)
+    c["image"] = image
+    c["imagePullPolicy"] = "Never"
     dashdash = c["command"].index("--")
     agent = [a if a != "8" else "3" for a in c["command"][:dashdash]]  # --max, as the annotation
     if "--checkpoint-url" in agent:  # the example's checkpoints component
@@ -203,30 +238,42 @@ def trainer_deployment(args: list[str], env: dict[str, str], checkpoints: Path) 
         agent += ["--checkpoint-url", str(checkpoints)]
     c["command"] = [*agent[:3], "--host=$(POD_IP)", f"--port={METRICS_PORT}", *agent[3:], "--",
                     "python", "-m", "examples.train_digits_elastic", *args]  # fmt: skip
-    local = [e for e in c["env"] if e["name"] != "EDL_AGENT_METRICS_DIR"]  # an emptyDir there
-    c["env"] = local + [{"name": k, "value": v} for k, v in env.items()]
-    c["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT}]
-    for probe in ("livenessProbe", "readinessProbe"):
-        c[probe]["httpGet"]["port"] = METRICS_PORT  # the pod runner reads numbers only
+    c["env"] = c["env"] + [{"name": k, "value": v} for k, v in env.items()]
+    for i, folder in enumerate(folders):
+        volume = f"demo-{i}"
+        pod["volumes"].append(
+            {"name": volume, "hostPath": {"path": str(folder), "type": "Directory"}}
+        )
+        c["volumeMounts"].append({"name": volume, "mountPath": str(folder)})
     return doc
 
 
 class ClusterDemo(Demo):
-    """``make demo-cluster``: the story on the real control plane."""
+    """``make demo-cluster``: the story on the real control plane and kubelets."""
 
-    title = "on a real control plane (1 node, 3 CPUs)"
+    title = f"on a real control plane and {NODES} kubelet nodes of 1 CPU"
     command = "python -m examples.demo.on_cluster"
 
     def __init__(self, opts: DemoOptions, out: TextIO = sys.stdout) -> None:
         super().__init__(opts, out)
+        cpus, reserved = reserved_of_machine()
+        self.title = f"on {NODES} kubelets of 1 CPU ({reserved} of {cpus} reserved each)"
+        shared = self.work / "job"  # mounted into the trainers: the result and the step gate
+        self.result = shared / "result.json"
+        self.gate = StepGate(shared / "step-gate")
+        self.folders = [shared, self.work / "ledger", self.work / "checkpoints"]
         self.cp: Any = None
-        self.runner: Any = None
+        self.nodes: DemoNodes | None = None
+        self.image = ""
         self.adapter: Any = None
         self.kube: Kube | None = None
         self._pods: list[dict[str, Any]] = []
         self._replicas = 1
         self._hpa: tuple[str, int | None] = ("-", None)
         self._seen: set[str] = set()
+        self._containers: set[str] = set()
+        self.pod_logs = PodLogCopies(self.work / "pods")
+        """The trainers' logs, kept after their pods (the kubelet removes its files)."""
 
     def _k(self) -> Kube:
         assert self.kube is not None, "the control plane is not up"
@@ -235,39 +282,46 @@ class ClusterDemo(Demo):
     # -- bring-up -----------------------------------------------------------------------------
 
     def start(self) -> Stage:
-        """Control plane (built if needed), scheduler, node, adapter, RBAC."""
+        """Control plane, nodes and the trainer image (built if needed), scheduler, adapter,
+        RBAC."""
+        try:
+            return self._start()
+        except HarnessError as e:
+            tails = self.nodes.log_tails() if self.nodes is not None else ""
+            raise DemoError(f"the cluster did not come up: {e}\n{tails}") from e
+
+    def _start(self) -> Stage:
         self.say(
-            "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler from "
-            "~/.cache/edl, built from the Go module proxy if missing (once: about 6 minutes on "
-            "2 cores) ..."
+            "control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and "
+            "node (kubelet, containerd) from ~/.cache/edl, built from the Go module proxy if "
+            "missing (once: about 6 + 5 minutes on 2 cores) ..."
         )
         began = time.monotonic()
         bin_dir = ensure_binaries()
-        took = time.monotonic() - began
-        self.say(f"  {'built' if took > 30 else 'found'} in {took:.0f} s: {bin_dir}")
-        began = time.monotonic()
         self.cp = cp = ControlPlane(
-            ControlPlaneSettings(bin_dir=bin_dir, work_dir=self.work / "cluster")
+            kubelet_session_settings(
+                ControlPlaneSettings(bin_dir=bin_dir, work_dir=self.work / "cluster")
+            )
         )
+        self.nodes = nodes = DemoNodes(cp, self.work / "nodes")
+        took = time.monotonic() - began
+        self.say(f"  {'built' if took > 30 else 'found'} in {took:.0f} s")
+        self.say("EDL's trainer image (make images, for the trainer: built if its inputs changed)")
+        began = time.monotonic()
+        self.image = trainer_image()
+        self.say(f"  {self.image} in {time.monotonic() - began:.0f} s")
+        began = time.monotonic()
         cp.start()
         cp.start_scheduler()
         self.kube = kube = Kube(cp)
         for ns in (NAMESPACE, "edl-system"):
             kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        venv = str(Path(sys.executable).parent)
-        # the pod runner watches through the Kubernetes client (whose loader has no types)
-        api = config.new_client_from_config(config_file=str(cp.kubeconfig))  # type: ignore[no-untyped-call]
-        self.runner = PodRunner(
-            api,
-            PodRunnerSettings(
-                namespace=NAMESPACE,
-                log_dir=self.work / "pods",
-                base_env={**self.env(), "PATH": f"{venv}:/usr/local/bin:/usr/bin:/bin"},
-                nodes=(NodeSpec("laptop", cpu="3", memory="16Gi"),),
-            ),
-            LoopbackAddressPool(),
-        )
-        self.runner.start()
+        nodes.start()
+        self.say(f"  control plane and nodes up in {time.monotonic() - began:.0f} s: "
+                 f"{nodes.addresses()} (1 allocatable CPU each)")  # fmt: skip
+        imports = ", ".join(f"{n} {s:.0f} s" for n, s in nodes.import_image(self.image).items())
+        self.say(f"  the image imported into each node's containerd: {imports}")
+        began = time.monotonic()
         self.adapter = MetricsAdapter(cp, AdapterSettings(extra_args=SIZING_ARGS))
         self.adapter.start()
         self.adapter.register()
@@ -278,47 +332,33 @@ class ClusterDemo(Demo):
         })  # fmt: skip
         for doc in yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text()):
             kube.create(doc)
-        self.say(f"  control plane, node and adapter up in {time.monotonic() - began:.0f} s")
-        return KubeStage(kube)
-
-    def _agent_kubeconfig(self) -> Path:
-        """The example's ServiceAccount token in a kubeconfig (a pod would mount it)."""
-        token = self._k().post(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/edl-trainer/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": 7200}},
-        )["status"]["token"]  # fmt: skip
-        ca = base64.b64encode(self.cp.pki.ca.cert.read_bytes()).decode()
-        path = self.work / "trainer.kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "edl",
-            "clusters": [{"name": "edl", "cluster": {"server": self.cp.server,
-                                                     "certificate-authority-data": ca}}],
-            "users": [{"name": "edl-trainer", "user": {"token": token}}],
-            "contexts": [{"name": "edl", "context": {"cluster": "edl", "user": "edl-trainer",
-                                                     "namespace": NAMESPACE}}],
-        }))  # fmt: skip
-        return path
+        for folder in self.folders:  # the trainers run as uid 65532
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o777)
+        self.say(f"  adapter up in {time.monotonic() - began:.0f} s")
+        return KubeStage(kube, self.image)
 
     def launch(self) -> None:
         """Once the batch job runs: the example's trainer Deployment and HPA."""
         kube = self._k()
-        stage = KubeStage(kube)
+        stage = KubeStage(kube, self.image)
         wait_for(lambda: stage.workload_bound("batch"), timeout_s=120, what="the batch job")
         env = {
-            "KUBECONFIG": str(self._agent_kubeconfig()),
-            "EDL_ELASTIC_DIR": f"{self.work / 'pods'}/$(POD_NAME)",
             "EDL_SAMPLE_LEDGER": str(self.work / "ledger"),
-            "EDL_AGENT_METRICS_DIR": f"{self.work / 'pods'}/$(POD_NAME)/metrics",
+            "EDL_TRAINER_PORTS": "auto",  # the trainers share the host's network
+            **{e["name"]: e["value"] for e in apiserver_env(self.cp)},
             **AGENT_ENV,
         }
         args = self.trainer(*self.job_args(), python="python")[3:]
-        kube.create(trainer_deployment(args, env, self.work / "checkpoints"))
+        kube.create(
+            trainer_deployment(args, env, self.image, self.folders, self.work / "checkpoints")
+        )
         kube.create(yaml.safe_load(HPA_FILE.read_text()))
         self.say(f"  export KUBECONFIG={self.cp.kubeconfig}")
         self.say(f"  kubectl -n {NAMESPACE} get hpa,deployments,pods -o wide   # while it runs")
         self.say(f"  logs: {self.work / 'cluster' / 'logs'} (control plane, adapter), "
-                 f"{self.work / 'pods'} (pods); Ctrl-C stops everything")  # fmt: skip
+                 f"{self.work / 'pods'} (the trainers), {self.work / 'nodes'}/*/logs "
+                 "(kubelets, containerd); Ctrl-C stops everything")  # fmt: skip
         self.say("")
 
     # -- each tick ----------------------------------------------------------------------------
@@ -334,18 +374,26 @@ class ClusterDemo(Demo):
         return JobTelemetry(read, self.opts.global_batch)
 
     def sync_agents(self) -> dict[str, tuple[str, int, Path]]:
-        """The trainer pods whose processes the pod runner runs."""
-        running: dict[str, str] = self.runner.running()
-        return {
-            name: (ip, METRICS_PORT, self.work / "pods" / f"{NAMESPACE}_{name}.log")
-            for name, ip in running.items()
-            if name.startswith(f"{DEPLOYMENT}-")
-        }
+        """The trainer pods whose container runs (their agents answer on the pod IP, their
+        node's address), with the kubelet's log file of it; the logs' copies grow."""
+        assert self.nodes is not None
+        agents: dict[str, tuple[str, int, Path]] = {}
+        for pod in self._k().pods("app=trainer"):
+            name = pod["metadata"]["name"]
+            ip = pod.get("status", {}).get("podIP")
+            log = self.nodes.log_of(pod, "trainer")
+            if log is not None:
+                self.pod_logs.watch(name, log)
+            if ip and log is not None and _running(pod):
+                agents[name] = (ip, METRICS_PORT, log)
+        self.pod_logs.copy()
+        return agents
 
     def react(self, t: float) -> None:
         """Nothing to drive (the controllers do it): read what they did."""
         kube = self._k()
         self._pods = kube.pods()
+        self._note_containers(t)
         deployment = kube.get(f"{COLLECTIONS['Deployment']}/{DEPLOYMENT}")
         self._replicas = int(deployment.get("spec", {}).get("replicas", 0))
         status = kube.get(f"{COLLECTIONS['HorizontalPodAutoscaler']}/{DEPLOYMENT}").get(
@@ -369,6 +417,20 @@ class ClusterDemo(Demo):
             who = f"{str(obj.get('kind', '')).lower()}/{obj.get('name', '')}"
             message = _SELECTOR.sub("", str(e.get("message", "")))
             self.log.add(t, f"event {e['reason']} on {who}: {message}")
+
+    def _note_containers(self, t: float) -> None:
+        """Logs each container a kubelet started (its node, id and image id), once."""
+        for pod in self._pods:
+            for c in pod.get("status", {}).get("containerStatuses") or []:
+                cid = str(c.get("containerID") or "")
+                if not cid or "running" not in (c.get("state") or {}) or cid in self._containers:
+                    continue
+                self._containers.add(cid)
+                self.log.add(
+                    t,
+                    f"kubelet {pod['spec'].get('nodeName')}: pod {pod['metadata']['name']} runs "
+                    f"container {_short(cid)} of {c.get('image')} ({_short(c.get('imageID'))})",
+                )
 
     def sizer(self) -> Sizer | None:
         """The adapter's ``/debug/sizing`` (as the cluster admin)."""
@@ -410,15 +472,20 @@ class ClusterDemo(Demo):
         ]
         kube.delete("HorizontalPodAutoscaler", DEPLOYMENT)
         kube.scale(DEPLOYMENT, 0)
+
+        def gone() -> bool:
+            self.pod_logs.copy()  # their last lines (the drain) before the kubelet removes them
+            return not kube.pods("app=trainer")
+
         try:
-            wait_for(lambda: not kube.pods("app=trainer"), timeout_s=90, what="the trainers gone")
+            wait_for(gone, timeout_s=120, what="the trainers gone")
         except Exception as e:
             raise DemoError(f"the trainer pods did not go away: {e}") from e
         return restarts
 
     def shutdown(self) -> None:
-        """Pod runner, adapter, control plane; never raises."""
-        for part in (self.runner, self.adapter, self.cp):
+        """Nodes (their containers and state), adapter, control plane; never raises."""
+        for part in (self.nodes, self.adapter, self.cp):
             if part is None:
                 continue
             try:

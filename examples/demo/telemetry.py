@@ -7,7 +7,9 @@
   that leaves takes nothing back), **rescale pauses** from each survivor's
   ``edl_trainer_rescale_pause_seconds`` histogram and ``detect`` phase counter (a new count
   is the latest world change, the largest of the survivors' figures is kept);
-* the **loss** from the ``step N loss L`` lines rank 0 prints (``--log-every``).
+* the **loss** from the ``step N loss L`` lines rank 0 prints (``--log-every``), in its log
+  file as the demo's kubelet writes it or as a kubelet does (CRI format: each line after its
+  time, stream and tag).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from examples.demo.probe import scrape
 
 _DETECT = 'edl_trainer_rescale_phase_seconds_total{phase="detect"}'
-_LOSS = re.compile(rb"^step (\d+) loss ([0-9.]+)$", re.MULTILINE)
+_LOSS = re.compile(rb"^(?:\S+ (?:stdout|stderr) [FP] )?step (\d+) loss ([0-9.]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)

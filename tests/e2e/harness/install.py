@@ -48,8 +48,12 @@ def images_lock() -> Iterator[None]:
         yield
 
 
-def ensure_images(timeout_s: float = 3600.0) -> dict[str, str]:
+def ensure_images(
+    timeout_s: float = 3600.0, *, names: tuple[str, ...] | None = None
+) -> dict[str, str]:
     """`make images` with podman (instant when the images are up to date): name -> reference.
+
+    `names`: only these images (`EDL_IMAGES`, e.g. `("trainer",)`); None: the default set.
 
     Raises:
         HarnessError: the build failed; the message holds its last output lines.
@@ -58,7 +62,12 @@ def ensure_images(timeout_s: float = 3600.0) -> dict[str, str]:
         try:
             done = subprocess.run(
                 ["bash", str(BUILD_IMAGES)],
-                env={**os.environ, "EDL_IMAGE_BUILDER": "podman", "EDL_NEED_RUNC": "1"},
+                env={
+                    **os.environ,
+                    "EDL_IMAGE_BUILDER": "podman",
+                    "EDL_NEED_RUNC": "1",
+                    **({"EDL_IMAGES": " ".join(names)} if names else {}),
+                },
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,

@@ -34,7 +34,11 @@ How this machine needs it (docs/development.md, "The e2e node"):
   (group `system:nodes`), with the built-in ClusterRole `system:node` bound to it (the control
   plane authorizes with RBAC only); its pods' logs go under its own `work_dir` (`podLogsDir`);
 * the disk may be fuller than the kubelet's default eviction thresholds: they are lowered to
-  1 %, and image garbage collection is off.
+  1 %, and image garbage collection is off;
+* every node reports the whole machine's CPUs as its capacity; `allocatable_cpu` (e.g. "1")
+  makes the kubelet reserve the rest (`systemReserved`, computed from this machine's CPU count
+  at start and checked against the Node's `status.allocatable` once it is Ready), so several
+  nodes on one machine can stand for a cluster of small nodes (`make demo-cluster`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from typing import Any
 
 import yaml
 
+from edl_common.quantity import QuantityError, parse_quantity
 from tests.e2e.harness.certs import issue_client_cert, issue_serving_cert
 from tests.e2e.harness.controlplane import REPO_ROOT, ControlPlane
 from tests.e2e.harness.processes import HarnessError, ManagedProcess, built_folder, free_port
@@ -98,6 +103,26 @@ class KubeletNodeSettings:
     ready_timeout_s: float = 180.0
     """Bound on each component's wait (containerd's socket, the Node's `Ready=True`)."""
     node_labels: dict[str, str] = field(default_factory=dict)
+    allocatable_cpu: str | None = None
+    """The Node's allocatable CPU (a Quantity, e.g. "1"): the kubelet reserves the rest of this
+    machine's CPUs (`systemReserved`). None: the whole machine, as the kubelet reports it."""
+
+
+def reserved_cpu(allocatable: str, machine_cpus: int) -> str:
+    """The `systemReserved` CPU (millicores) that leaves `allocatable` of `machine_cpus`.
+
+    Raises:
+        HarnessError: `allocatable` is not a positive CPU quantity the machine has.
+    """
+    try:
+        want = parse_quantity(allocatable) * 1000
+    except QuantityError as e:
+        raise HarnessError(f"allocatable_cpu {allocatable!r}: {e}") from e
+    if want <= 0 or want != int(want) or want > machine_cpus * 1000:
+        raise HarnessError(
+            f"allocatable_cpu {allocatable!r}: between 1m and this machine's {machine_cpus} CPUs"
+        )
+    return f"{machine_cpus * 1000 - int(want)}m"
 
 
 class KubeletNode:
@@ -323,7 +348,29 @@ class KubeletNode:
             "resolvConf": "/etc/resolv.conf",
             "registerNode": True,
             "podLogsDir": str(self.work / "pod-logs"),
+            **self._reserved(),
         }
+
+    def _reserved(self) -> dict[str, Any]:
+        allocatable = self.settings.allocatable_cpu
+        if allocatable is None:
+            return {}
+        return {"systemReserved": {"cpu": reserved_cpu(allocatable, os.cpu_count() or 1)}}
+
+    def _check_allocatable(self) -> None:
+        """The Node's allocatable CPU is `settings.allocatable_cpu` (the kubelet counted this
+        machine's CPUs as `os.cpu_count()` does)."""
+        want = self.settings.allocatable_cpu
+        if want is None:
+            return
+        status = self.cp.request("GET", f"/api/v1/nodes/{self.name}").json().get("status", {})
+        got = str(status.get("allocatable", {}).get("cpu", "?"))
+        if got == "?" or parse_quantity(got) != parse_quantity(want):
+            capacity = status.get("capacity", {}).get("cpu", "?")
+            raise HarnessError(
+                f"Node {self.name}: allocatable cpu {got}, not {want} (capacity {capacity}, "
+                f"{os.cpu_count()} CPUs here)"
+            )
 
     def _kubeconfig(self) -> dict[str, Any]:
         pki = self.cp.pki
@@ -411,6 +458,7 @@ class KubeletNode:
         self.kubelet.start()
         self._wait(self.kubelet, self._set_addresses, f"Node {self.name} registered")
         self._wait(self.kubelet, self._node_ready, f"Node {self.name} Ready=True")
+        self._check_allocatable()
         self._untaint()
 
     def _set_addresses(self) -> bool:

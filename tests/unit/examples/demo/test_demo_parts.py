@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -10,12 +11,15 @@ import yaml
 from agent.protocol.control import Timings
 from edl_sizing import snapshot_from_dict
 from examples.demo.cluster import ClusterFiles, JobSpec, SimulatedCluster
-from examples.demo.on_cluster import trainer_deployment
+from examples.demo.on_cluster import URGENT, ClusterDemo, Kube, KubeStage, trainer_deployment
+from examples.demo.pod_logs import PodLogCopies
 from examples.demo.report import Summary, TimelinePoint, turning_points
 from examples.demo.run import DemoOptions, EmbeddedDemo
 from examples.demo.story import SERVICE, Story
 from examples.demo.telemetry import JobTelemetry, Training, World, local_world
 from examples.demo.view import ClusterState, Status, cluster_state, panel, progress_bar
+from tests.e2e.harness.kubelet_node import reserved_cpu
+from tests.e2e.harness.processes import HarnessError
 
 
 def _training(members: int, steps: int) -> Training:
@@ -181,16 +185,102 @@ def test_the_frame_counts_the_pods_of_the_node() -> None:
     assert (state.free_slots, state.trainer_slots, state.pending_priority) == (0, 3, 2)
 
 
-def test_the_cluster_demo_keeps_its_checkpoints_in_its_own_work_folder(tmp_path: Path) -> None:
-    # A local process would write to the host's mount path of the example's checkpoints
-    # component, where the next run finds the job finished and trains nothing.
-    doc = trainer_deployment(["--epochs", "3"], {}, tmp_path / "checkpoints")
+def test_the_cluster_demo_mounts_its_own_folders_into_the_trainers(tmp_path: Path) -> None:
+    # The checkpoints go to the demo's work folder (new each run), mounted from the host at the
+    # same path as the ledger and the step gate: the example's checkpoints component mounts a
+    # volume where a later run would find the job finished and train nothing.
+    folders = [tmp_path / "job", tmp_path / "ledger", tmp_path / "checkpoints"]
+    doc = trainer_deployment(["--epochs", "3"], {"EDL_X": "1"}, "localhost/t:1", folders,
+                             tmp_path / "checkpoints")  # fmt: skip
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     command = container["command"]
     assert command[command.index("--checkpoint-url") + 1] == str(tmp_path / "checkpoints")
-    assert "volumes" not in pod and "volumeMounts" not in container
+    hosts = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert sorted(hosts.values()) == sorted(map(str, folders))
+    assert all(mounts[name] == path for name, path in hosts.items())
+    assert {"edl-run", "tmp"} <= set(mounts)  # the example's own volumes stay
     assert command[command.index("--max") + 1] == "3"
+    assert "--host=$(POD_IP)" in command and pod["hostNetwork"] is True
+    assert (container["image"], container["imagePullPolicy"]) == ("localhost/t:1", "Never")
+    assert {"name": "EDL_X", "value": "1"} in container["env"]
+    assert container["resources"]["requests"]["cpu"] == "1"  # one node's allocatable CPU
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "cpus", "reserved"),
+    [("1", 2, "1000m"), ("1", 16, "15000m"), ("500m", 1, "500m")],
+)
+def test_a_kubelet_node_reserves_what_is_not_allocatable(
+    allocatable: str, cpus: int, reserved: str
+) -> None:
+    assert reserved_cpu(allocatable, cpus) == reserved
+
+
+@pytest.mark.parametrize("allocatable", ["3", "0", "-1", "1.0005", "lots"])
+def test_a_kubelet_node_cannot_allocate_what_the_machine_lacks(allocatable: str) -> None:
+    with pytest.raises(HarnessError, match="allocatable_cpu"):
+        reserved_cpu(allocatable, 2)
+
+
+def test_the_loss_is_read_from_a_kubelet_log_too(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_text(
+        "2026-12-07T15:00:00.1Z stdout F step 5 loss 2.25\n"
+        "2026-12-07T15:00:01.1Z stderr F agent: generation 2\n"
+        "2026-12-07T15:00:02.1Z stdout F step 10 loss 1.5\n"
+        "2026-12-07T15:00:02.2Z stdout P step 15 loss 9"  # a partial line: not yet
+    )
+    t = JobTelemetry(lambda: World(1, 1), global_batch=64)
+    training = t.observe(0.0, {"p": ("127.0.0.1", 1, log)})
+    assert (training.loss_step, training.loss) == (10, 1.5)
+
+
+def test_the_other_work_is_1_cpu_pods_of_edls_image_on_the_host_network() -> None:
+    created: list[dict[str, Any]] = []
+
+    class Recorder:
+        def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+            created.append(doc)
+            return doc
+
+    stage = KubeStage(cast(Kube, Recorder()), "localhost/edl-trainer:9")
+    stage.add_workload("serving", 2, 1, 1000)
+    (doc,) = created
+    pod = doc["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert doc["spec"]["replicas"] == 2 and pod["hostNetwork"] is True
+    assert (c["image"], c["imagePullPolicy"]) == ("localhost/edl-trainer:9", "Never")
+    assert c["resources"]["requests"]["cpu"] == "1" and pod["priorityClassName"] == URGENT
+    assert stage.slots == 3
+
+
+def test_the_cluster_demos_title_says_what_each_kubelet_reserves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    demo = ClusterDemo(DemoOptions(out=tmp_path))
+    assert demo.title == "on 3 kubelets of 1 CPU (15 of 16 reserved each)"
+    assert reserved_cpu("1", 16) == "15000m"  # what each kubelet is told
+
+
+def test_a_trainers_log_outlives_its_pod(tmp_path: Path) -> None:
+    source = tmp_path / "pod-logs" / "ml_p-1_uid" / "trainer" / "0.log"
+    source.parent.mkdir(parents=True)
+    source.write_text("t stdout F step 5 loss 2\n")
+    copies = PodLogCopies(tmp_path / "pods")
+    copies.watch("p-1", source)
+    copies.watch("p-1", source)  # every tick: copied once
+    copies.copy()
+    with source.open("a") as f:
+        f.write("t stderr F agent: drained\n")
+    copies.copy()
+    source.unlink()  # the kubelet removed the pod
+    copies.copy()
+    assert (tmp_path / "pods" / "p-1.log").read_text() == (
+        "t stdout F step 5 loss 2\nt stderr F agent: drained\n"
+    )
 
 
 def test_the_story_gate_never_holds_a_step_an_act_needs_nor_lets_the_job_end_early(
