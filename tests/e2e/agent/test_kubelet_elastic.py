@@ -60,6 +60,7 @@ from tests.e2e.harness.kubelet_trainer import (
     AGENT_PORT,
     NAME,
     prepare_namespace,
+    remove_job,
     shared_folder,
     trainer_deployment,
     trainer_pods,
@@ -163,15 +164,7 @@ def job(
         yield made
     finally:
         print(made.logs())
-        apps = client.AppsV1Api(kube_api)
-        try:
-            apps.delete_namespaced_deployment(NAME, ns)
-            wait_for(
-                lambda: not trainer_pods(kube_api, ns), timeout_s=GRACE_S + 30, what="pods gone"
-            )
-        except Exception as e:  # teardown goes on: the namespace takes the rest
-            print(f"deleting the trainers of {ns}: {e!r}")
-        core.delete_namespace(ns, propagation_policy="Background")
+        remove_job(kube_api, ns, NAME, GRACE_S)
 
 
 def _create(job: Job, cp: ControlPlane, image: str, replicas: int, **kw: Any) -> None:

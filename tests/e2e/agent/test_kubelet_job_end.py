@@ -42,6 +42,7 @@ from tests.e2e.harness.kubelet_trainer import (
     SHARED,
     container_origins,
     prepare_namespace,
+    remove_job,
     shared_folder,
     trainer_deployment,
     trainer_pods,
@@ -209,7 +210,6 @@ def job(
         rules=role["rules"], sa_labels=sa["metadata"]["labels"],
     )  # fmt: skip
     made = Job(kube_api, ns, kubectl, control_plane, image, shared_folder(tmp_path / "shared"))
-    core = client.CoreV1Api(kube_api)
     try:
         with trainer_policy.installed(kube_api):
             token = trainer_policy.token_client(control_plane, _token(kubeconfig))
@@ -221,12 +221,7 @@ def job(
             yield made
     finally:
         print(made.logs())
-        try:
-            client.AppsV1Api(kube_api).delete_namespaced_deployment(DEPLOYMENT, ns)
-            wait_for(lambda: not trainer_pods(kube_api, ns), timeout_s=60, what="pods gone")
-        except Exception as e:  # teardown goes on: the namespace takes the rest
-            print(f"deleting the trainers of {ns}: {e!r}")
-        core.delete_namespace(ns, propagation_policy="Background")
+        remove_job(kube_api, ns, DEPLOYMENT, grace_s=30)
 
 
 def test_a_job_shows_its_progress_then_finishes_at_zero_replicas_and_the_hpa_lets_it_be(

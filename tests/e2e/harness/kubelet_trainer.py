@@ -35,6 +35,7 @@ from tests.e2e.harness.elastic_job import (
 )
 from tests.e2e.harness.incluster import apiserver_env
 from tests.e2e.harness.session import Kubectl
+from tests.support.waiting import wait_for
 
 NAME = "trainer"
 LABELS = {"app.kubernetes.io/name": "edl-kubelet-trainer"}
@@ -182,3 +183,15 @@ def trainer_pods(api: client.ApiClient, namespace: str) -> list[Any]:
     selector = ",".join(f"{k}={v}" for k, v in LABELS.items())
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
     return sorted(pods, key=lambda p: p.metadata.creation_timestamp)
+
+
+def remove_job(api: client.ApiClient, namespace: str, deployment: str, grace_s: int) -> None:
+    """A test's teardown: the trainer Deployment, its pods gone (within their grace), then the
+    namespace (in the background). A failure on the way is printed, never raised: the
+    namespace's deletion takes what is left."""
+    try:
+        client.AppsV1Api(api).delete_namespaced_deployment(deployment, namespace)
+        wait_for(lambda: not trainer_pods(api, namespace), timeout_s=grace_s + 30, what="pods gone")
+    except Exception as e:  # teardown goes on: the namespace takes the rest
+        print(f"deleting the trainers of {namespace}: {e!r}")
+    client.CoreV1Api(api).delete_namespace(namespace, propagation_policy="Background")
