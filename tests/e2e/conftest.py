@@ -42,6 +42,7 @@ from tests.e2e.harness.bodies import as_body
 from tests.e2e.harness.controlplane import ControlPlane, ControlPlaneSettings, ensure_binaries
 from tests.e2e.harness.incluster import kubelet_session_settings
 from tests.e2e.harness.install import ensure_images
+from tests.e2e.harness.kubelet_events import KubeletEventLog
 from tests.e2e.harness.kubelet_node import (
     KubeletNode,
     KubeletNodeGroup,
@@ -187,6 +188,50 @@ def kubelet_node_group(
         if started_scheduler:
             control_plane.stop_scheduler()
         LOG_SOURCES.remove(group)
+
+
+@pytest.fixture(scope="session")
+def kubelet_event_log(kube_api: client.ApiClient) -> Iterator[KubeletEventLog]:
+    """The kubelets' container Events (Pulled, Created, Started) of the whole session."""
+    log = KubeletEventLog(kube_api)
+    log.start()
+    try:
+        yield log
+    finally:
+        log.stop()
+
+
+@pytest.fixture(autouse=True)
+def _kubelet_containers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A `kubelet` test's containers, as its kubelets reported them: kept on the test's report
+    (user property `kubelet`) for the layer's summary (`pytest_terminal_summary`)."""
+    if request.node.get_closest_marker("kubelet") is None:
+        yield
+        return
+    log: KubeletEventLog = request.getfixturevalue("kubelet_event_log")
+    mark = len(log)
+    yield
+    for event in log.since(mark):
+        request.node.user_properties.append(("kubelet", event.line()))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The e2e-kubelet layer's log: each test's containers, in the kubelets' own words."""
+    lines = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "teardown":
+                continue
+            said = [
+                text for key, text in getattr(report, "user_properties", ()) if key == "kubelet"
+            ]
+            if said:
+                lines.append(f"{report.nodeid}:")
+                lines.extend(f"  {text}" for text in said)
+    if lines:
+        terminalreporter.write_sep("=", "containers the kubelets made (their Events)")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
