@@ -59,9 +59,11 @@ from tests.e2e.harness.kubelet_node import KubeletNodeGroup
 from tests.e2e.harness.kubelet_trainer import (
     AGENT_PORT,
     NAME,
+    log_tails,
     prepare_namespace,
     remove_job,
     shared_folder,
+    started_from,
     trainer_deployment,
     trainer_pods,
 )
@@ -93,16 +95,7 @@ class Job:
     def logs(self) -> str:
         """The trainers' last log lines and the world history, for a failed wait."""
         out = [f"world history (s, generation, size): {self.watch.history}"]
-        core = client.CoreV1Api(self.api)
-        for pod in trainer_pods(self.api, self.namespace):
-            try:
-                text = core.read_namespaced_pod_log(
-                    pod.metadata.name, self.namespace, tail_lines=15
-                )
-            except client.ApiException as e:
-                text = f"({e.status} {e.reason})"
-            out.append(f"----- {pod.metadata.name} on {pod.spec.node_name} -----\n{text}")
-        return "\n".join(out)
+        return "\n".join(out + log_tails(self.api, self.namespace))
 
     def members(self) -> list[dict[str, Any]]:
         return list(self.watch.record().get("members") or [])
@@ -182,18 +175,6 @@ def _running(job: Job) -> list[Any]:
     return out
 
 
-def _from_the_image(pods: list[Any], image: str) -> None:
-    """Each pod's container was created by its node's containerd from EDL's image (printed)."""
-    for pod in pods:
-        (status,) = pod.status.container_statuses
-        print(
-            f"{pod.metadata.name} on {pod.spec.node_name}: {status.container_id} "
-            f"image {status.image} ({status.image_id})"
-        )
-        assert status.container_id.startswith("containerd://"), status
-        assert status.image.endswith(image.rpartition("/")[2]), status
-
-
 def _ready_pods(job: Job, size: int) -> list[Any]:
     pods: list[Any] = wait_for(
         lambda: ps if len(ps := _running(job)) == size else None,
@@ -226,7 +207,7 @@ def test_kubectl_scale_1_3_2_1_on_three_kubelets_trains_every_sample_once(
         assert len({p.spec.node_name for p in pods}) == size  # one trainer per node: its port
         hosts = {m["host"] for m in job.members()}
         assert hosts == {p.status.pod_ip for p in pods}
-        _from_the_image(pods, image)
+        started_from(pods, image)
         seen = wait_for(
             functools.partial(pauses.agree, size, gen),
             timeout_s=90,
@@ -304,7 +285,7 @@ def test_kubectl_delete_of_every_trainer_pod_resumes_from_the_checkpoint(
     resumed = job.training(2, gen, 5)
     pods = _ready_pods(job, 2)
     assert not set(old) & {p.metadata.name for p in pods}
-    _from_the_image(pods, image)
+    started_from(pods, image)
     final = job.finish(CHECKPOINT_EPOCHS)
     finished = job.finished()
     report = verify(job.shared / "ledger")

@@ -41,9 +41,11 @@ from tests.e2e.harness.kubelet_node import KubeletNodeGroup
 from tests.e2e.harness.kubelet_trainer import (
     SHARED,
     container_origins,
+    log_tails,
     prepare_namespace,
     remove_job,
     shared_folder,
+    started_from,
     trainer_deployment,
     trainer_pods,
 )
@@ -126,18 +128,8 @@ class Job:
 
     def logs(self) -> str:
         """The trainers' last log lines and their containers, for a failed wait."""
-        core = client.CoreV1Api(self.api)
         pods = trainer_pods(self.api, self.namespace)
-        out = container_origins(pods)
-        for pod in pods:
-            try:
-                text = core.read_namespaced_pod_log(
-                    pod.metadata.name, self.namespace, tail_lines=15
-                )
-            except client.ApiException as e:
-                text = f"({e.status} {e.reason})"
-            out.append(f"----- {pod.metadata.name} on {pod.spec.node_name} -----\n{text}")
-        return "\n".join(out)
+        return "\n".join(container_origins(pods) + log_tails(self.api, self.namespace))
 
     def started_by_the_kubelets(self, replicas: int) -> list[Any]:
         """Waits (bounded) for `replicas` pods whose container the kubelets started; prints
@@ -150,11 +142,7 @@ class Job:
 
         pods = wait_for(started, timeout_s=180, what=f"{replicas} containers started",
                         describe=self.logs)  # fmt: skip
-        print("\n".join(container_origins(pods)))
-        for pod in pods:  # started by a kubelet, from EDL's image
-            (status,) = pod.status.container_statuses
-            assert status.container_id.startswith("containerd://"), status
-            assert status.image.endswith(self.image.rpartition("/")[2]), status
+        started_from(pods, self.image)  # by a kubelet, from EDL's image
         return pods
 
     def retired(self) -> client.V1Deployment:

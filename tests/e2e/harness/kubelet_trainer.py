@@ -178,6 +178,30 @@ def container_origins(pods: list[Any]) -> list[str]:
     ]
 
 
+def started_from(pods: list[Any], image: str) -> None:
+    """Each pod's container was created by its node's containerd from `image` (printed: the
+    test log says which containers, on which node, from which image)."""
+    print("\n".join(container_origins(pods)))
+    for pod in pods:
+        (status,) = pod.status.container_statuses
+        assert status.container_id.startswith("containerd://"), status
+        assert status.image.endswith(image.rpartition("/")[2]), status
+
+
+def log_tails(api: client.ApiClient, namespace: str, lines: int = 15) -> list[str]:
+    """Each trainer pod's last `lines` log lines under a header naming its node (for a failed
+    wait's message)."""
+    core = client.CoreV1Api(api)
+    out = []
+    for pod in trainer_pods(api, namespace):
+        try:
+            text = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=lines)
+        except client.ApiException as e:
+            text = f"({e.status} {e.reason})"
+        out.append(f"----- {pod.metadata.name} on {pod.spec.node_name} -----\n{text}")
+    return out
+
+
 def trainer_pods(api: client.ApiClient, namespace: str) -> list[Any]:
     """The trainer Deployment's pods (V1Pod), in creation order."""
     selector = ",".join(f"{k}={v}" for k, v in LABELS.items())
