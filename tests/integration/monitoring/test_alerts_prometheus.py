@@ -160,11 +160,19 @@ def test_a_stalled_trainer_fires_training_stalled_and_a_healthy_one_does_not(
     assert alert["labels"]["severity"] == "warning"
     assert float(alert["value"]) > STALL_SECONDS
     assert "No pod of job stalled in namespace ml" in alert["annotations"]["description"]
-    # The healthy job is evaluated by the same rule, and keeps stepping.
+    # The healthy job is evaluated by the same rule, and keeps stepping; the stalled one
+    # stopped at its budget. Shown by counts, not by how fast either ran.
     assert [a["labels"]["job"] for a in prometheus.alerts("EDLTrainingStalled")] == ["stalled"]
-    assert _by_job(prometheus.query(f"time() - {newest}"))["healthy"] < STALL_SECONDS / 2
-    steps = _by_job(prometheus.query("sum by (job) (increase(edl_trainer_steps_total[30s]))"))
-    assert steps["healthy"] > 10 and steps["stalled"] == 0
+    steps = "sum by (job) (edl_trainer_steps_total)"
+    healthy_then = _by_job(prometheus.query(steps))["healthy"]
+    wait_for(
+        lambda: _by_job(prometheus.query(steps))["healthy"] > healthy_then,
+        timeout_s=120,
+        what="the healthy job stepping on after the alert fired",
+        interval_s=1.0,
+    )
+    assert _by_job(prometheus.query(steps))["stalled"] == STALL_AFTER_STEPS
+    assert [a["labels"]["job"] for a in prometheus.alerts("EDLTrainingStalled")] == ["stalled"]
 
 
 def test_the_training_dashboard_queries_evaluate_on_the_agents_series(
