@@ -21,6 +21,12 @@ step spent waiting for the network (`edl_trainer_comm_seconds_total`); the overl
 hidden and not counted. A failed all-reduce marks the wrapper (`communication_failed`): the
 exception that ends the script is then a lost peer, not a crash.
 
+DDP is built with ``gradient_as_bucket_view=True`` unless the caller passes it: each
+parameter's ``.grad`` is a view into DDP's bucket, so the hook's multiply is the one pass over
+the gradients (with copies, DDP copies each gradient into its bucket, the hook multiplies the
+bucket, and DDP copies the result back: plain DDP's default hook fuses its divide into the
+first copy, so the weighting would cost EDL one more pass than plain DDP).
+
 This module imports torch; the agent process never imports it.
 """
 
@@ -50,7 +56,10 @@ class TorchDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is unty
             raise TypeError(
                 "ElasticDataParallel decides DDP's init_sync and process_group (each world's)"
             )
-        self._options = dict(options)
+        # Gradients as views of DDP's buckets unless the caller says otherwise: the hook works
+        # on the bucket, so DDP's copy of each gradient into it before the all-reduce, and back
+        # after, would be two passes over every gradient that plain DDP fuses into one.
+        self._options = {"gradient_as_bucket_view": True, **options}
         self._failed = False
         self._ready: list[float] = []
         self._done: list[float] = []

@@ -99,9 +99,14 @@ def torch_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
         for hook in host.hooks:
             hook()
         grads = [p.grad.flatten().tolist() for p in model.parameters()]
+        # DDP's buckets are the gradients (no copy in and out): each .grad a view of one
+        views.append(
+            wrapped.ddp is not None and all(p.grad._base is not None for p in model.parameters())
+        )
         model.zero_grad()
         return grads
 
+    views: list[bool] = []
     if case == "lose":
         if rank == size - 1:
             os._exit(9)
@@ -120,6 +125,7 @@ def torch_rank(case: str, rank: int, size: int, port: int) -> dict[str, Any]:
     out["rebuilt"] = step(GLOBAL)
     snap = host.recorder.snapshot()
     out["comm_bytes"], out["comm_calls"] = snap.comm_bytes, snap.comm_calls
+    out["grads_in_buckets"] = views
     with torch.no_grad():  # one process, the whole batch: what every rank must have
         for p, p0 in zip(model.parameters(), reference, strict=True):
             p.copy_(p0)

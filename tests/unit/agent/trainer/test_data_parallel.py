@@ -76,6 +76,7 @@ def test_pytorch_ddp_gradients_are_the_global_batch_mean_however_it_is_split() -
         assert_one_process(result, "tiny")  # rank 2's empty share weighed nothing
         assert result["rebuilt"] == result["uneven"]  # the DDP of the new group agrees
         assert result["comm_bytes"] > 0 and result["comm_calls"] == 3  # one record a step
+        assert result["grads_in_buckets"] == [True, True, True]  # before and after the rebuild
     assert ranks[0][1]["uneven"] == ranks[2][1]["uneven"]
 
 
