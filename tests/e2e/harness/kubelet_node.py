@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 import yaml
 
 from edl_common.quantity import QuantityError, parse_quantity
@@ -295,7 +296,7 @@ class KubeletNode:
         }
         (base / "cni" / "10-edl-e2e.conflist").write_text(json.dumps(no_network))
         config = base / "config.toml"
-        config.write_text(_toml(self._containerd_config()))
+        config.write_text(tomli_w.dumps(self._containerd_config()))
         env = {**os.environ, "PATH": f"{self.settings.bin_dir}:{os.environ.get('PATH', '')}"}
         self.containerd = ManagedProcess(
             "containerd",
@@ -670,30 +671,3 @@ def _podman_has(ref: str) -> bool:
         ["podman", "image", "exists", ref], capture_output=True, timeout=60, check=False
     )
     return done.returncode == 0
-
-
-def _toml(config: dict[str, Any]) -> str:
-    """The subset of TOML containerd's configuration needs: nested tables of scalars/lists."""
-    lines: list[str] = []
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, int):
-            return str(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return json.dumps(str(v))
-
-    def table(prefix: list[str], body: dict[str, Any]) -> None:
-        scalars = {k: v for k, v in body.items() if not isinstance(v, dict)}
-        tables = {k: v for k, v in body.items() if isinstance(v, dict)}
-        if prefix and scalars:
-            lines.append("[" + ".".join(json.dumps(p) for p in prefix) + "]")
-        for k, v in scalars.items():
-            lines.append(f"{k} = {value(v)}")
-        for k, v in tables.items():
-            table([*prefix, k], v)
-
-    table([], config)
-    return "\n".join(lines) + "\n"
