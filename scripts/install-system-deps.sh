@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests need, once: prometheus (server and promtool) and
+# Installs the Debian packages the tests need, once: prometheus (server and promtool),
 # openssh-server (the SFTP server of the fsspec checkpoint tests; each test starts its own sshd
-# on 127.0.0.1 as the current user, never the system's).
+# on 127.0.0.1 as the current user, never the system's) and shellcheck (bench/gpu_check.sh's
+# lint, tests/unit/install/test_gpu_check.py).
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
+command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 if ((${#need[@]} == 0)); then exit 0; fi
 if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
 echo "system deps: installing ${need[*]} from Debian" >&2
