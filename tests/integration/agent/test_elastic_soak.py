@@ -1,7 +1,8 @@
 """A seeded soak: >= 20 scale events, some mid-rescale, in both re-init modes (issue 19).
 
-Paddle in both modes, PyTorch in-process; and in-process the DataLoader + DDP example
-(issue 36: two DataLoader workers per rank, DDP rebuilt on each world's group).
+Paddle in both modes, PyTorch in-process; and in-process the two data-parallel examples
+(issue 36: two DataLoader workers per rank; PyTorch's DDP rebuilt on each world's group,
+Paddle's bucketed all-reduce on it).
 
 Joins, SIGTERMs, trainer / agent / whole-pod SIGKILLs and a SIGSTOPped trainer, against real
 agents and real gloo (`tests/support/elastic_soak.py` drives it). After the sequence the
@@ -42,13 +43,14 @@ docs/elastic.md derives it. The measured maximum is far below (see the test's ou
     # PyTorch on the restart path is left out: every rescale there starts a torch process
     # (import torch + torch._dynamo, 15-20 s next to busy trainers on 2 cores), which would
     # make this sequence take some 7 minutes; its mechanics are the Paddle restart path's.
-    # Of the data-parallel scripts, DDP's (rebuilt on every world's group, a weighting hook);
-    # Paddle's bucketed all-reduce goes through its in-process rescales in the digits test.
+    # The data-parallel scripts (DataLoader workers on): DDP's (rebuilt on every world's
+    # group, a weighting hook, gradients as bucket views) and Paddle's bucketed all-reduce.
     [
         ("paddle", "auto"),
         ("paddle", "process"),
         ("torch", "auto"),
         ("torch-ddp", "auto"),
+        ("paddle-dp", "auto"),
     ],
 )
 def test_a_seeded_sequence_of_scale_events_keeps_every_guarantee(
