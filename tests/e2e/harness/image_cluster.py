@@ -32,6 +32,7 @@ import requests
 import yaml
 from kubernetes import client, config
 
+from edl_common.quantity import parse_quantity
 from tests.e2e.harness.controlplane import ControlPlane
 from tests.e2e.harness.incluster import apiserver_env
 from tests.e2e.harness.install import json_patch, wait_rollout, write_overlay
@@ -265,8 +266,8 @@ def wait_hpa_scales_the_trainer_to_two(cluster: Cluster, hpa: str) -> None:
 
 
 def quantity(text: str) -> float:
-    """A Kubernetes quantity as the custom metrics API writes a rate (`1500m`, `3`)."""
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    """A Kubernetes quantity as the custom metrics API writes it (`1500m`, `3`, `57902333n`)."""
+    return float(parse_quantity(text))
 
 
 def agent_gauge(ip: str, name: str) -> float | None:

@@ -108,6 +108,15 @@ def manifests_run_and_the_hpa_scales_training(cluster: Cluster) -> ContainerFact
         what="samples_per_second of the trainer through kube-apiserver",
         describe=lambda: cluster.kubectl("get", "pods", "-A", "-o", "wide"),
     )
+    # The step time, the other per-pod series a user's HPA may read (was the pod runner's
+    # test_agent_pod.py): exported by the agent, served in seconds, above 0.
+    step_path = path.replace("samples_per_second", "step_seconds")
+
+    def step_seconds() -> list[float] | None:
+        values = [quantity(i["value"]) for i in cluster.raw(step_path)["items"]]
+        return values if values and all(v > 0 for v in values) else None
+
+    wait_for(step_seconds, timeout_s=120, what="step_seconds of the trainer above 0")
     wait_hpa_scales_the_trainer_to_two(cluster, "the example's")
 
     def both_train_in_a_world_of_two() -> bool:
