@@ -95,7 +95,7 @@ class Job:
     def logs(self) -> str:
         """The trainers' last log lines and the world history, for a failed wait."""
         out = [f"world history (s, generation, size): {self.watch.history}"]
-        return "\n".join(out + log_tails(self.api, self.namespace))
+        return "\n".join(out + log_tails(self.api, trainer_pods(self.api, self.namespace)))
 
     def members(self) -> list[dict[str, Any]]:
         return list(self.watch.record().get("members") or [])

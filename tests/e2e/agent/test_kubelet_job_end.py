@@ -129,7 +129,7 @@ class Job:
     def logs(self) -> str:
         """The trainers' last log lines and their containers, for a failed wait."""
         pods = trainer_pods(self.api, self.namespace)
-        return "\n".join(container_origins(pods) + log_tails(self.api, self.namespace))
+        return "\n".join(container_origins(pods) + log_tails(self.api, pods))
 
     def started_by_the_kubelets(self, replicas: int) -> list[Any]:
         """Waits (bounded) for `replicas` pods whose container the kubelets started; prints

@@ -188,14 +188,16 @@ def started_from(pods: list[Any], image: str) -> None:
         assert status.image.endswith(image.rpartition("/")[2]), status
 
 
-def log_tails(api: client.ApiClient, namespace: str, lines: int = 15) -> list[str]:
-    """Each trainer pod's last `lines` log lines under a header naming its node (for a failed
+def log_tails(api: client.ApiClient, pods: list[Any], lines: int = 15) -> list[str]:
+    """Each of `pods`' last `lines` log lines under a header naming its node (for a failed
     wait's message)."""
     core = client.CoreV1Api(api)
     out = []
-    for pod in trainer_pods(api, namespace):
+    for pod in pods:
         try:
-            text = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=lines)
+            text = core.read_namespaced_pod_log(
+                pod.metadata.name, pod.metadata.namespace, tail_lines=lines
+            )
         except client.ApiException as e:
             text = f"({e.status} {e.reason})"
         out.append(f"----- {pod.metadata.name} on {pod.spec.node_name} -----\n{text}")
