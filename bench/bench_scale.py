@@ -16,7 +16,11 @@ registered behind the aggregator; then, over ``--window`` seconds:
 * **RSS, CPU**: the adapter's resident memory (the most seen while measuring, and its peak
   since it started, the first list included: VmHWM) and CPU (share of one core);
 * **API**: p50 / p99 of ``desired_replicas`` (External) and ``pods/*`` (custom, a scraped
-  job's ``samples_per_second``) read through kube-apiserver during the churn;
+  job's ``samples_per_second``) read through kube-apiserver during the churn; beside them, in
+  the same window, the floor those reads stand on: *core*, a GET of a job's Deployment that
+  kube-apiserver answers itself (no aggregation), and *in adapter*, the adapter's own time
+  per request (every route, from its ``edl_adapter_request_duration_seconds`` histogram: the
+  bucket's upper bound, so "<= 25" means between 10 and 25 ms);
 * **added load**: requests a second and watch bytes a second kube-apiserver served, minus
   the same over a window just before the adapter started (same churn), and the bytes the
   adapter read (``/proc/<pid>/io``).
@@ -98,6 +102,32 @@ def rates(a: tuple[float, dict[str, float]], b: tuple[float, dict[str, float]]) 
     return {k: (b[1][k] - a[1][k]) / dt for k in a[1]}
 
 
+REQUEST_BUCKET = "edl_adapter_request_duration_seconds_bucket{"
+
+
+def request_buckets(text: str) -> dict[float, float]:
+    """The adapter's request-latency histogram, every route and code summed: le -> count."""
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(REQUEST_BUCKET):
+            continue
+        labels, _, value = line.rpartition(" ")
+        le = labels.split('le="', 1)[1].split('"', 1)[0]
+        bound = float("inf") if le == "+Inf" else float(le)
+        out[bound] = out.get(bound, 0.0) + float(value)
+    return out
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The upper bound of the bucket holding the q-quantile of what was observed between two
+    reads of a cumulative histogram; NaN when nothing was."""
+    deltas = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = deltas[-1][1] if deltas else 0.0
+    if total <= 0:
+        return float("nan")
+    return next(le for le, cumulative in deltas if cumulative >= q * total)
+
+
 @dataclass
 class Sample:
     """What the sampler saw of the adapter."""
@@ -110,6 +140,8 @@ class Sample:
     read_bytes: float = 0.0
     seconds: float = 0.0
     peak_rss: float = 0.0
+    requests_before: dict[float, float] = field(default_factory=dict)
+    requests_after: dict[float, float] = field(default_factory=dict)
 
 
 def peak_rss(pid: int) -> float:
@@ -133,9 +165,12 @@ class Sampler:
         self.sample = Sample()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def round_totals(self) -> dict[str, tuple[float, float]]:
+    def _metrics(self) -> str:
         verify = self._session.verify
-        text = self._session.get(f"{self._adapter.url}/metrics", timeout=30, verify=verify).text
+        return self._session.get(f"{self._adapter.url}/metrics", timeout=30, verify=verify).text
+
+    def round_totals(self, text: str | None = None) -> dict[str, tuple[float, float]]:
+        text = self._metrics() if text is None else text
         out: dict[str, tuple[float, float]] = {}
         for part in ("round", "decide", "snapshot"):
             sums = scrape_sums(
@@ -159,10 +194,14 @@ class Sampler:
         t0 = time.monotonic()
         cpu0 = sum(self._proc.cpu_times()[:2])
         io0 = self._proc.io_counters().read_chars
-        last = self.round_totals()
+        text = self._metrics()
+        self.sample.requests_before = request_buckets(text)
+        last = self.round_totals(text)
         while not self._stop.wait(0.5):
             try:
-                now = self.round_totals()
+                text = self._metrics()
+                now = self.round_totals(text)
+                self.sample.requests_after = request_buckets(text)
                 self.sample.rss.append(self._proc.memory_info().rss)
             except (requests.RequestException, psutil.Error):
                 continue
@@ -179,14 +218,15 @@ class Sampler:
 
 
 class Prober:
-    """GETs ``desired_replicas`` and ``pods/*`` through kube-apiserver, 4 a second, in a thread."""
+    """GETs ``desired_replicas`` and ``pods/*`` through kube-apiserver, 4 a second, in a thread,
+    and a job's Deployment from kube-apiserver itself (the floor under the other two)."""
 
     def __init__(self, api: Api, jobs: int) -> None:
         self._api = api
         self._jobs = jobs
         self._stop = threading.Event()
-        self.latency: dict[str, list[float]] = {"desired_replicas": [], "pods/*": []}
-        self.errors: dict[str, int] = {"desired_replicas": 0, "pods/*": 0}
+        self.latency: dict[str, list[float]] = {"desired_replicas": [], "pods/*": [], "core": []}
+        self.errors: dict[str, int] = dict.fromkeys(self.latency, 0)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
@@ -212,6 +252,12 @@ class Prober:
                 f"?labelSelector=edl-bench%2Fjob%3D{name}"
             )
             self._record("pods/*", seconds, status)
+            j = rnd.randrange(self._jobs)
+            ns, name = world.job_namespace(j), world.job_name(j)
+            seconds, status = self._api.timed_get(
+                f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+            )
+            self._record("core", seconds, status)
 
     def _record(self, kind: str, seconds: float, status: int) -> None:
         if status == 200:
@@ -222,6 +268,7 @@ class Prober:
 
 @dataclass
 class StepResult:
+    variant: str
     nodes: int
     jobs: int
     pods: int
@@ -247,6 +294,10 @@ class StepResult:
     pods_p50_ms: float
     pods_p99_ms: float
     pods_errors: int
+    core_p50_ms: float
+    core_p99_ms: float
+    in_adapter_p50_ms: float
+    in_adapter_p99_ms: float
     added_requests_per_s: float
     added_watch_events_per_s: float
     added_watch_kb_per_s: float
@@ -257,7 +308,8 @@ class StepResult:
 
 
 def wait_settled(cluster: ScaleCluster, say: Callable[[str], None]) -> tuple[int, int, int]:
-    """Until the Running and Pending counts stop moving (bounded: 20 minutes)."""
+    """Until the Running and Pending counts stop moving (bounded: 20 minutes, plus a second
+    for every 50 pods the step has: kwok turns pods Running at about that rate here)."""
     last: list[tuple[int, int, int]] = []
 
     def still() -> tuple[int, int, int] | None:
@@ -266,13 +318,37 @@ def wait_settled(cluster: ScaleCluster, say: Callable[[str], None]) -> tuple[int
         say(f"  pods {now[0]}, Running {now[1]}, Pending {now[2]}")
         return now if len(last) >= 2 and last[-2] == now else None
 
-    return wait_for(still, timeout_s=1200, interval_s=15, what="pods to settle")
+    bound = 1200 + cluster.nodes * world.PODS_PER_NODE / 50
+    return wait_for(still, timeout_s=bound, interval_s=15, what="pods to settle")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of starting the adapter: a name for the table and its extra arguments."""
+
+    name: str
+    args: tuple[str, ...] = ()
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """``NAME=ARGS;NAME=ARGS`` (ARGS split on spaces) -> variants; empty -> the default one."""
+    variants = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        name, sep, rest = part.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"bench_scale: --adapter-variants: {part!r} is not NAME=ARGS")
+        variants.append(Variant(name.strip(), tuple(rest.split())))
+    return variants or [Variant("default")]
 
 
 def measure_step(
     cluster: ScaleCluster, nodes: int, jobs: int, args: argparse.Namespace,
     say: Callable[[str], None],
-) -> StepResult:  # fmt: skip
+) -> list[StepResult]:  # fmt: skip
+    """Grow the cluster to the step, then measure each adapter variant in turn (the same
+    cluster, the same churn): one row per variant."""
     say(f"== step: {nodes} nodes, {jobs} jobs")
     cluster.grow(nodes, jobs, say)
     pods, running, pending = wait_settled(cluster, say)
@@ -281,56 +357,71 @@ def measure_step(
     try:
         base_a = apiserver_counters(cluster.api)
         time.sleep(args.baseline)
-        base_b = apiserver_counters(cluster.api)
-        adapter = MetricsAdapter(
-            cluster.cp,
-            AdapterSettings(
-                pod_selector="app=trainer",
-                scrape_interval="5s",
-                window="30s",
-                access_log=False,
-                name=f"edl-adapter-{nodes}",
-                ready_timeout_s=600,
-                extra_args=[
-                    "--sizing",
-                    f"--sizing-interval={args.sizing_interval}s",
-                    "--sizing-history-namespace=edl-system",
-                    "--log-level=warning",
-                ],
-            ),
-        )
-        t0 = time.monotonic()
-        adapter.start()
-        healthy = time.monotonic() - t0
-        session = requests.Session()
-        assert cluster.cp.pki is not None
-        session.cert = (str(cluster.cp.pki.admin.cert), str(cluster.cp.pki.admin.key))
-        session.verify = str(cluster.cp.pki.ca.cert)
-        try:
-            adapter.register()
-            sampler = Sampler(adapter, session)
-            wait_for(
-                lambda: sampler.round_totals()["round"][1] >= 1,
-                timeout_s=900, interval_s=0.2, what="the adapter's first sizing round",
-            )  # fmt: skip
-            first = time.monotonic() - t0
-            say(f"  first plan {first:.1f} s after the adapter's start (healthy: {healthy:.1f} s)")
-            adapter.wait_available(timeout_s=300)
-            probe = Prober(cluster.api, jobs)
-            a = apiserver_counters(cluster.api)
-            done_before = churn.done
-            sampler.start()
-            probe.start()
-            time.sleep(args.window)
-            probe.stop()
-            sample = sampler.stop()
-            b = apiserver_counters(cluster.api)
-            churned = (churn.done - done_before) / max(1e-9, sample.seconds)
-        finally:
-            adapter.stop()
+        base = rates(base_a, apiserver_counters(cluster.api))
+        return [
+            measure_adapter(cluster, variant, (nodes, jobs, pods, running, pending), base,
+                            churn, args, say)
+            for variant in parse_variants(args.adapter_variants)
+        ]  # fmt: skip
     finally:
         churn.close()
-    base, during = rates(base_a, base_b), rates(a, b)
+
+
+def measure_adapter(
+    cluster: ScaleCluster, variant: Variant, step: tuple[int, int, int, int, int],
+    base: dict[str, float], churn: Churn, args: argparse.Namespace, say: Callable[[str], None],
+) -> StepResult:  # fmt: skip
+    """A fresh adapter of `variant` from its start to the end of its window."""
+    nodes, jobs, pods, running, pending = step
+    adapter = MetricsAdapter(
+        cluster.cp,
+        AdapterSettings(
+            pod_selector="app=trainer",
+            scrape_interval="5s",
+            window="30s",
+            access_log=False,
+            name=f"edl-adapter-{nodes}-{variant.name}",
+            ready_timeout_s=600,
+            extra_args=[
+                "--sizing",
+                f"--sizing-interval={args.sizing_interval}s",
+                "--sizing-history-namespace=edl-system",
+                "--log-level=warning",
+                *variant.args,
+            ],
+        ),
+    )
+    t0 = time.monotonic()
+    adapter.start()
+    healthy = time.monotonic() - t0
+    session = requests.Session()
+    assert cluster.cp.pki is not None
+    session.cert = (str(cluster.cp.pki.admin.cert), str(cluster.cp.pki.admin.key))
+    session.verify = str(cluster.cp.pki.ca.cert)
+    try:
+        adapter.register()
+        sampler = Sampler(adapter, session)
+        wait_for(
+            lambda: sampler.round_totals()["round"][1] >= 1,
+            timeout_s=900, interval_s=0.2, what="the adapter's first sizing round",
+        )  # fmt: skip
+        first = time.monotonic() - t0
+        say(f"  {variant.name}: first plan {first:.1f} s after the adapter's start "
+            f"(healthy: {healthy:.1f} s)")  # fmt: skip
+        adapter.wait_available(timeout_s=300)
+        probe = Prober(cluster.api, jobs)
+        a = apiserver_counters(cluster.api)
+        done_before = churn.done
+        sampler.start()
+        probe.start()
+        time.sleep(args.window)
+        probe.stop()
+        sample = sampler.stop()
+        b = apiserver_counters(cluster.api)
+        churned = (churn.done - done_before) / max(1e-9, sample.seconds)
+    finally:
+        adapter.stop()
+    during = rates(a, b)
     added = {k: during[k] - base[k] for k in during}
     r, d, v = sample.rounds["round"], sample.rounds["decide"], sample.rounds["snapshot"]
     lat = probe.latency
@@ -341,7 +432,7 @@ def measure_step(
         except psutil.Error:
             pass
     return StepResult(
-        nodes, jobs, pods, running, pending, healthy, first, len(r),
+        variant.name, nodes, jobs, pods, running, pending, healthy, first, len(r),
         quantile(r, 0.5), quantile(r, 0.99), quantile(d, 0.5), quantile(d, 0.99),
         quantile(v, 0.5), quantile(v, 0.99),
         quantile(sample.rounds["cpu"], 0.5), quantile(sample.rounds["cpu"], 0.99),
@@ -352,40 +443,56 @@ def measure_step(
         probe.errors["desired_replicas"],
         1000 * quantile(lat["pods/*"], 0.5), 1000 * quantile(lat["pods/*"], 0.99),
         probe.errors["pods/*"],
+        1000 * quantile(lat["core"], 0.5), 1000 * quantile(lat["core"], 0.99),
+        1000 * bucket_quantile(sample.requests_before, sample.requests_after, 0.5),
+        1000 * bucket_quantile(sample.requests_before, sample.requests_after, 0.99),
         added[APISERVER[0]], added[APISERVER[1]], added[APISERVER[2]] / 1024,
         sample.read_bytes / max(1e-9, sample.seconds) / 1024, churned,
         os.getloadavg()[0], comps,
     )  # fmt: skip
 
 
+def at_most(ms: float) -> str:
+    """A histogram bucket's upper bound, as printed."""
+    return f"<={ms:.3g}"
+
+
 def print_steps(results: list[StepResult]) -> None:
     print()
-    print(f"{'nodes':>6} {'pods':>7} {'jobs':>5} {'1st plan':>8} {'rounds':>6} "
+    print(f"{'variant':>10} {'nodes':>6} {'pods':>7} {'jobs':>5} {'1st plan':>8} {'rounds':>6} "
           f"{'round p50/p99':>14} {'decide p50/p99':>15} {'view p50/p99':>13} "
           f"{'round CPU p50/p99':>17} {'RSS MB':>7} {'peak MB':>7} "
-          f"{'CPU':>5} {'desired ms p50/p99':>18} {'pods/* ms p50/p99':>18} {'+req/s':>7} "
+          f"{'CPU':>5} {'desired ms p50/p99':>18} {'pods/* ms p50/p99':>18} "
+          f"{'core ms p50/p99':>16} {'in adapter ms':>13} {'+req/s':>7} "
           f"{'+watch KB/s':>11} {'read KB/s':>9} {'churn/s':>7} {'load':>5}")  # fmt: skip
     for s in results:
-        print(f"{s.nodes:>6} {s.pods:>7} {s.jobs:>5} {s.first_plan_s:>7.1f}s {s.rounds:>6} "
+        print(f"{s.variant:>10} {s.nodes:>6} {s.pods:>7} {s.jobs:>5} "
+              f"{s.first_plan_s:>7.1f}s {s.rounds:>6} "
               f"{s.round_p50_s:>6.2f}/{s.round_p99_s:<6.2f}s {s.decide_p50_s:>6.2f}/"
               f"{s.decide_p99_s:<6.2f}s {s.view_p50_s:>5.2f}/{s.view_p99_s:<5.2f}s "
               f"{s.round_cpu_p50_s:>8.2f}/{s.round_cpu_p99_s:<7.2f}s "
               f"{s.rss_max_mb:>7.0f} {s.rss_peak_mb:>7.0f} {100 * s.cpu_share:>4.0f}% "
               f"{s.desired_p50_ms:>8.0f}/{s.desired_p99_ms:<8.0f} "
-              f"{s.pods_p50_ms:>8.0f}/{s.pods_p99_ms:<8.0f} {s.added_requests_per_s:>7.1f} "
+              f"{s.pods_p50_ms:>8.0f}/{s.pods_p99_ms:<8.0f} "
+              f"{s.core_p50_ms:>7.0f}/{s.core_p99_ms:<7.0f} "
+              f"{at_most(s.in_adapter_p50_ms):>6}/{at_most(s.in_adapter_p99_ms):<6} "
+              f"{s.added_requests_per_s:>7.1f} "
               f"{s.added_watch_kb_per_s:>11.1f} {s.adapter_read_kb_per_s:>9.1f} "
               f"{s.churn_per_s:>7.1f} {s.load_average:>5.1f}")  # fmt: skip
-    if len(results) >= 2:
-        a, b = results[0], results[-1]
+    first = results[0].variant
+    same = [s for s in results if s.variant == first]
+    if len(same) >= 2:
+        a, b = same[0], same[-1]
         slope = (b.rss_max_mb - a.rss_max_mb) / max(1, b.pods - a.pods) * 10_000
-        print(f"\nadapter RSS: {slope:.1f} MB per 10,000 pods more ({a.pods} -> {b.pods} pods: "
+        print(f"\nadapter RSS ({first}): {slope:.1f} MB per 10,000 pods more "
+              f"({a.pods} -> {b.pods} pods: "
               f"{a.rss_max_mb:.0f} -> {b.rss_max_mb:.0f} MB)")  # fmt: skip
         work_a, work_b = a.nodes * a.jobs, b.nodes * b.jobs
         print(f"round p50 {a.round_p50_s:.2f} -> {b.round_p50_s:.2f} s for nodes x jobs x "
               f"{work_b / work_a:.0f} and pods x {b.pods / max(1, a.pods):.1f}")  # fmt: skip
     for s in results:
         comps = ", ".join(f"{k} {v:.0f}" for k, v in sorted(s.components_rss_mb.items()))
-        print(f"  {s.nodes} nodes: control plane RSS MB: {comps}")
+        print(f"  {s.nodes} nodes ({s.variant}): control plane RSS MB: {comps}")
 
 
 def main() -> None:
@@ -420,6 +527,12 @@ def main() -> None:
         "1 s) and/or after (one coordinator, renewals every 5 s)",
     )
     ap.add_argument("--no-sizer", action="store_true")
+    ap.add_argument(
+        "--adapter-variants",
+        default="",
+        help="NAME=ARGS;NAME=ARGS: measure each step with a fresh adapter per variant, in "
+        "turn, with ARGS added to its command line (e.g. two --thread-switch-interval values)",
+    )
     args = ap.parse_args()
     steps = [tuple(int(x) for x in s.split(":")) for s in args.steps.split(",") if s]
     work = Path(tempfile.mkdtemp(prefix="edl-bench-scale-"))
@@ -449,7 +562,7 @@ def main() -> None:
         if not args.no_sizer:
             for nodes, jobs in steps:
                 try:
-                    results.append(measure_step(cluster, nodes, jobs, args, say))
+                    results.extend(measure_step(cluster, nodes, jobs, args, say))
                 except (HarnessError, AssertionError) as e:
                     say(f"step {nodes}:{jobs} did not complete: {e}")
                     break
