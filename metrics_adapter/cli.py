@@ -225,9 +225,6 @@ def serve(settings: AdapterSettings) -> int:
         runtime.start()
         return runtime.app
 
-    # Process-wide, so set here, once: a sizing round holds the interpreter lock for as long
-    # as the interval allows each time a request's socket call gives it up.
-    sys.setswitchinterval(settings.thread_switch_interval)
     AdapterServer(
         settings,
         app_factory,

@@ -127,15 +127,6 @@ OPTIONS: tuple[Option, ...] = (
         "serving",
     ),
     _opt(
-        "thread_switch_interval",
-        duration(),
-        "1ms",
-        "longest a busy thread keeps Python's interpreter lock while another waits for it "
-        "(Python's own default: 5ms); each request waits for the lock several times while a "
-        "sizing round computes, so a shorter interval keeps answers quick during a round",
-        "serving",
-    ),
-    _opt(
         "log_level",
         choice("debug", "info", "warning", "error", fold=True),
         "info",

@@ -126,10 +126,6 @@ class AdapterSettings:
     """Seconds TokenReview and SubjectAccessReview decisions are cached."""
     threads: int
     """Threads running the app (one process; connections wait on the event loop, not here)."""
-    thread_switch_interval: float
-    """Seconds a running thread keeps the interpreter lock while another waits for it
-    (`sys.setswitchinterval`): the sizing round is pure Python, and every request waits for
-    the lock at each of its socket calls."""
     log_level: str
     """Log level."""
     access_log: bool

@@ -157,35 +157,3 @@ def test_a_read_only_root_without_a_writable_tmp_says_what_it_needs_in_one_line(
         "folder (TMPDIR, /tmp): Read-only file system; mount a writable --cert-dir (an "
         "emptyDir) or pass --tls-cert-file and --tls-private-key-file"
     )
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"), [([], 0.001), (["--thread-switch-interval", "250us"], 0.00025)]
-)
-def test_the_thread_switch_interval_is_set_before_serving(
-    argv: list[str], expected: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A sizing round is pure Python: at Python's 5 ms a request waited up to 5 ms for the
-    interpreter lock at each of its socket calls (bench/bench_scale.py's in-adapter p99)."""
-    from metrics_adapter.http import server
-
-    seen: list[float] = []
-
-    class Server:
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            pass
-
-        def run(self) -> None:
-            seen.append(sys.getswitchinterval())
-
-    monkeypatch.setattr(server, "AdapterServer", Server)
-    before = sys.getswitchinterval()
-    pods = tmp_path / "pods.yaml"
-    pods.write_text("pods: []\n")
-    try:
-        code = main(["serve", "--static-file", str(pods), "--authentication", "none",
-                     "--authorization", "none", "--no-tls", "--port", "0", *argv])  # fmt: skip
-    finally:
-        sys.setswitchinterval(before)
-    assert code == 0
-    assert seen == [pytest.approx(expected)]
