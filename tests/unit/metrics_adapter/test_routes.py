@@ -279,3 +279,13 @@ def test_self_metrics_record_latency_by_route_and_code(client) -> None:  # type:
     assert 'edl_adapter_request_duration_seconds_count{code="200",route="v1beta2/pods"}' in text
     assert 'edl_adapter_request_duration_seconds_count{code="404",route="v1beta2/pods"}' in text
     assert "edl_adapter_sample_age_seconds_bucket" in text
+
+
+def test_self_metrics_keep_only_the_series_named_by_name_brackets(client) -> None:  # type: ignore[no-untyped-def]
+    client.get(f"{PODS}/*/samples_per_second")
+    names = "name[]=edl_adapter_request_duration_seconds_count&name[]=edl_adapter_pods"
+    text = client.get(f"/metrics?{names}").get_data(as_text=True)
+    series = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+    assert series == {"edl_adapter_request_duration_seconds_count", "edl_adapter_pods"}
+    whole = client.get("/metrics").get_data(as_text=True)
+    assert "edl_adapter_sample_age_seconds_bucket" in whole and len(whole) > len(text)
