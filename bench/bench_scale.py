@@ -204,17 +204,16 @@ class Sampler:
         t0 = time.monotonic()
         cpu0 = sum(self._proc.cpu_times()[:2])
         io0 = self._proc.io_counters().read_chars
-        text = self._metrics()
-        self.sample.requests_before = request_buckets(text)
-        last = self.round_totals(text)
+        first = page = self._metrics()
+        last = self.round_totals(first)
         while not self._stop.wait(0.5):
             try:
                 text = self._metrics()
                 now = self.round_totals(text)
-                self.sample.requests_after = request_buckets(text)
                 self.sample.rss.append(self._proc.memory_info().rss)
             except (requests.RequestException, psutil.Error):
                 continue
+            page = text
             for part, (total, count) in now.items():
                 before_total, before_count = last[part]
                 if count > before_count:  # one value per round (the mean if two were missed)
@@ -225,6 +224,9 @@ class Sampler:
         self.sample.read_bytes = self._proc.io_counters().read_chars - io0
         self.sample.seconds = time.monotonic() - t0
         self.sample.peak_rss = peak_rss(self._proc.pid)
+        # The request histogram is cumulative: the window's first and last pages are enough.
+        self.sample.requests_before = request_buckets(first)
+        self.sample.requests_after = request_buckets(page)
 
 
 class Prober:
@@ -541,7 +543,7 @@ def main() -> None:
         "--adapter-variants",
         default="",
         help="NAME=ARGS;NAME=ARGS: measure each step with a fresh adapter per variant, in "
-        "turn, with ARGS added to its command line (e.g. two --thread-switch-interval values)",
+        "turn, with ARGS added to its command line (e.g. two --sizing-interval values)",
     )
     args = ap.parse_args()
     steps = [tuple(int(x) for x in s.split(":")) for s in args.steps.split(",") if s]
