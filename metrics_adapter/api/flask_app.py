@@ -45,9 +45,20 @@ FILTERS_EXTENSION = "edl.filters"
 INLINE_EXTENSION = "edl.inline"
 """Set (True) in ``app.extensions``: the app behind its filters never waits on the network,
 so the front end may call it on its event loop."""
+OFF_LOOP_EXTENSION = "edl.off_loop"
+"""A predicate on a request's environ (after its filters), in ``app.extensions``: True for an
+answer that costs enough CPU to hold up every other request on the loop (the whole ``/metrics``
+page, a debug page of 1,000 jobs). The front end runs those on an app thread instead, where the
+interpreter's switch interval lets the loop go on answering the HPAs' reads between."""
 _READ_METHODS = ("GET", "HEAD")
 _STREAM_ABOVE_ITEMS = 2048
 _VERSION = {"major": "0", "minor": "1", "gitVersion": "v0.1.0", "platform": "python"}
+
+
+def _off_loop(environ: Mapping[str, Any]) -> bool:
+    """Whether the request's answer is rendered off the event loop (``OFF_LOOP_EXTENSION``)."""
+    route = environ.get(ROUTE_ENVIRON_KEY)
+    return isinstance(route, Route) and route.kind in (RouteKind.SELF_METRICS, RouteKind.DEBUG)
 
 
 def _json(code: int, body: dict[str, Any], head: bool) -> Response:
@@ -76,6 +87,7 @@ def create_app(
     """
     app = Flask("metrics_adapter")
     app.extensions[INLINE_EXTENSION] = True  # it never waits on the network: run on the loop
+    app.extensions[OFF_LOOP_EXTENSION] = _off_loop  # ...but for the pages that take long
     renderer = wire.MetricListRenderer()
     app.config["EDL_ADAPTER_SETTINGS"] = settings
 

@@ -41,7 +41,7 @@ from metrics_adapter.api.filters import (
     USER_ENVIRON_KEY,
     RequestFilters,
 )
-from metrics_adapter.api.flask_app import FILTERS_EXTENSION, INLINE_EXTENSION
+from metrics_adapter.api.flask_app import FILTERS_EXTENSION, INLINE_EXTENSION, OFF_LOOP_EXTENSION
 from metrics_adapter.auth.blocking import WouldBlock, on_loop
 from metrics_adapter.auth.identity import ANONYMOUS
 from metrics_adapter.errors import ConfigError
@@ -103,6 +103,10 @@ class _Unfinished:
     result: Iterable[bytes]
 
 
+def _never(environ: dict[str, Any]) -> bool:
+    return False
+
+
 def _close_result(result: Iterable[bytes]) -> None:
     closer = getattr(result, "close", None)
     if closer is not None:
@@ -133,7 +137,9 @@ class WsgiHandler:
     filters in ``app.extensions``: they run on the event loop itself (no hand-off to a thread
     and back, which was most of a small request's cost) and, where a review must be asked of
     kube-apiserver, again on an app thread; then the app runs once, on the loop when it says
-    it never blocks (``INLINE_EXTENSION``), else on a thread. An answer too large to buffer is
+    it never blocks (``INLINE_EXTENSION``) and the request is not one it renders off the loop
+    (``OFF_LOOP_EXTENSION``: the whole ``/metrics`` page), else on a thread. An answer too
+    large to buffer is
     streamed, pulled from an app thread. Any other WSGI app runs on the threads unless it
     says it never blocks.
 
@@ -160,6 +166,9 @@ class WsgiHandler:
         # With filters, the app proper is what they guard: they run apart, before it.
         self._app: WsgiApp = self._filters.app if self._filters is not None else app
         self._inline = bool(extensions.get(INLINE_EXTENSION))
+        self._off_loop: Callable[[dict[str, Any]], bool] = extensions.get(
+            OFF_LOOP_EXTENSION, _never
+        )
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="http")
         self._max_inflight = max_inflight
         self._scheme = scheme
@@ -185,7 +194,7 @@ class WsgiHandler:
             if denial is not None:
                 return self._answered(denial, environ)
             answer: Response | _Unfinished
-            if self._inline:
+            if self._inline and not self._off_loop(environ):
                 with on_loop():
                     answer = self._run_app(environ, head)
             else:

@@ -14,9 +14,11 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from edl_common.http.server import HttpServer, ServerLimits
 from metrics_adapter.api.filters import RequestFilters
@@ -61,7 +63,15 @@ def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
         return wsgi(environ, start_response)
 
     filters.app = recording
-    handler = WsgiHandler(h.app, threads=2, max_inflight=128, scheme="http")
+    with front_end(h.app) as (port, loop_name):
+        loop_thread.append(loop_name)
+        yield port, reviewer, loop_thread, calls
+
+
+@contextmanager
+def front_end(app: Any) -> Iterator[tuple[int, str]]:
+    """The real front end serving ``app`` on 127.0.0.1: its port and its loop's thread name."""
+    handler = WsgiHandler(app, threads=2, max_inflight=128, scheme="http")
     front = HttpServer(handler, ServerLimits())
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -71,19 +81,20 @@ def served() -> Iterator[tuple[int, RecordingReviewer, list[str], list[str]]]:
     async def main() -> None:
         box["loop"] = asyncio.get_running_loop()
         box["stop"] = stop = asyncio.Event()
-        loop_thread.append(threading.current_thread().name)
         ready.set()
         await front.serve(sock, stop)
 
     thread = threading.Thread(target=asyncio.run, args=(main(),), name="front-loop")
     thread.start()
     assert ready.wait(10)
-    yield port, reviewer, loop_thread, calls
-    loop = box["loop"]
-    assert isinstance(loop, asyncio.AbstractEventLoop)
-    loop.call_soon_threadsafe(box["stop"].set)
-    thread.join(15)
-    handler.close()
+    try:
+        yield port, thread.name
+    finally:
+        loop = box["loop"]
+        assert isinstance(loop, asyncio.AbstractEventLoop)
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(15)
+        handler.close()
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:
@@ -119,3 +130,56 @@ def test_a_list_too_large_to_buffer_streams_whole(
         items = json.loads(body)["items"]
         assert len(items) == 2500 and {i["value"] for i in items} == {"10"}
     assert all(t != loop_thread[0] for t in reviewer.threads)
+
+
+class GatedCollector:
+    """A collector whose ``collect`` waits until the test opens the gate: a slow /metrics page."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def collect(self) -> Iterator[Metric]:
+        self.entered.set()
+        self.gate.wait(60)
+        yield GaugeMetricFamily("edl_test_gated", "Rendered once the gate opened.", value=1)
+
+
+def test_the_whole_metrics_page_renders_off_the_loop_and_api_reads_go_on_meanwhile() -> None:
+    pods = [trainer(f"trainer-{i}") for i in range(3)]
+    h = build(pods)
+    for p in pods:
+        h.feed(p, agent_samples(0, 0))
+    h.clock.t += 10
+    for p in pods:
+        h.feed(p, agent_samples(100, 10))
+    gated = GatedCollector()
+    h.metrics.registry.register(gated)
+    page: dict[str, Any] = {}
+    with front_end(h.app) as (port, _):
+        scrape = threading.Thread(target=lambda: page.update(answer=get(port, "/metrics")))
+        scrape.start()
+        try:
+            assert gated.entered.wait(30), "the /metrics request never reached its collectors"
+            # The page is still being rendered: an HPA's read is answered all the same.
+            status, body = get(port, PODS)
+            assert status == 200 and len(json.loads(body)["items"]) == 3
+            assert get(port, "/healthz") == (200, b"ok")
+            assert "answer" not in page
+        finally:
+            gated.gate.set()
+            scrape.join(30)
+    status, body = page["answer"]
+    assert status == 200 and b"edl_test_gated 1.0" in body
+
+
+def test_the_metrics_page_runs_on_an_app_thread_and_the_api_on_the_loop(
+    served: tuple[int, RecordingReviewer, list[str], list[str]],
+) -> None:
+    port, _, loop_thread, calls = served
+    get(port, "/apis/custom.metrics.k8s.io/v1beta2")  # the review, once, on a thread
+    status, body = get(port, "/metrics")
+    assert status == 200 and b"edl_adapter_request_duration_seconds" in body
+    assert calls[-1] != loop_thread[0]
+    status, _ = get(port, "/apis/custom.metrics.k8s.io/v1beta2")
+    assert status == 200 and calls[-1] == loop_thread[0]
