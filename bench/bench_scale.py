@@ -25,12 +25,16 @@ registered behind the aggregator; then, over ``--window`` seconds:
   the same over a window just before the adapter started (same churn), and the bytes the
   adapter read (``/proc/<pid>/io``).
 
-Then the membership of one job of 100 / 500 / 1,000 members through the Kubernetes
-backend, before and after issue 38's coordinator (bench/scale_membership.py). Figures go to
-stdout and ``<work dir>/bench-scale.json``. The machine's load is printed beside them: on 2 shared
-cores every figure includes the other processes' share.
+With ``--capture``, each step's cluster and sizing history, as the adapter's own watches and
+history store read them, go to a file that bench/scale_capture.py replays in-process (where a
+real round spends its CPU). Then the membership of one job of 100 / 500 / 1,000 members
+through the Kubernetes backend, before and after issue 38's coordinator
+(bench/scale_membership.py). Figures go to stdout and ``<work dir>/bench-scale.json``. The
+machine's load is printed beside them: on 2 shared cores every figure includes the other
+processes' share.
 
     make bench-scale                                   # every step, then membership
+    .venv/bin/python bench/bench_scale.py --steps 5000:1000 --no-membership --capture
     .venv/bin/python bench/bench_scale.py --steps 500:100,1000:300 --no-membership
 """
 
@@ -370,11 +374,18 @@ def measure_step(
         base_a = apiserver_counters(cluster.api)
         time.sleep(args.baseline)
         base = rates(base_a, apiserver_counters(cluster.api))
-        return [
+        results = [
             measure_adapter(cluster, variant, (nodes, jobs, pods, running, pending), base,
                             churn, args, say)
             for variant in parse_variants(args.adapter_variants)
         ]  # fmt: skip
+        if args.capture:
+            from bench.scale_capture import capture
+
+            out = capture(cluster.cp.kubeconfig, cluster.work_dir / f"round-{nodes}.pickle")
+            say(f"  the cluster and its sizing history as the adapter saw them: {out} "
+                f"(bench/scale_capture.py replay {out} --profile)")  # fmt: skip
+        return results
     finally:
         churn.close()
 
@@ -539,6 +550,12 @@ def main() -> None:
         "1 s) and/or after (one coordinator, renewals every 5 s)",
     )
     ap.add_argument("--no-sizer", action="store_true")
+    ap.add_argument(
+        "--capture",
+        action="store_true",
+        help="after each step, write the cluster and its sizing history as the adapter reads "
+        "them to <work dir>/round-NODES.pickle, for bench/scale_capture.py replay",
+    )
     ap.add_argument(
         "--adapter-variants",
         default="",

@@ -220,12 +220,7 @@ class AdapterRuntime:
             events: EventRecorder = queued
         else:
             events = LogEventRecorder()
-        policy = SizingPolicy(
-            headroom=s.sizing_headroom,
-            hold_off_s=s.sizing_hold_off,
-            payback_s=s.sizing_payback,
-            exploration=s.sizing_exploration,
-        )
+        policy = sizing_policy(s)
         window = self.catalogue.current.max_window_seconds
         sizer = Sizer(
             source,
@@ -340,3 +335,13 @@ class _Housekeeper:
     def stop(self) -> None:
         """Stop."""
         self._task.stop()
+
+
+def sizing_policy(settings: AdapterSettings) -> SizingPolicy:
+    """The sizing policy the settings ask for (the adapter's, and a bench replaying its round)."""
+    return SizingPolicy(
+        headroom=settings.sizing_headroom,
+        hold_off_s=settings.sizing_hold_off,
+        payback_s=settings.sizing_payback,
+        exploration=settings.sizing_exploration,
+    )
