@@ -250,6 +250,8 @@ class _State:
     """Jobs below their requests that this round's extras beyond its request went back to."""
     memo: dict[tuple[int, ...], float] = field(default_factory=dict)
     """Growth values by (workers, nodes, room on its nodes, limit): a round asks often."""
+    values: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    """:meth:`value` by its arguments: displacement asks the same of every node a job is on."""
     spill_room: tuple[int, ...] = ()
     """Workers of its size that fit on the roomiest nodes, most first (at growth's start)."""
     floor_at: int | None = None
@@ -272,11 +274,16 @@ class _State:
         of the placements: a worker alone on a node can cost its job speed, and is then
         worth less than nothing to it.
         """
+        key = (n, nodes, nodes_without)
+        known = self.values.get(key)
+        if known is not None:
+            return known
         here = self.model.placed_speedup(n, nodes) if nodes else self.model.speedup(n)
         less = self.model.placed_speedup(n - 1, nodes_without) if nodes else None
         if less is None:
             less = self.model.speedup(n - 1)
-        return self.job.weight * _log_ratio(less, here) / max(self.share, 1e-12)
+        value = self.values[key] = self.job.weight * _log_ratio(less, here) / max(self.share, 1e-12)
+        return value
 
     def growth_value(self, policy: SizingPolicy, packing: Packing | None = None) -> float:
         """What the next worker is worth to growth: the best mean gain over the next node.
@@ -546,13 +553,47 @@ def _serve_claims(
         if s.count < s.job.min_replicas:
             claims.append(((-s.job.priority, 1, s.job.arrival, s.job.key), s))
     demands = []
+    refused = _Refused()
     for _, claim in sorted(claims, key=lambda c: c[0]):
         if isinstance(claim, Pod):
-            demands.append(_place_pod(packing, states, claim))
+            demands.append(_place_pod(packing, states, claim, refused))
         else:
+            refused.clear()  # a minimum may take workers, or give back what it took
             _place_minimum(packing, states, claim)
     _reclaim_requests(packing, states, valid)
     return demands
+
+
+class _Refused:
+    """Pending pods no room could be made for, since room was last made for one.
+
+    Claims come in priority order, and until `_make_room` frees room (or a job's minimum is
+    placed) room and donors only shrink: a pod that asks at least as much of every resource,
+    at no higher priority, with the same tolerations and node selector, finds none either.
+    On a full cluster hundreds of Pending pods of other work ask the same few shapes; each
+    would search every node for workers to take.
+    """
+
+    def __init__(self) -> None:
+        self._by_shape: dict[tuple[Any, ...], list[tuple[Resources, int]]] = {}
+
+    @staticmethod
+    def _shape(pod: Pod) -> tuple[Any, ...]:
+        return (pod.tolerations, tuple(sorted(pod.node_selector.items())))
+
+    def covers(self, pod: Pod) -> bool:
+        """Whether a pod refused before asked no more than ``pod``, at no lower priority."""
+        r = pod.requests
+        return any(
+            q.cpu <= r.cpu and q.memory <= r.memory and q.gpu <= r.gpu and priority >= pod.priority
+            for q, priority in self._by_shape.get(self._shape(pod), ())
+        )
+
+    def add(self, pod: Pod) -> None:
+        self._by_shape.setdefault(self._shape(pod), []).append((pod.requests, pod.priority))
+
+    def clear(self) -> None:
+        self._by_shape.clear()
 
 
 def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_State]) -> None:
@@ -579,7 +620,7 @@ def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_
             if node is None:
                 found = _make_room(
                     packing, states, job.worker, job, job.priority, job.key,
-                    requests_held=True, own_first=True,
+                    requests_held=True, own_first=True, full=True,
                 )  # fmt: skip
                 if found is None:
                     break
@@ -602,11 +643,17 @@ def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_
             donor.returned.append(job.key)
 
 
-def _place_pod(packing: Packing, states: dict[str, _State], pod: Pod) -> Demand:
+def _place_pod(
+    packing: Packing, states: dict[str, _State], pod: Pod, refused: _Refused | None = None
+) -> Demand:
     node = packing.first_fit(pod.requests, pod.tolerations, pod.node_selector)
-    if node is None:
-        found = _make_room(packing, states, pod.requests, pod, pod.priority, None)
+    if node is None and not (refused is not None and refused.covers(pod)):
+        found = _make_room(packing, states, pod.requests, pod, pod.priority, None, full=True)
+        if found is None and refused is not None:
+            refused.add(pod)
         if found is not None:
+            if refused is not None:
+                refused.clear()
             node, removals = found
             for job_key, on in removals:
                 s = states[job_key]
@@ -629,8 +676,9 @@ def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> No
         node = trial.first_fit(job.worker, job.tolerations, job.node_selector)
         if node is None:
             found = _make_room(
-                trial, states, job.worker, job, job.priority, job.key, counts, fair=True
-            )
+                trial, states, job.worker, job, job.priority, job.key, counts,
+                fair=True, full=True,
+            )  # fmt: skip
             if found is None:
                 s.waiting = True
                 packing.restore(saved)
@@ -718,9 +766,10 @@ def _make_room(
         cost = 0.0
         fresh = 0
         cuts = 0
+        on_node = sorted(on)  # `on` does not change here: removals are only planned
         while not requests.fits_in(room):
             options = []
-            for job_key in sorted(packing.by_node.get(node.name, ())):
+            for job_key in on_node:
                 s = states.get(job_key)
                 if s is None or s.error is not None or job_key == exclude:
                     continue
@@ -728,7 +777,7 @@ def _make_room(
                     continue
                 gone = taken.get(job_key, 0)
                 left = (counts[job_key] if counts is not None else s.count) - gone
-                here = packing.workers_on(job_key, node.name) - gone
+                here = on[job_key] - gone
                 if here <= 0:
                     continue
                 floor = s.floor()
