@@ -219,6 +219,24 @@ def test_protected_demand_goes_first_by_priority_then_size() -> None:
     assert desired(plan) == {"a": 3}
 
 
+def test_a_pod_too_large_to_make_room_for_does_not_stop_a_smaller_one() -> None:
+    # No node can be emptied enough for 4 CPUs (a keeps its minimum of 3, b its 1): both
+    # 4-CPU pods wait; the 2-CPU pod after them still gets room from b.
+    a = job("a", replicas=4, min_replicas=3)
+    b = job("b", replicas=4, min_replicas=1, observed={1: 100.0, 2: 150.0, 4: 180.0})
+    pods = workers(a, ["node-1"] * 4) + workers(b, ["node-2"] * 4)
+    pods += [
+        Pod("web", "big", Resources(cpu=4, memory=GI), priority=100),
+        Pod("web", "big-too", Resources(cpu=4, memory=GI), priority=90),
+        Pod("web", "small", Resources(cpu=2, memory=GI), priority=80),
+    ]
+    plan = decide(nodes(2), pods, [a, b], now=100.0)
+    assert [(d.pod, d.node) for d in plan.protected] == [
+        ("web/big", None), ("web/big-too", None), ("web/small", "node-2"),
+    ]  # fmt: skip
+    assert desired(plan) == {"a": 4, "b": 2}
+
+
 def test_terminating_room_is_not_counted_twice_after_the_shrink() -> None:
     # After the shrink, the capacity source no longer lists the deleted worker: the pending
     # pod fits, the job is not shrunk again.
