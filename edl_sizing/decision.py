@@ -766,15 +766,12 @@ def _make_room(
         cost = 0.0
         fresh = 0
         cuts = 0
-        on_node = sorted(on)  # `on` does not change here: removals are only planned
+        # Only jobs that may give a worker up at all (`_may_give`: no error, not the one that
+        # gains, of no higher priority); `on` does not change here: removals are only planned.
+        on_node = [(k, states[k]) for k in sorted(on) if k in givers]
         while not requests.fits_in(room):
             options = []
-            for job_key in on_node:
-                s = states.get(job_key)
-                if s is None or s.error is not None or job_key == exclude:
-                    continue
-                if s.job.priority > priority:
-                    continue
+            for job_key, s in on_node:
                 gone = taken.get(job_key, 0)
                 left = (counts[job_key] if counts is not None else s.count) - gone
                 here = on[job_key] - gone

@@ -39,6 +39,9 @@ class Packing:
         """node name -> job key -> workers of the job on that node."""
         self._candidates: dict[_Shape, tuple[list[Node], frozenset[str]]] = {}
         self._hints: dict[tuple[Resources, _Shape], int] = {}
+        """`first_fit` by request: no node before this index of its candidates has room."""
+        self._positions: dict[_Shape, dict[str, int]] = {}
+        """Each node's index among the candidates of a shape (where a release moves a hint)."""
         self.worker_room: dict[str, Resources] = {}
         """node name -> the room of the job workers placed there (with `free`: the most that
         removing workers could free, which only pods placed without a job lower)."""
@@ -55,6 +58,7 @@ class Packing:
         other = Packing.__new__(Packing)
         other.nodes = self.nodes
         other._candidates = self._candidates
+        other._positions = self._positions
         other._hints = {}
         other._reclaimable = {}
         other._lowered = []
@@ -141,7 +145,8 @@ class Packing:
         """The first node (by name) with room for ``requests``, or None."""
         selector = node_selector or {}
         nodes = self.candidates(tolerations, selector)
-        hint_key = (requests, (tolerations, tuple(sorted(selector.items()))))
+        shape = (tolerations, tuple(sorted(selector.items())))
+        hint_key = (requests, shape)
         start = self._hints.get(hint_key, 0)
         for i in range(start, len(nodes)):
             if requests.fits_in(self.free[nodes[i].name]):
@@ -149,6 +154,14 @@ class Packing:
                 return nodes[i].name
         self._hints[hint_key] = len(nodes)
         return None
+
+    def _position(self, shape: _Shape, node: str) -> int | None:
+        """``node``'s index among the candidates of ``shape`` (None: not one of them)."""
+        positions = self._positions.get(shape)
+        if positions is None:
+            nodes = self._accepting(shape[0], dict(shape[1]))[0]
+            positions = self._positions[shape] = {n.name: i for i, n in enumerate(nodes)}
+        return positions.get(node)
 
     def local_fit(
         self,
@@ -266,7 +279,10 @@ class Packing:
         for index in self._rooms.values():
             index.dirty.add(node)
         self.worker_room[node] = self.worker_room[node] - requests
-        self._hints.clear()
+        for key, start in self._hints.items():  # only ``node`` gained room: a hint past it
+            at = self._position(key[1], node)  # goes back to it
+            if at is not None and at < start:
+                self._hints[key] = at
         _decrement(self.workers[job], node)
         _decrement(self.by_node[node], job)
 

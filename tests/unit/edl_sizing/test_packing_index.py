@@ -1,7 +1,8 @@
 """The packing's look-ups answer what scanning every node answers (issue 38's indexes).
 
 `Packing.roomiest` keeps an index of the nodes by how many pods fit; `reclaimable` re-checks
-only the nodes whose bound fell. Both are compared with a plain scan of every node after
+only the nodes whose bound fell; `first_fit` starts after the nodes it found full, back to a
+node that got room back. All three are compared with a plain scan of every node after
 random places and releases, on rooms chosen to make near ties (counts 1e-9 apart, where the
 scan's "beats the best by more than 1e-9" decides) and exact ties.
 """
@@ -41,7 +42,7 @@ def room(rnd: random.Random) -> Resources:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_roomiest_and_reclaimable_answer_as_a_scan(seed: int) -> None:
+def test_roomiest_reclaimable_and_first_fit_answer_as_a_scan(seed: int) -> None:
     rnd = random.Random(seed)
     nodes = [Node(f"n-{i:03d}", room(rnd)) for i in range(rnd.randint(1, 40))]
     packing = Packing(nodes, {n.name: n.allocatable for n in nodes})
@@ -51,6 +52,8 @@ def test_roomiest_and_reclaimable_answer_as_a_scan(seed: int) -> None:
     for _ in range(300):
         size = rnd.choice(sizes)
         assert packing.roomiest(size) == scanned_roomiest(packing, size)
+        first = next((n.name for n in nodes if size.fits_in(packing.free[n.name])), None)
+        assert packing.first_fit(size) == first
         found = {n.name for n in packing.reclaimable(size, (), {})}
         scanned = {
             n.name
