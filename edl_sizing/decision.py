@@ -611,7 +611,7 @@ def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_
     order = sorted(behind, key=lambda s: (-(s.fairness or 0.0), s.job.arrival, s.job.key))
     for s in order:
         job = s.job
-        saved = packing.copy()
+        saved = packing.savepoint()
         counts = {k: st.count for k, st in states.items()}
         before = s.speed_now(packing)
         donors: list[_State] = []
@@ -634,11 +634,12 @@ def _reclaim_requests(packing: Packing, states: dict[str, _State], valid: list[_
             s.count += 1
             s.reclaimed += 1
         if s.reclaimed and s.speed_now(packing) <= before:
-            packing.restore(saved)  # on the room there is, its request trains no faster
+            packing.rollback(saved)  # on the room there is, its request trains no faster
             for key, count in counts.items():
                 states[key].count = count
             s.reclaimed = 0
             continue
+        packing.commit(saved)
         for donor in donors:
             donor.returned.append(job.key)
 
@@ -667,7 +668,7 @@ def _place_pod(
 
 def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> None:
     """Places the job's minimum as one transaction: all of it, or nothing (it waits)."""
-    saved = packing.copy()
+    saved = packing.savepoint()
     trial = packing
     counts = {k: st.count for k, st in states.items()}
     shrunk: list[str] = []
@@ -681,7 +682,7 @@ def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> No
             )  # fmt: skip
             if found is None:
                 s.waiting = True
-                packing.restore(saved)
+                packing.rollback(saved)
                 return
             node, removals = found
             for job_key, on in removals:
@@ -690,6 +691,7 @@ def _place_minimum(packing: Packing, states: dict[str, _State], s: _State) -> No
                 shrunk.append(job_key)
         trial.place(node, job.worker, job.key)
         counts[job.key] += 1
+    packing.commit(saved)
     for job_key in shrunk:
         states[job_key].shrunk_for.append((job.key, job.priority))
     for job_key, count in counts.items():
@@ -1071,12 +1073,12 @@ def _shrink_for(
     """
     if not any(_gives_queue_room(s, packing, kueue) for s in donors):
         return False
-    saved = (packing.copy(), dict(kueue.by_name), dict(kueue.given_up))
+    saved = (packing.savepoint(), dict(kueue.by_name), dict(kueue.given_up))
     taken: list[_State] = []
     while not kueue.by_name[demand.queue].admits(demand.requests, demand.pods):
         donor = next((s for s in donors if _gives_queue_room(s, packing, kueue)), None)
         if donor is None:  # it waits whatever the jobs give: they give nothing
-            packing.restore(saved[0])
+            packing.rollback(saved[0])
             kueue.by_name, kueue.given_up = saved[1], saved[2]
             for s in taken:
                 s.count += 1
@@ -1087,6 +1089,7 @@ def _shrink_for(
         donor.count -= 1
         kueue.give_up(donor)
         taken.append(donor)
+    packing.commit(saved[0])
     for s in taken:
         s.shrunk_for.append((demand.key, demand.priority))
     return True

@@ -52,33 +52,59 @@ class Packing:
         """Nodes where a pod of no job was placed (their bound fell) since the first
         `reclaimable`, in order."""
         self._rooms: dict[tuple[Resources, _Shape], _RoomIndex] = {}
+        self._journal: list[tuple[str, Resources, str | None, Resources | None, int]] = []
+        """(node, its free room, job, its workers' room, the job's workers there) before each
+        change since the oldest open `savepoint`."""
+        self._open = 0
+        """Transactions open (`savepoint` without its `commit` or `rollback`)."""
 
-    def copy(self) -> Packing:
-        """An independent copy (a transaction to roll back to)."""
-        other = Packing.__new__(Packing)
-        other.nodes = self.nodes
-        other._candidates = self._candidates
-        other._positions = self._positions
-        other._hints = {}
-        other._reclaimable = {}
-        other._lowered = []
-        other._rooms = {}
-        other.free = {}
-        other.version = 0
-        other.restore(self)
-        return other
+    def savepoint(self) -> int:
+        """Start a transaction: `rollback` undoes every change made after it, `commit` keeps them.
 
-    def restore(self, saved: Packing) -> None:
-        """Roll back to a copy taken earlier."""
+        Each change is journalled with the values it replaced, so a transaction costs what it
+        changes, not a copy of every node's room and workers (a round at 1,000 nodes took 141
+        of those copies, a tenth of its time).
+        """
+        self._open += 1
+        return len(self._journal)
+
+    def commit(self, savepoint: int) -> None:
+        """End the transaction started at ``savepoint``, keeping its changes."""
+        self._close()
+
+    def rollback(self, savepoint: int) -> None:
+        """Undo every change since ``savepoint`` and end its transaction."""
+        journal = self._journal
+        for node, free, job, room, count in reversed(journal[savepoint:]):
+            self.free[node] = free
+            if job is None:
+                continue
+            if room is None:
+                self.worker_room.pop(node, None)
+            else:
+                self.worker_room[node] = room
+            _set_count(self.workers.setdefault(job, {}), node, count)
+            _set_count(self.by_node.setdefault(node, {}), job, count)
+        del journal[savepoint:]
         self.version += 1
-        self.free = dict(saved.free)
-        self.workers = {job: dict(per_node) for job, per_node in saved.workers.items()}
-        self.by_node = {node: dict(per_job) for node, per_job in saved.by_node.items()}
-        self.worker_room = dict(saved.worker_room)
         self._hints = {}
         self._reclaimable = {}
         self._lowered = []
         self._rooms = {}
+        self._close()
+
+    def _close(self) -> None:
+        self._open -= 1
+        if not self._open:
+            self._journal.clear()
+
+    def _record(self, node: str, job: str | None) -> None:
+        """Journal what a change of ``node`` (for ``job``'s workers) is about to replace."""
+        if job is None:
+            self._journal.append((node, self.free[node], None, None, 0))
+        else:
+            count = self.by_node.get(node, {}).get(job, 0)
+            self._journal.append((node, self.free[node], job, self.worker_room.get(node), count))
 
     def candidates(
         self, tolerations: tuple[Toleration, ...], node_selector: Mapping[str, str]
@@ -210,6 +236,8 @@ class Packing:
 
     def place(self, node: str, requests: Resources, job: str | None = None) -> None:
         """Take room on ``node`` (for a worker of ``job`` when given)."""
+        if self._open:
+            self._record(node, job)
         self.free[node] = self.free[node] - requests
         self.version += 1
         for index in self._rooms.values():
@@ -231,6 +259,10 @@ class Packing:
         The same sums in the same order as one `place` after another, kept as numbers until
         the end (a room made per node, not per pod).
         """
+        if self._open:
+            for node, requests, job in pods:
+                self.place(node, requests, job)
+            return
         free: dict[str, list[float]] = {}
         room: dict[str, list[float]] = {}
         lowered = self._lowered if self._reclaimable else None
@@ -274,6 +306,8 @@ class Packing:
 
     def release(self, node: str, requests: Resources, job: str) -> None:
         """Give back the room of one worker of ``job`` on ``node``."""
+        if self._open:
+            self._record(node, job)
         self.free[node] = self.free[node] + requests
         self.version += 1
         for index in self._rooms.values():
@@ -386,6 +420,13 @@ def _could_fit(requests: Resources, bound: Resources) -> bool:
             (requests.gpu, bound.gpu),
         )
     )
+
+
+def _set_count(counts: dict[str, int], key: str, count: int) -> None:
+    if count:
+        counts[key] = count
+    else:
+        counts.pop(key, None)
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:

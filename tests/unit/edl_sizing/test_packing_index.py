@@ -98,3 +98,48 @@ def test_placing_all_at_once_is_placing_one_after_another(seed: int) -> None:
     assert batch.workers == one.workers
     assert batch.by_node == one.by_node
     assert batch.roomiest(Resources(cpu=1)) == one.roomiest(Resources(cpu=1))
+
+
+def _state(packing: Packing) -> tuple[object, ...]:
+    """Room and workers as the decision reads them (an emptied job's or node's map is none)."""
+    return (
+        dict(packing.free), dict(packing.worker_room),
+        {j: dict(w) for j, w in packing.workers.items() if w},
+        {n: dict(w) for n, w in packing.by_node.items() if w},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_rolled_back_transaction_leaves_the_packing_as_it_was(seed: int) -> None:
+    rnd = random.Random(seed)
+    nodes = [Node(f"n-{i:03d}", room(rnd)) for i in range(rnd.randint(1, 12))]
+    packing = Packing(nodes, {n.name: n.allocatable for n in nodes})
+    size = Resources(cpu=1, memory=GI)
+    placed: list[tuple[str, str]] = []
+
+    def change(steps: int) -> None:
+        for _ in range(steps):
+            if placed and rnd.random() < 0.4:
+                node, job = placed.pop(rnd.randrange(len(placed)))
+                packing.release(node, size, job)
+            else:
+                node, job = rnd.choice(nodes).name, rnd.choice(("a", "b", "c", None))
+                packing.place(node, size, job)  # None: a pod of no job
+                if job is not None:
+                    placed.append((node, job))
+
+    change(30)
+    before, kept = _state(packing), list(placed)
+    at = packing.savepoint()
+    change(25)
+    packing.rollback(at)
+    assert _state(packing) == before
+    placed[:] = kept
+    at = packing.savepoint()
+    change(10)
+    after = _state(packing)
+    packing.commit(at)
+    assert _state(packing) == after
+    assert packing.first_fit(size) == next(
+        (n.name for n in nodes if size.fits_in(packing.free[n.name])), None
+    )
