@@ -123,10 +123,11 @@ def test_a_rolled_back_transaction_leaves_the_packing_as_it_was(seed: int) -> No
                 node, job = placed.pop(rnd.randrange(len(placed)))
                 packing.release(node, size, job)
             else:
-                node, job = rnd.choice(nodes).name, rnd.choice(("a", "b", "c", None))
-                packing.place(node, size, job)  # None: a pod of no job
-                if job is not None:
-                    placed.append((node, job))
+                node = rnd.choice(nodes).name
+                owner = rnd.choice(("a", "b", "c", None))
+                packing.place(node, size, owner)  # None: a pod of no job
+                if owner is not None:
+                    placed.append((node, owner))
 
     change(30)
     before, kept = _state(packing), list(placed)
