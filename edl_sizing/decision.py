@@ -744,6 +744,8 @@ def _make_room(
             k for k, s in states.items()
             if _may_give(s, k, exclude, priority, counts, requests_held, fair)
         )  # fmt: skip
+        if cost_limit < math.inf and not _any_cheaper(packing, states, givers, counts, cost_limit):
+            return None
         near = set().union(*(packing.workers.get(k, ()) for k in givers))
         nodes = [n for n in nodes if n.name in near]
     for node in nodes:
@@ -807,6 +809,28 @@ def _make_room(
             if best is None or rank < best[0]:
                 best = (rank, removed)
     return (best[0][-1], best[1]) if best is not None else None
+
+
+def _any_cheaper(
+    packing: Packing,
+    states: Mapping[str, _State],
+    givers: set[str],
+    counts: Mapping[str, int] | None,
+    cost_limit: float,
+) -> bool:
+    """Whether any giver's first worker taken could cost less than ``cost_limit``.
+
+    `_make_room` takes a first worker on a node only if it costs less than the limit, and
+    it may cost (:meth:`_State.value`) either of two values: the worker was alone on its node
+    or not. If neither is below the limit for any giver, no node gives anything.
+    """
+    for k in givers:
+        s = states[k]
+        left = counts[k] if counts is not None else s.count
+        spans = len(packing.workers.get(k, ()))
+        if min(s.value(left, spans, spans), s.value(left, spans, spans - 1)) < cost_limit:
+            return True
+    return False
 
 
 def _may_give(
