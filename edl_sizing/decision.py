@@ -889,6 +889,7 @@ def _displace(
     s: _State,
     policy: SizingPolicy,
     reserve: _Reserve | None = None,
+    cheapest: _CheapestDonors | None = None,
 ) -> str | None:
     """Room for one more worker of ``s`` taken from other jobs' extra workers worth less.
 
@@ -901,14 +902,11 @@ def _displace(
     worker (its first fit found none) or free room is not used.
     """
     limit = s.growth_value(policy, packing) / max(1.0, policy.rescale_margin)
-    donors = {
-        o.job.key: o
-        for o in valid
-        if o is not s
-        and not (o.grown or o.granted or o.waiting or o.shrunk_for or o.over_budget(policy))
-    }
     job = s.job
     beyond_request = s.count + 1 > max(job.requested, job.min_replicas)
+    if cheapest is not None and not cheapest.below(s, limit, beyond_request):
+        return None  # as `_make_room` would find (`_any_cheaper`), without a pass over the jobs
+    donors = {o.job.key: o for o in valid if o is not s and _may_donate(o, policy)}
     found = _make_room(
         packing, donors, job.worker, job, job.priority, job.key,
         cost_limit=limit, consolidate=True, requests_held=beyond_request,
@@ -924,6 +922,61 @@ def _displace(
         o.gave.append((job.key, s.model.marginal(s.count), o.model.marginal(o.count)))
         s.took.append((o, on))
     return node
+
+
+def _may_donate(o: _State, policy: SizingPolicy) -> bool:
+    """Whether growth's displacement may take a worker of ``o`` at all (see `_displace`)."""
+    return not (o.grown or o.granted or o.waiting or o.shrunk_for or o.over_budget(policy))
+
+
+def _first_cost(o: _State, packing: Packing) -> float:
+    """The least a first worker taken from ``o`` can cost (alone on its node or not)."""
+    spans = len(packing.workers.get(o.job.key, ()))
+    return min(o.value(o.count, spans, spans), o.value(o.count, spans, spans - 1))
+
+
+class _CheapestDonors:
+    """The two jobs whose first worker displacement could take costs least, during growth.
+
+    `_displace` fails when no donor's first worker costs less than its limit (`_any_cheaper`),
+    and at 5,000 nodes / 1,000 jobs hundreds of displacements a round fail so, each after a
+    pass over every job. Donors only leave during growth (a job that grows is no donor) and
+    their costs change only when one gives a worker up; so the two cheapest are found once
+    (of the jobs above their minimums, and of those above their floors: what a grower beyond
+    its request may take) and again only after such a change, and a displacement asks them
+    first.
+    """
+
+    def __init__(self, valid: Sequence[_State], policy: SizingPolicy, packing: Packing) -> None:
+        self._valid = valid
+        self._policy = policy
+        self._packing = packing
+        self._two: dict[bool, list[tuple[float, str]]] = {}
+
+    def below(self, s: _State, limit: float, requests_held: bool) -> bool:
+        """Whether a job other than ``s`` that may donate could give a worker below ``limit``.
+
+        Of the jobs above their floors with ``requests_held``, else above their minimums.
+        """
+        two = self._two.get(requests_held)
+        if two is None:
+            costs = (
+                (_first_cost(o, self._packing), o.job.key)
+                for o in self._valid
+                if o.count > (o.floor() if requests_held else o.job.min_replicas)
+                and _may_donate(o, self._policy)
+            )
+            two = self._two[requests_held] = heapq.nsmallest(2, costs)
+        return any(cost < limit for cost, key in two if key != s.job.key)
+
+    def grew(self, s: _State) -> None:
+        """``s`` grew this round: it donates no more."""
+        if any(key == s.job.key for two in self._two.values() for _, key in two):
+            self._two = {}
+
+    def gave(self) -> None:
+        """Donors gave workers up: their costs changed."""
+        self._two = {}
 
 
 class _Quotas:
@@ -1154,9 +1207,13 @@ def _repack(packing: Packing, valid: list[_State], policy: SizingPolicy) -> None
         now = s.model.placed_speedup(s.count, spans)
         best, size = now, s.count
         for m in range(max(1, job.min_replicas), s.count):
+            # A shrink leaves it on at most the nodes it spans; where its nodes hold more
+            # workers than the model packs on one (their room is not all the model sees),
+            # that is fewer nodes than the model packs ``m`` on.
+            most = min(m, spans)
             worst = min(
                 s.model.placed_speedup(m, k)
-                for k in range(s.model.packed_nodes(m), min(m, spans) + 1)
+                for k in range(min(s.model.packed_nodes(m), most), most + 1)
             )
             if worst > best + 1e-12:
                 best, size = worst, m
@@ -1382,6 +1439,7 @@ def _grow_greedily(
 
     heap = [entry(s, score(s)) for s in candidates]
     heapq.heapify(heap)
+    cheapest = _CheapestDonors(valid, policy, packing)
     while heap:
         (queued, *_), s = heapq.heappop(heap)
         if s.gave or s.returned:
@@ -1407,10 +1465,13 @@ def _grow_greedily(
                 s.room_before.setdefault(node, packing.free[node])
                 reserve.taken(s.job.worker)
             else:
-                node = _displace(packing, valid, s, policy, reserve)
+                node = _displace(packing, valid, s, policy, reserve, cheapest)
+                if node is not None:
+                    cheapest.gave()
         if node is None:
             s.reason = blocked or Reason.NO_CAPACITY
             continue
+        cheapest.grew(s)
         packing.place(node, s.job.worker, s.job.key)
         s.count += 1
         quotas.placed(s)

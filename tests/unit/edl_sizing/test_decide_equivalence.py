@@ -51,3 +51,20 @@ def test_the_cases_grow_spill_and_displace() -> None:
     assert {"at_max", "hold_off", "protected_demand", "waiting", "fairness"} <= seen
     grew = sum(d.desired > d.current for name in CASES for d in plan(name).jobs.values())
     assert grew > 100
+
+
+def test_a_job_packed_tighter_than_its_model_is_decided() -> None:
+    # Found by a random search (issue 38's sizing review): a job whose nodes hold more of its
+    # workers than the model packs on one made the repack's search over placements empty,
+    # and `decide` raised (the round served every job its current replicas instead).
+    from dataclasses import replace
+
+    from tests.unit.edl_sizing.equivalence_cases import POLICIES
+    from tests.unit.edl_sizing.plan_cases import generated
+
+    case = generated(
+        "tight-211", 20211, nodes=6 + 211 % 15, jobs=4 + 211 % 9, pods_per_node=4 + 211 % 8,
+        crowded=True, gpu_share=0.3, budget=False,
+    )  # fmt: skip
+    plan = replace(case, policy=POLICIES[211 % len(POLICIES)]).plan()
+    assert set(plan.jobs) == {j.key for j in case.jobs}
