@@ -100,6 +100,18 @@ def build(
     return Harness(app, clock, registry, store, holder, metrics, service)
 
 
+def trainers_at_ten_samples(count: int, authorizer: Authorizer | None = None) -> Harness:
+    """``count`` trainer pods of ``ml/trainer``, each scraped twice 10 s apart: 10 samples/s."""
+    pods = [trainer(f"trainer-{i}") for i in range(count)]
+    h = build(pods, authorizer=authorizer)
+    for p in pods:
+        h.feed(p, agent_samples(0, 0))
+    h.clock.t += 10
+    for p in pods:
+        h.feed(p, agent_samples(100, 10))
+    return h
+
+
 def standard() -> Harness:
     """Three trainer pods of Deployment `trainer` in `ml` (two with data) and one of `other`."""
     pods = [

@@ -26,7 +26,13 @@ from metrics_adapter.api.flask_app import FILTERS_EXTENSION
 from metrics_adapter.auth.authz import SubjectAccessReviewAuthorizer
 from metrics_adapter.auth.identity import RequestAttributes
 from metrics_adapter.http.server import WsgiHandler, bind
-from tests.unit.metrics_adapter.helpers import ManualClock, agent_samples, build, trainer
+from tests.unit.metrics_adapter.helpers import (
+    ManualClock,
+    agent_samples,
+    build,
+    trainer,
+    trainers_at_ten_samples,
+)
 
 PODS = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second"
 
@@ -146,13 +152,7 @@ class GatedCollector:
 
 
 def test_the_whole_metrics_page_renders_off_the_loop_and_api_reads_go_on_meanwhile() -> None:
-    pods = [trainer(f"trainer-{i}") for i in range(3)]
-    h = build(pods)
-    for p in pods:
-        h.feed(p, agent_samples(0, 0))
-    h.clock.t += 10
-    for p in pods:
-        h.feed(p, agent_samples(100, 10))
+    h = trainers_at_ten_samples(3)
     gated = GatedCollector()
     h.metrics.registry.register(gated)
     page: dict[str, Any] = {}

@@ -8,7 +8,10 @@ from metrics_adapter.api.wire_shapes import MetricListRenderer, metric_value_lis
 from metrics_adapter.providers.protocol import MetricPoint
 from metrics_adapter.scraping.catalogue import MetricCatalogue
 from metrics_adapter.scraping.pod_registry import DescribedObject
-from tests.unit.metrics_adapter.helpers import T0, agent_samples, build, trainer
+from tests.unit.metrics_adapter.helpers import (
+    T0,
+    trainers_at_ten_samples,
+)
 
 SPS = MetricCatalogue.default().custom["samples_per_second"]
 
@@ -53,13 +56,7 @@ def test_status_shape() -> None:
 
 
 def test_large_pod_lists_stream_valid_json() -> None:
-    pods = [trainer(f"trainer-{i}") for i in range(2500)]
-    h = build(pods)
-    for p in pods:
-        h.feed(p, agent_samples(0, 0))
-    h.clock.t += 10
-    for p in pods:
-        h.feed(p, agent_samples(100, 10))
+    h = trainers_at_ten_samples(2500)
     resp = h.app.test_client().get(
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/samples_per_second"
     )
