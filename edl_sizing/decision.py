@@ -824,13 +824,10 @@ def _any_cheaper(
     it may cost (:meth:`_State.value`) either of two values: the worker was alone on its node
     or not. If neither is below the limit for any giver, no node gives anything.
     """
-    for k in givers:
-        s = states[k]
-        left = counts[k] if counts is not None else s.count
-        spans = len(packing.workers.get(k, ()))
-        if min(s.value(left, spans, spans), s.value(left, spans, spans - 1)) < cost_limit:
-            return True
-    return False
+    return any(
+        _first_cost(states[k], packing, counts[k] if counts is not None else None) < cost_limit
+        for k in givers
+    )
 
 
 def _may_give(
@@ -929,10 +926,14 @@ def _may_donate(o: _State, policy: SizingPolicy) -> bool:
     return not (o.grown or o.granted or o.waiting or o.shrunk_for or o.over_budget(policy))
 
 
-def _first_cost(o: _State, packing: Packing) -> float:
-    """The least a first worker taken from ``o`` can cost (alone on its node or not)."""
+def _first_cost(o: _State, packing: Packing, left: int | None = None) -> float:
+    """The least a first worker taken from ``o`` can cost: alone on its node or not.
+
+    At ``left`` workers (default: its count now).
+    """
+    n = o.count if left is None else left
     spans = len(packing.workers.get(o.job.key, ()))
-    return min(o.value(o.count, spans, spans), o.value(o.count, spans, spans - 1))
+    return min(o.value(n, spans, spans), o.value(n, spans, spans - 1))
 
 
 class _CheapestDonors:
